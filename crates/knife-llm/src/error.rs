@@ -1,0 +1,52 @@
+//! Typed LLM failures. Later layers (retry policy, PROC-03..11) decide from these
+//! fields; messages say what happened and what the user can do.
+
+use serde_json::Value;
+use std::time::Duration;
+
+/// Everything that can go wrong talking to an LLM endpoint.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// The endpoint answered with a non-2xx status.
+    #[error("the model endpoint answered HTTP {status}: {message}")]
+    Http {
+        status: u16,
+        /// From `retry-after-ms` (milliseconds) or `retry-after` (seconds or HTTP date).
+        retry_after: Option<Duration>,
+        /// The response body parsed as JSON, when it was JSON.
+        body: Option<Value>,
+        /// Human summary: the body's `error.message` when present, else the raw body (truncated).
+        message: String,
+    },
+    /// The endpoint could not be reached or the connection broke.
+    #[error("could not reach the model endpoint: {0}. Check the base_url in knife.toml and that the server is running")]
+    Transport(String),
+    /// The byte stream was not valid SSE, or ended in the middle of an event.
+    #[error("the model's event stream is malformed: {0}")]
+    Stream(#[from] SseError),
+    /// An SSE event carried data that is not the JSON the protocol promises.
+    #[error("the model sent an event that could not be parsed ({message}): {data}")]
+    Decode { message: String, data: String },
+    /// The provider reported an error inside the stream (an `error` event or chunk).
+    #[error("the model provider reported an error: {message}")]
+    Provider {
+        /// Error type/code from the body (`server_error`, `overloaded_error`, …).
+        code: Option<String>,
+        message: String,
+        body: Option<Value>,
+    },
+}
+
+/// Failures of the SSE decoder ([`crate::sse`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SseError {
+    /// EOF arrived inside an event (no blank line after its last field).
+    #[error("stream ended early, in the middle of an event")]
+    EndedEarly,
+    /// One event grew beyond the configured cap (bytes).
+    #[error("an event exceeded the size limit of {limit} bytes")]
+    EventTooLarge { limit: usize },
+    /// The stream ended without the protocol's terminator (`[DONE]`, `message_stop`, …).
+    #[error("stream ended before the model finished its response")]
+    Incomplete,
+}

@@ -1,0 +1,38 @@
+//! Adapter events: what an agent runtime (built-in agent, codex, ACP) emits while
+//! it works. The runtime's ingestor maps them 1:1 to domain events, except
+//! `TurnTerminal`, which ends the turn (ARCHITECTURE.md "How a turn flows", step 4).
+
+use crate::entities::*;
+use crate::ids::*;
+use serde::{Deserialize, Serialize};
+
+/// How a provider turn ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum TurnOutcome {
+    Completed,
+    Interrupted { reason: String },
+    Failed { error: RunError },
+}
+
+/// One event from an agent runtime, carrying a whole entity where it updates one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+pub enum AdapterEvent {
+    ProviderSessionUpdated(ProviderSession),
+    ProviderThreadUpdated(ProviderThread),
+    ProviderTurnUpdated(ProviderTurn),
+    NodeUpdated(Node),
+    TurnItemUpdated(TurnItem),
+    RuntimeRequestUpdated(RuntimeRequest),
+    /// The turn is over; no more items will come for it. Marks the turn idle (MGR-21).
+    TurnTerminal {
+        thread_id: ThreadId,
+        run_id: RunId,
+        provider_turn_id: ProviderTurnId,
+        outcome: TurnOutcome,
+        /// Usage summed over the turn's model calls.
+        #[serde(default)]
+        usage: Option<TokenUsage>,
+    },
+}

@@ -1,0 +1,109 @@
+//! HTTP API request and response bodies (JSON under `/api`) and the WebSocket
+//! messages of `/api/ws`.
+
+use crate::entities::*;
+use crate::events::StoredEvent;
+use crate::ids::*;
+use serde::{Deserialize, Serialize};
+
+/// `POST /api/projects`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProjectRequest {
+    /// Path of an existing directory; stored canonicalised.
+    pub root: String,
+    /// Display name; defaults to the directory's name.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `POST /api/threads`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateThreadRequest {
+    pub project_id: ProjectId,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Provider instance from `knife.toml`; defaults to the configured default instance.
+    #[serde(default)]
+    pub provider_instance_id: Option<ProviderInstanceId>,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// `POST /api/threads/{id}/messages`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostMessageRequest {
+    pub text: String,
+}
+
+/// Answer to `POST /api/threads/{id}/messages`: the run started (HTTP 202).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PostMessageResponse {
+    pub thread_id: ThreadId,
+    pub run_id: RunId,
+}
+
+/// Answer to `POST /api/threads/{id}/interrupt`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InterruptResponse {
+    pub thread_id: ThreadId,
+    /// The run that was asked to stop, or `None` when nothing was running.
+    pub run_id: Option<RunId>,
+}
+
+/// The full projection of one thread (`GET /api/threads/{id}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadProjection {
+    pub thread: Thread,
+    pub runs: Vec<Run>,
+    /// Ordered by `ordinal`.
+    pub turn_items: Vec<TurnItem>,
+    pub nodes: Vec<Node>,
+    /// Sessions bound to this thread.
+    pub provider_sessions: Vec<ProviderSession>,
+    pub provider_threads: Vec<ProviderThread>,
+    pub provider_turns: Vec<ProviderTurn>,
+    pub runtime_requests: Vec<RuntimeRequest>,
+    /// Highest event sequence of this thread included in the projection.
+    pub latest_sequence: u64,
+}
+
+/// JSON error body of every non-2xx API answer: `{"error": {"code", "message"}}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApiErrorBody {
+    pub error: ApiError,
+}
+
+/// A stable machine code (`not_found`, `invalid_request`, `conflict`, …) and a
+/// human message saying what to do.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApiError {
+    pub code: String,
+    pub message: String,
+}
+
+/// Messages a WebSocket client sends on `/api/ws`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WsClientMessage {
+    /// Replay the thread's events with `sequence > after`, then follow live.
+    Subscribe {
+        thread_id: ThreadId,
+        #[serde(default)]
+        after: u64,
+    },
+    Unsubscribe {
+        thread_id: ThreadId,
+    },
+}
+
+/// Messages the server sends on `/api/ws`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WsServerMessage {
+    Subscribed { thread_id: ThreadId, after: u64 },
+    Event { event: StoredEvent },
+    Error { error: ApiError },
+}

@@ -1,0 +1,448 @@
+//! Entities of the event log. Every "updated" event carries one of these whole
+//! (upsert by id, last write wins), never a diff. Shapes follow SPEC.md's glossary and
+//! `reference/t3code.md` §1.3, trimmed to what knife uses.
+
+use crate::ids::*;
+use crate::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A named workspace root on disk. Threads run inside it; tools may not leave it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Project {
+    pub id: ProjectId,
+    pub name: String,
+    /// Absolute, canonical path of the workspace root.
+    pub root: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Coarse state of an app thread, for lists and the sidebar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadStatus {
+    /// No run active; the last run (if any) did not fail.
+    Idle,
+    /// A run is active.
+    Running,
+    /// The last run failed; `Thread::last_error` says why.
+    Failed,
+}
+
+/// One conversation a user has with an agent inside a project.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Thread {
+    pub id: ThreadId,
+    pub project_id: ProjectId,
+    pub title: String,
+    /// The provider instance (from `knife.toml`) whose runtime executes this thread's turns.
+    pub provider_instance_id: ProviderInstanceId,
+    /// Model override; `None` uses the instance's default model.
+    pub model: Option<String>,
+    pub status: ThreadStatus,
+    /// The run in progress, if any.
+    pub active_run_id: Option<RunId>,
+    /// Number of runs created so far (the next run gets ordinal `run_count + 1`).
+    pub run_count: u32,
+    /// Error of the last failed run, cleared when a new run starts.
+    pub last_error: Option<RunError>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Lifecycle of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Completed,
+    Interrupted,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    /// True for `completed`, `interrupted`, `failed` and `cancelled`.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+}
+
+/// A typed failure, as recorded on runs, threads and error turn items.
+///
+/// `type` is a stable dotted name (`provider.http`, `provider.transport`,
+/// `provider.stream`, `provider.config`, `runtime`, `interrupted`, …; EXEC-01) and
+/// `message` says what happened and what the user can do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunError {
+    #[serde(rename = "type")]
+    pub error_type: String,
+    pub message: String,
+    /// HTTP status of the provider response, when the failure was an HTTP error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// Provider error code (`rate_limit_exceeded`, …) when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Extra structured detail (e.g. the provider's parsed JSON error body).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+impl RunError {
+    /// A failure with just a type and a message.
+    pub fn new(error_type: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            error_type: error_type.into(),
+            message: message.into(),
+            http_status: None,
+            code: None,
+            detail: None,
+        }
+    }
+}
+
+/// One user request on a thread (ordinal 1, 2, …).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: RunId,
+    pub thread_id: ThreadId,
+    /// 1-based position of the run in its thread.
+    pub ordinal: u32,
+    pub provider_instance_id: ProviderInstanceId,
+    pub model: Option<String>,
+    pub status: RunStatus,
+    /// The user-message turn item that opened this run.
+    pub user_message_id: TurnItemId,
+    pub requested_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub completed_at: Option<Timestamp>,
+    pub error: Option<RunError>,
+    /// Token usage summed over the run's model calls.
+    #[serde(default)]
+    pub usage: Option<TokenUsage>,
+}
+
+/// Token counts reported by a provider (tokens, not bytes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Adds `other` to `self`, field by field.
+    pub fn add(&mut self, other: &TokenUsage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Status of a provider session (one live runtime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    Starting,
+    Ready,
+    Running,
+    Waiting,
+    Stopped,
+    Error,
+}
+
+/// What a runtime can do; declared by its adapter (SPEC.md MGR section).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderCapabilities {
+    /// One session may serve several threads (shared) rather than one (exclusive, MGR-06).
+    pub shared_sessions: bool,
+    /// A running turn accepts extra user input (`steer_turn`).
+    pub steer: bool,
+    /// Background tasks may outlive the session's process (MGR-45).
+    pub background_tasks_outlive_session: bool,
+}
+
+/// One live runtime of a provider instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProviderSession {
+    pub id: ProviderSessionId,
+    /// Driver kind: `builtin`, `codex`, `acp`, …
+    pub driver: String,
+    pub provider_instance_id: ProviderInstanceId,
+    pub status: SessionStatus,
+    /// Working directory (the project root or a worktree).
+    pub cwd: String,
+    pub model: Option<String>,
+    pub capabilities: ProviderCapabilities,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub last_error: Option<String>,
+}
+
+/// Status of a provider thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderThreadStatus {
+    NotLoaded,
+    Idle,
+    Active,
+    Archived,
+    Closed,
+    Error,
+}
+
+/// Work a runtime keeps running after its turn ended (dev server, sub-agent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingBackgroundTask {
+    pub task_id: String,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// The runtime's native conversation backing an app thread on one provider session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProviderThread {
+    pub id: ProviderThreadId,
+    pub driver: String,
+    pub provider_instance_id: ProviderInstanceId,
+    pub provider_session_id: Option<ProviderSessionId>,
+    pub app_thread_id: Option<ThreadId>,
+    /// The runtime's own id for the conversation, when it has one.
+    pub native_id: Option<String>,
+    pub status: ProviderThreadStatus,
+    pub last_run_ordinal: Option<u32>,
+    #[serde(default)]
+    pub pending_background_tasks: Vec<PendingBackgroundTask>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Status of a provider turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderTurnStatus {
+    Pending,
+    Running,
+    Completed,
+    Interrupted,
+    Failed,
+    Cancelled,
+}
+
+/// The runtime's execution of one run attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProviderTurn {
+    pub id: ProviderTurnId,
+    pub thread_id: ThreadId,
+    pub run_id: RunId,
+    pub provider_thread_id: Option<ProviderThreadId>,
+    pub provider_session_id: ProviderSessionId,
+    pub node_id: NodeId,
+    /// 1-based attempt number of the run.
+    pub ordinal: u32,
+    pub status: ProviderTurnStatus,
+    pub started_at: Timestamp,
+    pub completed_at: Option<Timestamp>,
+    #[serde(default)]
+    pub usage: Option<TokenUsage>,
+}
+
+/// Kind of a runtime request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeRequestKind {
+    /// Approve running a command.
+    Command,
+    /// Approve reading a file.
+    FileRead,
+    /// Approve writing or editing a file.
+    FileChange,
+    /// Free-form input from the user.
+    UserInput,
+}
+
+/// Status of a runtime request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeRequestStatus {
+    Pending,
+    Resolved,
+    Expired,
+    Cancelled,
+}
+
+/// Whether the session that asked can still take the answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseCapability {
+    Live { provider_session_id: ProviderSessionId },
+    NotResumable { reason: String },
+}
+
+/// A user's answer to an approval request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    AllowOnce,
+    AllowAlways,
+    Deny,
+}
+
+/// Something the runtime asks the user mid-turn (approval, input).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeRequest {
+    pub id: RuntimeRequestId,
+    pub thread_id: ThreadId,
+    /// `None` for requests emitted outside any run (MGR-43).
+    pub run_id: Option<RunId>,
+    pub node_id: NodeId,
+    pub provider_turn_id: Option<ProviderTurnId>,
+    pub kind: RuntimeRequestKind,
+    pub status: RuntimeRequestStatus,
+    pub response_capability: ResponseCapability,
+    /// What is asked, for the user (e.g. the command line).
+    pub prompt: Option<String>,
+    pub created_at: Timestamp,
+    pub resolved_at: Option<Timestamp>,
+    pub decision: Option<ApprovalDecision>,
+}
+
+/// Kind of an execution node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    RootTurn,
+    AssistantMessage,
+    Reasoning,
+    ToolCall,
+    ApprovalRequest,
+    UserInputRequest,
+    System,
+}
+
+/// Status of an execution node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    Pending,
+    Running,
+    Waiting,
+    Completed,
+    Interrupted,
+    Failed,
+    Cancelled,
+}
+
+/// A node of the tree of work a run produces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: NodeId,
+    pub thread_id: ThreadId,
+    pub run_id: Option<RunId>,
+    pub parent_node_id: Option<NodeId>,
+    pub root_node_id: NodeId,
+    pub kind: NodeKind,
+    pub status: NodeStatus,
+    pub provider_turn_id: Option<ProviderTurnId>,
+    pub runtime_request_id: Option<RuntimeRequestId>,
+    pub started_at: Option<Timestamp>,
+    pub completed_at: Option<Timestamp>,
+}
+
+/// Status of a transcript item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnItemStatus {
+    Pending,
+    Running,
+    Waiting,
+    Completed,
+    Failed,
+    Cancelled,
+    Interrupted,
+}
+
+/// Who wrote a user-message item.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageOrigin {
+    /// Typed by the user.
+    #[default]
+    User,
+    /// Written by knife (e.g. the continuation after a restart, EXEC-07).
+    System,
+}
+
+/// What a transcript item holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TurnItemKind {
+    UserMessage {
+        text: String,
+        #[serde(default)]
+        origin: MessageOrigin,
+        /// Short label for system-originated messages ("Continuing after restart").
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
+    AssistantMessage {
+        text: String,
+        /// True while more text may still arrive.
+        streaming: bool,
+    },
+    Reasoning {
+        text: String,
+        streaming: bool,
+    },
+    ToolCall {
+        /// The model's id for the call (matches the tool result sent back).
+        call_id: String,
+        tool: String,
+        /// Arguments as the model sent them (parsed JSON when valid, else a string).
+        input: Value,
+        /// Output the model sees, when the tool finished.
+        #[serde(default)]
+        output: Option<String>,
+        /// Error text the model sees, when the tool failed.
+        #[serde(default)]
+        error: Option<String>,
+    },
+    Error {
+        error: RunError,
+    },
+}
+
+/// A transcript item: what the user sees of a thread.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TurnItem {
+    pub id: TurnItemId,
+    pub thread_id: ThreadId,
+    pub run_id: Option<RunId>,
+    pub provider_turn_id: Option<ProviderTurnId>,
+    /// Position in the transcript: `run_ordinal * 1_000_000 + n` (n = 0 for the user message).
+    pub ordinal: u64,
+    pub status: TurnItemStatus,
+    pub started_at: Option<Timestamp>,
+    pub completed_at: Option<Timestamp>,
+    pub updated_at: Timestamp,
+    #[serde(flatten)]
+    pub kind: TurnItemKind,
+}
+
+impl TurnItem {
+    /// Ordinal of the `n`-th item of run `run_ordinal` (see [`TurnItem::ordinal`]).
+    pub fn ordinal_in_run(run_ordinal: u32, n: u64) -> u64 {
+        u64::from(run_ordinal) * 1_000_000 + n
+    }
+}
