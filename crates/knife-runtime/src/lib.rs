@@ -1,1 +1,12 @@
-//! knife-runtime
+//! knife-runtime: the provider-adapter contract every agent runtime implements,
+//! the session manager that owns live provider sessions, the ingestor that turns
+//! adapter events into domain events, and the execution service that runs turns.
+//!
+//! The runtime never names a concrete driver: the built-in agent (knife-agent) and
+//! external runtimes (knife-adapters) implement [`ProviderAdapter`].
+
+pub mod adapter;
+pub mod clock;
+
+pub use adapter::*;
+pub use clock::*;

@@ -1,0 +1,111 @@
+//! The contract between knife and an agent runtime: [`ProviderAdapter`] opens
+//! provider sessions, [`SessionRuntime`] runs turns on one. Shaped after SPEC.md's MGR section.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use knife_protocol::*;
+
+/// Everything an adapter needs to open a provider session (MGR-09).
+#[derive(Clone, Debug)]
+pub struct OpenSessionInput {
+    pub provider_session_id: ProviderSessionId,
+    pub provider_instance_id: ProviderInstanceId,
+    /// The first thread the session serves.
+    pub thread_id: ThreadId,
+    /// Working directory: the project root (checked to exist before open, MGR-07).
+    pub cwd: PathBuf,
+    /// Model override; `None` = the instance's default.
+    pub model: Option<String>,
+    /// The runtime's native thread id to resume, when the thread has one (MGR-09).
+    pub native_thread_id: Option<String>,
+}
+
+/// Input of one provider turn (one attempt of a run).
+#[derive(Clone, Debug)]
+pub struct StartTurnInput {
+    pub thread_id: ThreadId,
+    pub run_id: RunId,
+    /// 1-based ordinal of the run in its thread (turn item ordinals derive from it).
+    pub run_ordinal: u32,
+    pub provider_turn_id: ProviderTurnId,
+    /// 1-based attempt of the run.
+    pub attempt: u32,
+    /// The user's message that opened the run.
+    pub text: String,
+    /// The thread's transcript before this run, ordered by ordinal. Runtimes with
+    /// their own native history may ignore it; the built-in agent replays it.
+    pub history: Vec<TurnItem>,
+    pub model: Option<String>,
+}
+
+/// Why a turn is interrupted (EXEC-02).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InterruptReason {
+    /// The user asked to stop.
+    User,
+    /// A newer request replaces this one.
+    Superseded,
+    /// The server is shutting down; the claim is kept for the next start.
+    Shutdown,
+}
+
+impl InterruptReason {
+    /// Lower-case name as stored (`user`, `superseded`, `shutdown`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterruptReason::User => "user",
+            InterruptReason::Superseded => "superseded",
+            InterruptReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Errors an adapter or session runtime reports.
+#[derive(Debug, thiserror::Error)]
+pub enum AdapterError {
+    /// The session could not be opened (spawn failed, handshake failed, bad config).
+    #[error("could not open the provider session: {0}")]
+    Open(String),
+    /// The runtime refused or failed an operation.
+    #[error("the provider runtime failed: {0}")]
+    Runtime(String),
+    /// The session is closed; open a new one.
+    #[error("the provider session is closed")]
+    Closed,
+}
+
+/// A configured kind of agent runtime. Implemented by the built-in agent and by
+/// external runtimes; the manager calls `open` at most once per provider session
+/// (single-flight, MGR-02).
+#[async_trait::async_trait]
+pub trait ProviderAdapter: Send + Sync + 'static {
+    /// Driver kind: `builtin`, `codex`, `acp`, …
+    fn driver(&self) -> &str;
+    /// What sessions of this adapter can do (shared vs exclusive, …).
+    fn capabilities(&self) -> ProviderCapabilities;
+    /// Opens a provider session. Errors: [`AdapterError::Open`].
+    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError>;
+}
+
+/// One live provider session.
+///
+/// Events: the session has ONE event stream, taken once by the manager's pump
+/// with [`SessionRuntime::take_events`]. It yields adapter events for every
+/// turn of the session and ends when the session stops.
+#[async_trait::async_trait]
+pub trait SessionRuntime: Send + Sync + 'static {
+    /// Starts a turn. Returns once the runtime accepted it; the turn's items and its
+    /// `TurnTerminal` arrive on the event stream.
+    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError>;
+    /// Asks the running turn of `thread` to stop; the runtime then emits
+    /// `TurnTerminal { outcome: Interrupted }`. No-op when nothing runs.
+    async fn interrupt_turn(&self, thread: &ThreadId, reason: InterruptReason) -> Result<(), AdapterError>;
+    /// Loads `thread`'s native conversation on this session (resume after attach).
+    async fn resume_thread(&self, thread: &ThreadId, native_thread_id: Option<String>) -> Result<(), AdapterError>;
+    /// The session's event stream; `None` after the first call.
+    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>>;
+    /// Stops the session and its process; the event stream ends. Idempotent.
+    async fn close(&self) -> Result<(), AdapterError>;
+}
