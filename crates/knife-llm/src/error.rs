@@ -19,7 +19,9 @@ pub enum LlmError {
         message: String,
     },
     /// The endpoint could not be reached or the connection broke.
-    #[error("could not reach the model endpoint: {0}. Check the base_url in knife.toml and that the server is running")]
+    #[error(
+        "could not reach the model endpoint: {0}. Check the base_url in knife.toml and that the server is running"
+    )]
     Transport(String),
     /// The byte stream was not valid SSE, or ended in the middle of an event.
     #[error("the model's event stream is malformed: {0}")]

@@ -5,6 +5,8 @@
 //! ([`openai_chat::OpenAiChatClient`]) does the HTTP and maps failures to [`LlmError`].
 
 pub mod error;
+pub mod http;
+pub mod sse;
 pub mod types;
 
 pub use error::*;

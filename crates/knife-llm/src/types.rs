@@ -14,18 +14,45 @@ use crate::error::LlmError;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum LlmEvent {
-    TextStart { id: String },
-    TextDelta { id: String, text: String },
-    TextEnd { id: String },
-    ReasoningStart { id: String },
-    ReasoningDelta { id: String, text: String },
+    TextStart {
+        id: String,
+    },
+    TextDelta {
+        id: String,
+        text: String,
+    },
+    TextEnd {
+        id: String,
+    },
+    ReasoningStart {
+        id: String,
+    },
+    ReasoningDelta {
+        id: String,
+        text: String,
+    },
     /// `signature` is the provider's opaque proof for the block (Anthropic thinking).
-    ReasoningEnd { id: String, signature: Option<String> },
-    ToolInputStart { id: String, name: String },
-    ToolInputDelta { id: String, delta: String },
-    ToolInputEnd { id: String },
+    ReasoningEnd {
+        id: String,
+        signature: Option<String>,
+    },
+    ToolInputStart {
+        id: String,
+        name: String,
+    },
+    ToolInputDelta {
+        id: String,
+        delta: String,
+    },
+    ToolInputEnd {
+        id: String,
+    },
     /// The complete call: `arguments` is the full arguments string exactly as streamed.
-    ToolCall { id: String, name: String, arguments: String },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
     /// The model finished one step (one HTTP response).
     StepFinish {
         reason: FinishReason,
@@ -84,14 +111,21 @@ pub struct ToolCallRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum ChatMessage {
-    System { text: String },
-    User { text: String },
+    System {
+        text: String,
+    },
+    User {
+        text: String,
+    },
     Assistant {
         text: Option<String>,
         tool_calls: Vec<ToolCallRequest>,
     },
     /// The result of tool call `call_id` (output or error text the model sees).
-    Tool { call_id: String, content: String },
+    Tool {
+        call_id: String,
+        content: String,
+    },
 }
 
 /// One streaming request.

@@ -1,0 +1,195 @@
+//! HTTP failure mapping shared by every provider client: non-2xx answers to
+//! [`LlmError::Http`] (retry-after, JSON body, message) and transport errors to text.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+use crate::error::LlmError;
+
+/// Longest raw (non-JSON) body excerpt kept in an error message, in characters.
+const MESSAGE_BODY_CHARS: usize = 500;
+
+/// Reads how long the server asks us to wait before retrying, from response headers.
+///
+/// Order: `retry-after-ms` (milliseconds, integer or decimal; OpenAI sends it),
+/// then `retry-after` as delay-seconds (integer or decimal) or as an HTTP date
+/// (RFC 9110 IMF-fixdate, also RFC 850 / asctime forms). A date in the past
+/// gives `Duration::ZERO`. Returns `None` when neither header is present or
+/// parseable (negative, NaN or garbage values are ignored).
+pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    parse_retry_after_at(headers, SystemTime::now())
+}
+
+/// [`parse_retry_after`] with an explicit "now" (for HTTP-date values), so tests
+/// need no real clock.
+pub fn parse_retry_after_at(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(parse_non_negative) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = header("retry-after")?;
+    if let Some(secs) = parse_non_negative(value) {
+        return Some(Duration::from_secs_f64(secs));
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// A finite, non-negative number that fits a `Duration` comfortably (< ~31 years).
+fn parse_non_negative(text: &str) -> Option<f64> {
+    let n: f64 = text.parse().ok()?;
+    (n.is_finite() && n >= 0.0 && n < 1e9).then_some(n)
+}
+
+/// Builds [`LlmError::Http`] from a non-2xx status, its headers and its body text.
+///
+/// `body` is parsed as JSON when it is JSON; `message` is the body's
+/// `error.message` (OpenAI / Anthropic shape) or top-level `message`, else the
+/// raw body truncated to 500 characters, else the status reason phrase.
+pub fn http_error(status: u16, headers: &HeaderMap, body: &str) -> LlmError {
+    let json: Option<Value> = serde_json::from_str(body).ok();
+    let from_json = json.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error").filter(|e| e.is_string()))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    let message = from_json.unwrap_or_else(|| {
+        let trimmed = body.trim();
+        if trimmed.is_empty() {
+            reqwest::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("no response body")
+                .to_owned()
+        } else {
+            let mut excerpt: String = trimmed.chars().take(MESSAGE_BODY_CHARS).collect();
+            if trimmed.chars().count() > MESSAGE_BODY_CHARS {
+                excerpt.push('…');
+            }
+            excerpt
+        }
+    });
+    LlmError::Http {
+        status,
+        retry_after: parse_retry_after(headers),
+        body: json,
+        message,
+    }
+}
+
+/// Reads a non-2xx response (headers, then body) into [`LlmError::Http`].
+/// A body that cannot be read is treated as empty: the status is what matters.
+pub async fn http_error_from_response(response: reqwest::Response) -> LlmError {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.text().await.unwrap_or_default();
+    http_error(status, &headers, &body)
+}
+
+/// An error and its `source()` chain as one line: `outer: inner: root`.
+/// reqwest's own Display hides the cause (e.g. "connection refused").
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_ms_wins_over_retry_after() {
+        let h = headers(&[("retry-after-ms", "1500"), ("retry-after", "9")]);
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(1500)));
+        let h = headers(&[("retry-after-ms", "12.5")]);
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_micros(12_500)));
+    }
+
+    #[test]
+    fn retry_after_seconds() {
+        assert_eq!(
+            parse_retry_after(&headers(&[("retry-after", "2")])),
+            Some(Duration::from_secs(2))
+        );
+        // An unparseable ms header falls back to retry-after.
+        let h = headers(&[("retry-after-ms", "soon"), ("retry-after", " 3 ")]);
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn retry_after_http_date_future_and_past() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        let h = headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")]);
+        assert_eq!(parse_retry_after_at(&h, now), Some(Duration::from_secs(30)));
+        let h = headers(&[("retry-after", "Wed, 21 Oct 2015 07:00:00 GMT")]);
+        assert_eq!(parse_retry_after_at(&h, now), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn retry_after_garbage_or_missing_is_none() {
+        assert_eq!(parse_retry_after(&HeaderMap::new()), None);
+        for bad in ["-1", "NaN", "inf", "tomorrow", ""] {
+            assert_eq!(
+                parse_retry_after(&headers(&[("retry-after", bad)])),
+                None,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn http_error_message_from_json_or_raw_body() {
+        let body = r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#;
+        let err = http_error(429, &headers(&[("retry-after", "2")]), body);
+        let LlmError::Http {
+            status,
+            retry_after,
+            body,
+            message,
+        } = err
+        else {
+            panic!("not Http")
+        };
+        assert_eq!(status, 429);
+        assert_eq!(retry_after, Some(Duration::from_secs(2)));
+        assert_eq!(message, "Rate limit reached");
+        assert_eq!(body.unwrap()["error"]["type"], "requests");
+
+        let err = http_error(502, &HeaderMap::new(), "<html>bad gateway</html>");
+        assert!(
+            matches!(err, LlmError::Http { body: None, ref message, .. } if message == "<html>bad gateway</html>")
+        );
+        let err = http_error(503, &HeaderMap::new(), "");
+        assert!(
+            matches!(err, LlmError::Http { ref message, .. } if message == "Service Unavailable")
+        );
+    }
+}
