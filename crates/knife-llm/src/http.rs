@@ -45,7 +45,7 @@ pub fn parse_retry_after_at(headers: &HeaderMap, now: SystemTime) -> Option<Dura
 /// A finite, non-negative number that fits a `Duration` comfortably (< ~31 years).
 fn parse_non_negative(text: &str) -> Option<f64> {
     let n: f64 = text.parse().ok()?;
-    (n.is_finite() && n >= 0.0 && n < 1e9).then_some(n)
+    (0.0..1e9).contains(&n).then_some(n)
 }
 
 /// Builds [`LlmError::Http`] from a non-2xx status, its headers and its body text.

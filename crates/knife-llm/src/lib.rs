@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod http;
+pub mod openai_chat;
 pub mod sse;
 pub mod types;
 

@@ -232,15 +232,13 @@ impl SseDecoder {
                 self.data.push('\n');
                 self.check_size()?;
             }
-            b"id" => {
-                // Per spec an id containing NUL is ignored; an empty id resets it.
-                if !value.contains(&0) {
-                    self.last_event_id = if value.is_empty() {
-                        None
-                    } else {
-                        Some(String::from_utf8_lossy(value).into_owned())
-                    };
-                }
+            // Per spec an id containing NUL is ignored; an empty id resets it.
+            b"id" if !value.contains(&0) => {
+                self.last_event_id = if value.is_empty() {
+                    None
+                } else {
+                    Some(String::from_utf8_lossy(value).into_owned())
+                };
             }
             // `retry:` (reconnection time) means nothing to a one-shot request,
             // and unknown fields are ignored by spec.
