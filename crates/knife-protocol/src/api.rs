@@ -104,6 +104,6 @@ pub enum WsClientMessage {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WsServerMessage {
     Subscribed { thread_id: ThreadId, after: u64 },
-    Event { event: StoredEvent },
+    Event { event: Box<StoredEvent> },
     Error { error: ApiError },
 }

@@ -101,9 +101,17 @@ pub trait SessionRuntime: Send + Sync + 'static {
     async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError>;
     /// Asks the running turn of `thread` to stop; the runtime then emits
     /// `TurnTerminal { outcome: Interrupted }`. No-op when nothing runs.
-    async fn interrupt_turn(&self, thread: &ThreadId, reason: InterruptReason) -> Result<(), AdapterError>;
+    async fn interrupt_turn(
+        &self,
+        thread: &ThreadId,
+        reason: InterruptReason,
+    ) -> Result<(), AdapterError>;
     /// Loads `thread`'s native conversation on this session (resume after attach).
-    async fn resume_thread(&self, thread: &ThreadId, native_thread_id: Option<String>) -> Result<(), AdapterError>;
+    async fn resume_thread(
+        &self,
+        thread: &ThreadId,
+        native_thread_id: Option<String>,
+    ) -> Result<(), AdapterError>;
     /// The session's event stream; `None` after the first call.
     fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>>;
     /// Stops the session and its process; the event stream ends. Idempotent.

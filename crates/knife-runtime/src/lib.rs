@@ -7,6 +7,14 @@
 
 pub mod adapter;
 pub mod clock;
+pub mod commands;
+pub mod error;
+pub mod execution;
+pub mod ingest;
+pub mod manager;
 
 pub use adapter::*;
 pub use clock::*;
+pub use error::*;
+pub use execution::*;
+pub use manager::*;

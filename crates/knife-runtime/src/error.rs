@@ -1,0 +1,50 @@
+//! Errors of the runtime layer, named as in SPEC.md. Each message says what
+//! happened and what the user can do; the server maps them to HTTP codes.
+
+use knife_protocol::*;
+
+/// Failures of runtime operations (commands, execution, session manager).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("project {0} does not exist; list projects with `knife projects` or GET /api/projects")]
+    ProjectNotFound(ProjectId),
+    #[error("thread {0} does not exist; list threads with `knife threads list`")]
+    ThreadNotFound(ThreadId),
+    #[error("thread {thread} already has run {run} in progress; wait for it or interrupt it first")]
+    RunInProgress { thread: ThreadId, run: RunId },
+    #[error(
+        "provider instance `{instance}` is not configured; configured instances: {known}. Add it to knife.toml"
+    )]
+    ProviderInstanceNotFound {
+        instance: ProviderInstanceId,
+        known: String,
+    },
+    #[error(transparent)]
+    WorkspaceMissing(#[from] ProviderWorkspaceMissingError),
+    #[error(transparent)]
+    SessionOpen(#[from] ProviderSessionOpenError),
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("the thread changed while this request was applied; retry it")]
+    Conflict,
+    #[error(transparent)]
+    Store(#[from] knife_store::StoreError),
+}
+
+/// The workspace (cwd) of a session is missing or not a directory (MGR-07, MGR-08).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the workspace folder {path} is missing or is not a directory. Restore the folder at this path before retrying."
+)]
+pub struct ProviderWorkspaceMissingError {
+    /// The path as configured on the project.
+    pub path: String,
+}
+
+/// A provider session could not be opened (MGR-06 and adapter open failures).
+#[derive(Debug, thiserror::Error)]
+#[error("could not open provider session {provider_session_id}: {message}")]
+pub struct ProviderSessionOpenError {
+    pub provider_session_id: ProviderSessionId,
+    pub message: String,
+}

@@ -1,0 +1,506 @@
+//! The execution service: starts runs, drives their provider turn through the
+//! session manager, pumps adapter events into the store, and writes the run's
+//! terminal state. One task owns each active run (ARCHITECTURE.md "How a turn flows").
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use knife_protocol::*;
+use knife_store::{EntityKind, RowGuard, Store};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::adapter::*;
+use crate::clock::SharedClock;
+use crate::error::RuntimeError;
+use crate::ingest::push_coalesced;
+use crate::manager::{OpenedSession, SessionManager};
+
+/// How long an interrupted runtime gets to end its turn itself before the run is
+/// recorded as interrupted anyway.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+
+/// Most adapter events written in one store transaction.
+const MAX_BATCH: usize = 256;
+
+struct ActiveRun {
+    run_id: RunId,
+    cancel: CancellationToken,
+    reason: Arc<Mutex<Option<InterruptReason>>>,
+    done: watch::Receiver<bool>,
+}
+
+struct Inner {
+    store: Store,
+    clock: SharedClock,
+    manager: SessionManager,
+    // std Mutex: only held for map lookups, never across an `.await`.
+    active: Mutex<HashMap<ThreadId, ActiveRun>>,
+    tracker: TaskTracker,
+}
+
+/// Runs turns. Cheap to clone.
+#[derive(Clone)]
+pub struct ExecutionService {
+    inner: Arc<Inner>,
+}
+
+impl ExecutionService {
+    /// A service writing to `store` and opening sessions through `manager`.
+    pub fn new(store: Store, clock: SharedClock, manager: SessionManager) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                manager,
+                active: Mutex::new(HashMap::new()),
+                tracker: TaskTracker::new(),
+            }),
+        }
+    }
+
+    /// The session manager used to open sessions.
+    pub fn manager(&self) -> &SessionManager {
+        &self.inner.manager
+    }
+
+    /// Starts run N+1 of `thread` with the user's `text` and returns it at once
+    /// (status `running`); the turn continues in the background.
+    ///
+    /// Writes `run.created`, the user-message turn item and `thread.updated` in one
+    /// transaction guarded by the thread row's version (a concurrent change → `Conflict`).
+    /// Errors: `ThreadNotFound`, `RunInProgress` (one run per thread at a time),
+    /// `Invalid` (empty text), `ProjectNotFound`.
+    pub async fn start_run(&self, thread_id: &ThreadId, text: String) -> Result<Run, RuntimeError> {
+        if text.trim().is_empty() {
+            return Err(RuntimeError::Invalid(
+                "the message text is empty; write what the agent should do".into(),
+            ));
+        }
+        let inner = &self.inner;
+        let (done_tx, done_rx) = watch::channel(false);
+        let cancel = CancellationToken::new();
+        let reason = Arc::new(Mutex::new(None));
+        let placeholder = RunId::from("starting");
+        {
+            let mut active = lock(&inner.active);
+            if let Some(run) = active.get(thread_id) {
+                return Err(RuntimeError::RunInProgress {
+                    thread: thread_id.clone(),
+                    run: run.run_id.clone(),
+                });
+            }
+            active.insert(
+                thread_id.clone(),
+                ActiveRun {
+                    run_id: placeholder,
+                    cancel: cancel.clone(),
+                    reason: reason.clone(),
+                    done: done_rx,
+                },
+            );
+        }
+        // Reservation guard: if anything below fails, the thread is free again.
+        let reservation = Reservation {
+            inner: inner.clone(),
+            thread: thread_id.clone(),
+            armed: true,
+        };
+        let (thread, project, run) = self.create_run(thread_id, &text).await?;
+        reservation.disarm();
+        if let Some(entry) = lock(&inner.active).get_mut(thread_id) {
+            entry.run_id = run.id.clone();
+        }
+        let this = self.clone();
+        let started = run.clone();
+        inner.tracker.spawn(async move {
+            let ctx = RunContext {
+                thread,
+                root: PathBuf::from(&project.root),
+                run,
+                text,
+                cancel,
+                reason,
+            };
+            let thread_id = ctx.thread.id.clone();
+            this.drive(ctx).await;
+            lock(&this.inner.active).remove(&thread_id);
+            let _ = done_tx.send(true);
+        });
+        Ok(started)
+    }
+
+    async fn create_run(
+        &self,
+        thread_id: &ThreadId,
+        text: &str,
+    ) -> Result<(Thread, Project, Run), RuntimeError> {
+        let store = &self.inner.store;
+        let version = store
+            .row_version(EntityKind::Thread, thread_id.as_str())
+            .await?;
+        let mut thread = store
+            .get_thread(thread_id)
+            .await?
+            .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
+        let project = store
+            .get_project(&thread.project_id)
+            .await?
+            .ok_or_else(|| RuntimeError::ProjectNotFound(thread.project_id.clone()))?;
+        let now = self.inner.clock.now();
+        let ordinal = thread.run_count + 1;
+        let run_id = RunId::for_thread(thread_id, ordinal);
+        let user_item = TurnItem {
+            id: TurnItemId::user_message_of(&run_id),
+            thread_id: thread_id.clone(),
+            run_id: Some(run_id.clone()),
+            provider_turn_id: None,
+            ordinal: TurnItem::ordinal_in_run(ordinal, 0),
+            status: TurnItemStatus::Completed,
+            started_at: Some(now),
+            completed_at: Some(now),
+            updated_at: now,
+            kind: TurnItemKind::UserMessage {
+                text: text.to_owned(),
+                origin: MessageOrigin::User,
+                description: None,
+            },
+        };
+        let run = Run {
+            id: run_id.clone(),
+            thread_id: thread_id.clone(),
+            ordinal,
+            provider_instance_id: thread.provider_instance_id.clone(),
+            model: thread.model.clone(),
+            status: RunStatus::Running,
+            user_message_id: user_item.id.clone(),
+            requested_at: now,
+            started_at: Some(now),
+            completed_at: None,
+            error: None,
+            usage: None,
+        };
+        thread.status = ThreadStatus::Running;
+        thread.active_run_id = Some(run_id);
+        thread.run_count = ordinal;
+        thread.last_error = None;
+        thread.updated_at = now;
+        let events = vec![
+            DomainEvent::new(now, EventBody::RunCreated(run.clone())),
+            DomainEvent::new(now, EventBody::TurnItemUpdated(user_item)),
+            DomainEvent::new(now, EventBody::ThreadUpdated(thread.clone())),
+        ];
+        let guard = RowGuard {
+            kind: EntityKind::Thread,
+            id: thread_id.to_string(),
+            expected_version: version,
+        };
+        match store.write_if(guard, events).await? {
+            Some(_) => Ok((thread, project, run)),
+            None => Err(RuntimeError::Conflict),
+        }
+    }
+
+    /// Asks the active run of `thread` to stop. Returns the run asked, or `None` when
+    /// the thread is idle. The run ends `interrupted` once the runtime confirms, or
+    /// after [`INTERRUPT_GRACE`]. Errors: `ThreadNotFound`.
+    pub async fn interrupt(
+        &self,
+        thread: &ThreadId,
+        why: InterruptReason,
+    ) -> Result<Option<RunId>, RuntimeError> {
+        {
+            let active = lock(&self.inner.active);
+            if let Some(run) = active.get(thread) {
+                *lock(&run.reason) = Some(why);
+                run.cancel.cancel();
+                return Ok(Some(run.run_id.clone()));
+            }
+        }
+        match self.inner.store.get_thread(thread).await? {
+            Some(_) => Ok(None),
+            None => Err(RuntimeError::ThreadNotFound(thread.clone())),
+        }
+    }
+
+    /// Waits until `thread` has no active run in this process.
+    pub async fn await_idle(&self, thread: &ThreadId) {
+        let done = lock(&self.inner.active).get(thread).map(|r| r.done.clone());
+        if let Some(mut done) = done {
+            let _ = done.wait_for(|d| *d).await;
+        }
+    }
+
+    /// Threads with an active run in this process, and their runs.
+    pub fn active(&self) -> Vec<(ThreadId, RunId)> {
+        lock(&self.inner.active)
+            .iter()
+            .map(|(t, r)| (t.clone(), r.run_id.clone()))
+            .collect()
+    }
+
+    /// Interrupts every active run with reason `shutdown` and waits (up to `timeout`)
+    /// for their tasks to finish.
+    pub async fn shutdown(&self, timeout: Duration) {
+        for (thread, _) in self.active() {
+            let _ = self.interrupt(&thread, InterruptReason::Shutdown).await;
+        }
+        self.inner.tracker.close();
+        let _ = tokio::time::timeout(timeout, self.inner.tracker.wait()).await;
+    }
+
+    async fn drive(&self, ctx: RunContext) {
+        let (outcome, usage) = self.run_turn(&ctx).await;
+        if let Err(e) = self.finalize(&ctx, outcome, usage).await {
+            tracing::error!(thread = %ctx.thread.id, run = %ctx.run.id, error = %e, "could not record the end of the run");
+        }
+    }
+
+    async fn run_turn(&self, ctx: &RunContext) -> (TurnOutcome, Option<TokenUsage>) {
+        let inner = &self.inner;
+        let history = match inner.store.thread_projection(&ctx.thread.id).await {
+            Ok(Some(p)) => p
+                .turn_items
+                .into_iter()
+                .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
+                .collect(),
+            Ok(None) => Vec::new(),
+            Err(e) => return (failed("store", e.to_string()), None),
+        };
+        let opened = match inner
+            .manager
+            .open(
+                &ctx.thread.id,
+                &ctx.thread.provider_instance_id,
+                &ctx.root,
+                ctx.thread.model.clone(),
+            )
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => return (failed("provider.open", e.to_string()), None),
+        };
+        let input = StartTurnInput {
+            thread_id: ctx.thread.id.clone(),
+            run_id: ctx.run.id.clone(),
+            run_ordinal: ctx.run.ordinal,
+            provider_turn_id: ProviderTurnId::for_run(&ctx.run.id, 1),
+            attempt: 1,
+            text: ctx.text.clone(),
+            history,
+            model: ctx.thread.model.clone(),
+        };
+        let OpenedSession {
+            session,
+            runtime,
+            mut events,
+        } = opened;
+        let result = match runtime.start_turn(input).await {
+            Ok(()) => self.pump(ctx, runtime.as_ref(), &mut events).await,
+            Err(e) => (failed("provider.runtime", e.to_string()), None),
+        };
+        drop(events);
+        if let Err(e) = inner
+            .manager
+            .release(&ctx.thread.id, session, runtime)
+            .await
+        {
+            tracing::warn!(thread = %ctx.thread.id, error = %e, "could not record the provider session's release");
+        }
+        result
+    }
+
+    /// Feeds adapter events into the store until the turn's `TurnTerminal`.
+    ///
+    /// Events that are already waiting are written together in one transaction
+    /// (up to [`MAX_BATCH`]), with consecutive snapshots of one turn item coalesced:
+    /// a fast token stream costs few writes, a slow one is written at once.
+    async fn pump(
+        &self,
+        ctx: &RunContext,
+        runtime: &dyn SessionRuntime,
+        events: &mut EventStream,
+    ) -> (TurnOutcome, Option<TokenUsage>) {
+        let inner = &self.inner;
+        let mut grace_deadline: Option<tokio::time::Instant> = None;
+        loop {
+            let first = tokio::select! {
+                next = events.next() => next,
+                _ = ctx.cancel.cancelled(), if grace_deadline.is_none() => {
+                    let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
+                    grace_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                    if let Err(e) = runtime.interrupt_turn(&ctx.thread.id, why).await {
+                        tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt");
+                    }
+                    continue;
+                }
+                _ = sleep_until_opt(grace_deadline) => {
+                    let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
+                    return (TurnOutcome::Interrupted { reason: why.as_str().to_owned() }, None);
+                }
+            };
+            let mut next = first;
+            let mut batch = Vec::new();
+            let mut terminal = None;
+            loop {
+                match next {
+                    None => {
+                        terminal = Some((
+                            failed(
+                                "provider.runtime",
+                                "the agent runtime stopped before finishing the turn".into(),
+                            ),
+                            None,
+                        ));
+                        break;
+                    }
+                    Some(Err(e)) => {
+                        terminal = Some((failed("provider.runtime", e.to_string()), None));
+                        break;
+                    }
+                    Some(Ok(AdapterEvent::TurnTerminal { outcome, usage, .. })) => {
+                        terminal = Some((outcome, usage));
+                        break;
+                    }
+                    Some(Ok(event)) => {
+                        if let Some(body) = crate::ingest::to_domain(&event) {
+                            push_coalesced(&mut batch, &ctx.thread.id, inner.clock.now(), body);
+                        }
+                    }
+                }
+                if batch.len() >= MAX_BATCH {
+                    break;
+                }
+                match events.next().now_or_never() {
+                    Some(n) => next = n,
+                    None => break,
+                }
+            }
+            if !batch.is_empty()
+                && let Err(e) = inner.store.write(batch).await
+            {
+                return (failed("store", e.to_string()), None);
+            }
+            if let Some(t) = terminal {
+                return t;
+            }
+        }
+    }
+
+    /// Writes the run's terminal state, an error item when it failed, and the idle thread.
+    async fn finalize(
+        &self,
+        ctx: &RunContext,
+        outcome: TurnOutcome,
+        usage: Option<TokenUsage>,
+    ) -> Result<(), RuntimeError> {
+        let store = &self.inner.store;
+        let now = self.inner.clock.now();
+        let mut run = ctx.run.clone();
+        run.completed_at = Some(now);
+        run.usage = usage;
+        let mut thread = store
+            .get_thread(&ctx.thread.id)
+            .await?
+            .unwrap_or_else(|| ctx.thread.clone());
+        thread.active_run_id = None;
+        thread.updated_at = now;
+        let mut events = Vec::new();
+        let label = match &outcome {
+            TurnOutcome::Completed => {
+                run.status = RunStatus::Completed;
+                thread.status = ThreadStatus::Idle;
+                "completed"
+            }
+            TurnOutcome::Interrupted { reason } => {
+                run.status = RunStatus::Interrupted;
+                run.error = Some(RunError::new(
+                    "interrupted",
+                    format!("the run was interrupted ({reason})"),
+                ));
+                thread.status = ThreadStatus::Idle;
+                "interrupted"
+            }
+            TurnOutcome::Failed { error } => {
+                run.status = RunStatus::Failed;
+                run.error = Some(error.clone());
+                thread.status = ThreadStatus::Failed;
+                thread.last_error = Some(error.clone());
+                let item = TurnItem {
+                    id: TurnItemId::from(format!("item:{}:error", run.id)),
+                    thread_id: thread.id.clone(),
+                    run_id: Some(run.id.clone()),
+                    provider_turn_id: None,
+                    ordinal: TurnItem::ordinal_in_run(run.ordinal, 999_999),
+                    status: TurnItemStatus::Failed,
+                    started_at: Some(now),
+                    completed_at: Some(now),
+                    updated_at: now,
+                    kind: TurnItemKind::Error {
+                        error: error.clone(),
+                    },
+                };
+                events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
+                "failed"
+            }
+        };
+        events.insert(0, DomainEvent::new(now, EventBody::RunUpdated(run.clone())));
+        events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
+        store.write(events).await?;
+        metrics::counter!("knife_runs_total", "outcome" => label).increment(1);
+        tracing::info!(thread = %ctx.thread.id, run = %run.id, outcome = label, "run finished");
+        Ok(())
+    }
+}
+
+type EventStream = futures::stream::BoxStream<'static, Result<AdapterEvent, AdapterError>>;
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct RunContext {
+    thread: Thread,
+    root: PathBuf,
+    run: Run,
+    text: String,
+    cancel: CancellationToken,
+    reason: Arc<Mutex<Option<InterruptReason>>>,
+}
+
+struct Reservation {
+    inner: Arc<Inner>,
+    thread: ThreadId,
+    armed: bool,
+}
+
+impl Reservation {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.armed {
+            lock(&self.inner.active).remove(&self.thread);
+        }
+    }
+}
+
+fn failed(error_type: &str, message: String) -> TurnOutcome {
+    TurnOutcome::Failed {
+        error: RunError::new(error_type, message),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

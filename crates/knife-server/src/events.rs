@@ -1,0 +1,146 @@
+//! Event streaming: `GET /api/threads/{id}/events` (SSE) and `GET /api/ws`
+//! (WebSocket, subscribe per thread). Both replay from a sequence, then follow live.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::{SinkExt, Stream, StreamExt};
+use knife_protocol::*;
+use knife_store::StreamFilter;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::AppState;
+use crate::error::ApiErr;
+
+/// Query of the SSE route: `after` (exclusive sequence; `Last-Event-ID` wins when sent)
+/// and an optional event `type` filter.
+#[derive(Deserialize)]
+pub(crate) struct EventsQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+}
+
+/// SSE: `id: <sequence>`, `event: <type>`, `data: <StoredEvent JSON>` per event.
+pub(crate) async fn sse_events(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiErr> {
+    if s.store.get_thread(&id).await?.is_none() {
+        return Err(ApiErr::not_found(format!("thread {id} does not exist")));
+    }
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let filter = StreamFilter {
+        thread_id: Some(id),
+        after: resume.unwrap_or(q.after),
+        event_type: q.event_type,
+    };
+    let stream = s.store.stream(filter).map(|item| {
+        Ok(match item {
+            Ok(ev) => Event::default()
+                .id(ev.sequence.to_string())
+                .event(ev.event.event_type())
+                .data(serde_json::to_string(&ev).unwrap_or_default()),
+            Err(e) => Event::default().event("error").data(e.to_string()),
+        })
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// WebSocket: the client sends `{"type":"subscribe","thread_id":…,"after":N}` /
+/// `{"type":"unsubscribe",…}`; the server answers `subscribed`, then `event` messages.
+pub(crate) async fn websocket(State(s): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
+    upgrade.on_upgrade(move |socket| serve_socket(s, socket))
+}
+
+async fn serve_socket(state: AppState, socket: WebSocket) {
+    let (mut sink, mut source) = socket.split();
+    // Bounded: a slow client applies backpressure to its own subscriptions only.
+    let (tx, mut rx) = mpsc::channel::<WsServerMessage>(1024);
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            let Ok(text) = serde_json::to_string(&msg) else {
+                continue;
+            };
+            if sink.send(Message::Text(text.into())).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut subscriptions: HashMap<ThreadId, JoinHandle<()>> = HashMap::new();
+    while let Some(Ok(message)) = source.next().await {
+        let text = match message {
+            Message::Text(t) => t,
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        match serde_json::from_str::<WsClientMessage>(&text) {
+            Ok(WsClientMessage::Subscribe { thread_id, after }) => {
+                if let Some(old) = subscriptions.remove(&thread_id) {
+                    old.abort();
+                }
+                let _ = tx
+                    .send(WsServerMessage::Subscribed {
+                        thread_id: thread_id.clone(),
+                        after,
+                    })
+                    .await;
+                let filter = StreamFilter {
+                    thread_id: Some(thread_id.clone()),
+                    after,
+                    event_type: None,
+                };
+                let mut stream = state.store.stream(filter);
+                let tx = tx.clone();
+                let task = tokio::spawn(async move {
+                    while let Some(item) = stream.next().await {
+                        let msg = match item {
+                            Ok(event) => WsServerMessage::Event { event: Box::new(event) },
+                            Err(e) => WsServerMessage::Error {
+                                error: ApiError {
+                                    code: "store".into(),
+                                    message: e.to_string(),
+                                },
+                            },
+                        };
+                        if tx.send(msg).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                subscriptions.insert(thread_id, task);
+            }
+            Ok(WsClientMessage::Unsubscribe { thread_id }) => {
+                if let Some(task) = subscriptions.remove(&thread_id) {
+                    task.abort();
+                }
+            }
+            Err(e) => {
+                let error = ApiError {
+                    code: "invalid_request".into(),
+                    message: format!("invalid message: {e}"),
+                };
+                let _ = tx.send(WsServerMessage::Error { error }).await;
+            }
+        }
+    }
+    for (_, task) in subscriptions {
+        task.abort();
+    }
+    drop(tx);
+    let _ = writer.await;
+}
