@@ -54,7 +54,7 @@ fn check_decoder_facts(rel: &str) {
     }
     match expected.get("decoder_error").and_then(Value::as_str) {
         Some(text) => {
-            let err = end.as_ref().err().expect("decoder_error expected");
+            let err = end.as_ref().expect_err("decoder_error expected");
             assert!(
                 err.to_string().starts_with(text),
                 "{rel}: decoder_error {err}"

@@ -148,6 +148,16 @@ impl ChatCompletionsMapper {
         self.fail(LlmError::Stream(SseError::Incomplete))
     }
 
+    /// The response id (`chatcmpl-…`) from the first chunk that had one.
+    pub fn response_id(&self) -> Option<&str> {
+        self.response_id.as_deref()
+    }
+
+    /// The model name from the first chunk that had one.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
     /// True once `StepFinish` or an error was emitted.
     pub fn is_ended(&self) -> bool {
         self.ended

@@ -98,3 +98,11 @@ pub fn map_chunks(chunks: &[&[u8]]) -> Vec<Result<LlmEvent, LlmError>> {
     }
     out
 }
+
+/// The Chat Completions fixtures: `sse/chat-completions/*` and `adversarial/*`.
+pub fn chat_fixtures() -> Vec<String> {
+    all_sse_fixtures()
+        .into_iter()
+        .filter(|p| p.starts_with("sse/chat-completions/") || p.starts_with("adversarial/"))
+        .collect()
+}
