@@ -109,11 +109,14 @@ impl StreamState {
                         }
                     }
                     Err(RecvError::Lagged(missed)) => {
-                        // The feed dropped `missed` events we had not received. The
-                        // receiver stays subscribed (it resumes at the oldest retained
-                        // event), so re-reading the table from `cursor` up to a fresh
-                        // high-water mark closes the hole without a gap; anything the
-                        // receiver still holds at or below it is skipped above.
+                        // The feed dropped `missed` events we had not received.
+                        // Recover exactly like a new stream starting at `cursor`:
+                        // subscribe afresh (dropping the stale backlog), then read a
+                        // new high-water mark and replay `(cursor, H']` from the table.
+                        // Every event published after the resubscribe is on the new
+                        // receiver; every event before it was committed before H' was
+                        // read, so it is in the replay. Live events <= H' are skipped.
+                        self.live = self.live.resubscribe();
                         tracing::debug!(
                             missed,
                             cursor = self.cursor,
