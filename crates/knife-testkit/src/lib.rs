@@ -1,1 +1,19 @@
-//! knife-testkit
+// knife-testkit: test support shared by every knife crate and the `knife` binary.
+// Owns the scripted mock LLM, the gated SSE streaming, the fixture loader and the demo script.
+
+//! Test support for knife.
+//!
+//! * [`mock_llm`]: a scripted OpenAI-compatible (Chat Completions) streaming
+//!   server on loopback that records every request; replays `.sse` fixtures,
+//!   splits and delays chunks, can be gated chunk by chunk, and serves bench
+//!   streams of write-time markers. Behind `knife mock-llm`, `knife demo` and
+//!   `knife bench stream`.
+//! * [`fixtures`]: the shared streaming fixtures (`fixtures/streams`).
+//! * [`demo`]: the scripted model and sample project of `knife demo`.
+
+pub mod demo;
+pub mod fixtures;
+pub mod mock_llm;
+
+pub use fixtures::{fixture, fixtures_dir};
+pub use mock_llm::{MockLlm, MockLlmConfig, MockLlmHandle, parse_write_times};
