@@ -1,1 +1,18 @@
-//! knife-agent
+//! knife-agent: the built-in agent. It turns a thread's transcript into model
+//! requests, streams the answer into turn items and runs read-only project tools.
+//!
+//! - [`adapter`]: [`BuiltinAgentAdapter`] (driver `builtin`) and [`BuiltinAgentConfig`].
+//! - `agent`: the loop of one turn (model step → tools → model step …).
+//! - `recorder`: turn items of a turn, throttled snapshots, settlement on stop.
+//! - [`messages`]: transcript → chat messages, default system prompt.
+//! - [`tools`]: `read`, `list`, `glob`, `grep`, confined to the project root.
+
+pub mod adapter;
+mod agent;
+pub mod messages;
+mod recorder;
+pub mod tools;
+
+pub use adapter::{BuiltinAgentAdapter, BuiltinAgentConfig, DRIVER, MAX_FLUSH_INTERVAL};
+pub use agent::run_error;
+pub use tools::{Tool, ToolContext, ToolError, ToolSet};

@@ -1,0 +1,377 @@
+//! `BuiltinAgentAdapter`: the built-in agent as a `knife_runtime::ProviderAdapter`,
+//! its config, and the session runtime that spawns one turn task at a time.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use knife_llm::LlmClient;
+use knife_protocol::*;
+use knife_runtime::{
+    AdapterError, InterruptReason, OpenSessionInput, ProviderAdapter, SessionRuntime, SharedClock,
+    StartTurnInput, SystemClock,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{TurnPlan, run_turn};
+use crate::messages::{build_messages, default_system_prompt};
+use crate::recorder::{EventSender, TurnIdentity, TurnRecorder};
+use crate::tools::{ToolContext, ToolSet};
+
+/// Driver name of the built-in agent.
+pub const DRIVER: &str = "builtin";
+/// Upper bound of the text persistence window (ms): `flush_interval` is clamped to it.
+pub const MAX_FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+/// How long `close` waits for a cancelled turn to settle its items before aborting it.
+pub const CLOSE_TURN_GRACE: Duration = Duration::from_secs(5);
+
+/// Configuration of one built-in agent provider instance.
+#[derive(Clone)]
+pub struct BuiltinAgentConfig {
+    /// The provider instance (from `knife.toml`) this adapter serves.
+    pub provider_instance_id: ProviderInstanceId,
+    /// Model used when neither the turn nor the session names one.
+    pub default_model: String,
+    /// The streaming client of the instance's endpoint.
+    pub llm: Arc<dyn LlmClient>,
+    /// System prompt; `None` uses a short default naming the project root and the tools.
+    pub system_prompt: Option<String>,
+    /// Most model calls per turn (default 50); the turn fails with a `runtime`
+    /// error when the model still calls tools after that many.
+    pub max_steps: u32,
+    /// Persistence window of streaming text (default 50 ms): an assistant or
+    /// reasoning snapshot is emitted at most this long after text arrived. Values
+    /// above [`MAX_FLUSH_INTERVAL`] (250 ms) are clamped to it.
+    pub flush_interval: Duration,
+    /// Unsent streaming text (bytes) that forces a snapshot at once (default 4096).
+    pub flush_bytes: usize,
+    /// Source of wall-clock timestamps for items and turns.
+    pub clock: SharedClock,
+}
+
+impl std::fmt::Debug for BuiltinAgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltinAgentConfig")
+            .field("provider_instance_id", &self.provider_instance_id)
+            .field("default_model", &self.default_model)
+            .field("system_prompt", &self.system_prompt)
+            .field("max_steps", &self.max_steps)
+            .field("flush_interval", &self.flush_interval)
+            .field("flush_bytes", &self.flush_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BuiltinAgentConfig {
+    /// A config with the defaults: default system prompt, 50 steps, 50 ms / 4096
+    /// bytes flush thresholds, the system clock.
+    pub fn new(
+        provider_instance_id: ProviderInstanceId,
+        default_model: impl Into<String>,
+        llm: Arc<dyn LlmClient>,
+    ) -> Self {
+        Self {
+            provider_instance_id,
+            default_model: default_model.into(),
+            llm,
+            system_prompt: None,
+            max_steps: 50,
+            flush_interval: Duration::from_millis(50),
+            flush_bytes: 4096,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// `flush_interval` clamped to [`MAX_FLUSH_INTERVAL`].
+    pub fn effective_flush_interval(&self) -> Duration {
+        self.flush_interval.min(MAX_FLUSH_INTERVAL)
+    }
+}
+
+/// The built-in agent runtime (driver `builtin`): exclusive sessions, no steering.
+#[derive(Clone, Debug)]
+pub struct BuiltinAgentAdapter {
+    config: Arc<BuiltinAgentConfig>,
+    tools: ToolSet,
+}
+
+impl BuiltinAgentAdapter {
+    /// An adapter with the read-only tools (`read`, `list`, `glob`, `grep`).
+    pub fn new(config: BuiltinAgentConfig) -> Self {
+        Self {
+            config: Arc::new(config),
+            tools: ToolSet::read_only(),
+        }
+    }
+
+    /// Replaces the tool set offered to the model.
+    pub fn with_tools(mut self, tools: ToolSet) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// The adapter's config.
+    pub fn config(&self) -> &BuiltinAgentConfig {
+        &self.config
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderAdapter for BuiltinAgentAdapter {
+    fn driver(&self) -> &str {
+        DRIVER
+    }
+
+    fn capabilities(&self) -> ProviderCapabilities {
+        ProviderCapabilities {
+            shared_sessions: false,
+            steer: false,
+            background_tasks_outlive_session: false,
+        }
+    }
+
+    /// Opens a session rooted at `input.cwd` (canonicalized; tools cannot leave it).
+    /// Emits `ProviderSessionUpdated` (ready) on the session's event stream.
+    ///
+    /// Errors: [`AdapterError::Open`] when the project root cannot be resolved.
+    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        let tool_ctx = ToolContext::new(&input.cwd).map_err(|e| {
+            AdapterError::Open(format!(
+                "the project root {} cannot be used: {e}",
+                input.cwd.display()
+            ))
+        })?;
+        let now = self.config.clock.now();
+        let session = ProviderSession {
+            id: input.provider_session_id.clone(),
+            driver: DRIVER.to_owned(),
+            provider_instance_id: input.provider_instance_id.clone(),
+            status: SessionStatus::Ready,
+            cwd: tool_ctx.root().display().to_string(),
+            model: input.model.clone(),
+            capabilities: self.capabilities(),
+            created_at: now,
+            updated_at: now,
+            last_error: None,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(Ok(AdapterEvent::ProviderSessionUpdated(session.clone())));
+        Ok(Arc::new(BuiltinSession {
+            config: Arc::clone(&self.config),
+            tools: self.tools.clone(),
+            tool_ctx,
+            session: Mutex::new(session),
+            events_tx: Mutex::new(Some(tx)),
+            events_rx: Mutex::new(Some(rx)),
+            active: Arc::new(Mutex::new(None)),
+            next_generation: Mutex::new(0),
+            cancel: CancellationToken::new(),
+        }))
+    }
+}
+
+/// The turn a session is running.
+struct ActiveTurn {
+    thread_id: ThreadId,
+    /// Distinguishes this turn from a later one in the same slot.
+    generation: u64,
+    cancel: CancellationToken,
+    /// Interrupt reason, written before `cancel` fires.
+    reason: Arc<Mutex<Option<String>>>,
+    handle: JoinHandle<()>,
+}
+
+/// One session of the built-in agent: one project root, one turn at a time.
+struct BuiltinSession {
+    config: Arc<BuiltinAgentConfig>,
+    tools: ToolSet,
+    tool_ctx: ToolContext,
+    session: Mutex<ProviderSession>,
+    /// `None` once closed. Turn tasks hold clones, so the stream ends when the
+    /// session is closed AND the last turn task has finished.
+    events_tx: Mutex<Option<EventSender>>,
+    events_rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
+    active: Arc<Mutex<Option<ActiveTurn>>>,
+    next_generation: Mutex<u64>,
+    /// Parent of every turn's token; cancelled by `close`.
+    cancel: CancellationToken,
+}
+
+impl BuiltinSession {
+    fn sender(&self) -> Option<EventSender> {
+        self.events_tx.lock().ok().and_then(|tx| tx.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionRuntime for BuiltinSession {
+    /// Spawns the turn task and returns at once.
+    ///
+    /// Errors: [`AdapterError::Closed`] after `close`; [`AdapterError::Runtime`]
+    /// while another turn runs on this session.
+    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
+        let Some(events) = self.sender() else {
+            return Err(AdapterError::Closed);
+        };
+        let mut active = self
+            .active
+            .lock()
+            .map_err(|_| AdapterError::Runtime("the session's turn slot is poisoned".into()))?;
+        if let Some(running) = active.as_ref() {
+            return Err(AdapterError::Runtime(format!(
+                "a turn is already running on thread {}; interrupt it or wait for it to end \
+                 before starting another",
+                running.thread_id
+            )));
+        }
+        let generation = {
+            let mut next = self
+                .next_generation
+                .lock()
+                .map_err(|_| AdapterError::Runtime("the session state is poisoned".into()))?;
+            *next += 1;
+            *next
+        };
+
+        let session_model = self.session.lock().ok().and_then(|s| s.model.clone());
+        let model = input
+            .model
+            .clone()
+            .or(session_model)
+            .unwrap_or_else(|| self.config.default_model.clone());
+        let system =
+            self.config.system_prompt.clone().unwrap_or_else(|| {
+                default_system_prompt(self.tool_ctx.root(), &self.tools.names())
+            });
+        let cancel = self.cancel.child_token();
+        let plan = TurnPlan {
+            llm: Arc::clone(&self.config.llm),
+            tools: self.tools.clone(),
+            tool_ctx: self.tool_ctx.with_cancel(cancel.clone()),
+            model,
+            max_steps: self.config.max_steps.max(1),
+            messages: build_messages(&system, &input.history, &input.text),
+        };
+        let slot = Arc::clone(&self.active);
+        let on_finish = Box::new(move || {
+            // Generation check: only free the slot if it still holds THIS turn.
+            if let Ok(mut active) = slot.lock()
+                && active.as_ref().is_some_and(|a| a.generation == generation)
+            {
+                *active = None;
+            }
+        });
+        let recorder =
+            TurnRecorder::new(
+                events,
+                Arc::clone(&self.config.clock),
+                TurnIdentity {
+                    thread_id: input.thread_id.clone(),
+                    run_id: input.run_id.clone(),
+                    run_ordinal: input.run_ordinal,
+                    provider_turn_id: input.provider_turn_id.clone(),
+                    provider_session_id: self.session.lock().map(|s| s.id.clone()).map_err(
+                        |_| AdapterError::Runtime("the session state is poisoned".into()),
+                    )?,
+                    attempt: input.attempt,
+                },
+                self.config.effective_flush_interval(),
+                self.config.flush_bytes,
+                on_finish,
+            );
+        let reason = Arc::new(Mutex::new(None));
+        // Spawned, not awaited: start_turn returns once the turn is accepted. The
+        // slot lock is held across the spawn so the task cannot free the slot
+        // before it is filled (the task's on_finish waits on the same lock).
+        let handle = tokio::spawn(run_turn(
+            recorder,
+            plan,
+            cancel.clone(),
+            Arc::clone(&reason),
+        ));
+        *active = Some(ActiveTurn {
+            thread_id: input.thread_id,
+            generation,
+            cancel,
+            reason,
+            handle,
+        });
+        Ok(())
+    }
+
+    /// Cancels the running turn of `thread`; its task settles the in-flight items
+    /// and emits `TurnTerminal { Interrupted { reason } }`. No-op when none runs.
+    async fn interrupt_turn(
+        &self,
+        thread: &ThreadId,
+        reason: InterruptReason,
+    ) -> Result<(), AdapterError> {
+        let active = self
+            .active
+            .lock()
+            .map_err(|_| AdapterError::Runtime("the session's turn slot is poisoned".into()))?;
+        if let Some(turn) = active.as_ref().filter(|t| &t.thread_id == thread) {
+            if let Ok(mut slot) = turn.reason.lock() {
+                slot.get_or_insert_with(|| reason.as_str().to_owned());
+            }
+            turn.cancel.cancel();
+        }
+        Ok(())
+    }
+
+    /// No-op: the built-in agent has no native history; each turn replays the
+    /// transcript it is given in [`StartTurnInput::history`].
+    async fn resume_thread(
+        &self,
+        _thread: &ThreadId,
+        _native_thread_id: Option<String>,
+    ) -> Result<(), AdapterError> {
+        Ok(())
+    }
+
+    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {
+        let mut rx = self.events_rx.lock().ok()?.take()?;
+        Some(Box::pin(futures::stream::poll_fn(move |cx| {
+            rx.poll_recv(cx)
+        })))
+    }
+
+    /// Cancels the running turn (reason `shutdown`), waits up to
+    /// [`CLOSE_TURN_GRACE`] for it to settle its items (then aborts it; the
+    /// recorder still settles them on drop), emits the session as stopped and
+    /// ends the event stream. Idempotent.
+    async fn close(&self) -> Result<(), AdapterError> {
+        let Some(events) = self.events_tx.lock().ok().and_then(|mut tx| tx.take()) else {
+            return Ok(());
+        };
+        let turn = self.active.lock().ok().and_then(|mut a| a.take());
+        if let Some(turn) = turn {
+            if let Ok(mut slot) = turn.reason.lock() {
+                slot.get_or_insert_with(|| InterruptReason::Shutdown.as_str().to_owned());
+            }
+            turn.cancel.cancel();
+            let abort = turn.handle.abort_handle();
+            if tokio::time::timeout(CLOSE_TURN_GRACE, turn.handle)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "a built-in agent turn did not stop within its grace period; aborting it"
+                );
+                abort.abort();
+            }
+        }
+        self.cancel.cancel();
+        let stopped = self.session.lock().ok().map(|mut s| {
+            s.status = SessionStatus::Stopped;
+            s.updated_at = self.config.clock.now();
+            s.clone()
+        });
+        if let Some(session) = stopped {
+            let _ = events.send(Ok(AdapterEvent::ProviderSessionUpdated(session)));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,493 @@
+//! The turn recorder: owns the turn items of one provider turn, emits their
+//! snapshots (throttled while text streams) and settles them when the turn ends.
+//!
+//! Every snapshot carries the whole [`TurnItem`]. Text and reasoning snapshots are
+//! throttled per item: an update is emitted at once when the item's last emit was
+//! at least `flush_interval` ago or `flush_bytes` arrived since, otherwise the
+//! driver must call [`TurnRecorder::flush_due`] by [`TurnRecorder::next_flush_deadline`].
+//! Dropping an unfinished recorder (the turn task was aborted) still settles every
+//! open item as interrupted and emits the turn's terminal event, so nothing is
+//! ever left pending.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use knife_llm::Usage;
+use knife_protocol::*;
+use knife_runtime::{AdapterError, SharedClock};
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+
+use crate::tools::ToolError;
+
+/// Sender side of a session's adapter event stream.
+pub(crate) type EventSender = UnboundedSender<Result<AdapterEvent, AdapterError>>;
+
+/// Error text of a tool call stopped by an interrupt.
+pub(crate) const TOOL_ABORTED: &str = "Tool execution aborted";
+
+/// How a turn stopped early.
+#[derive(Debug)]
+pub(crate) enum TurnStop {
+    /// Cancelled; the reason as stored (`user`, `superseded`, `shutdown`, `aborted`).
+    Interrupted(String),
+    Failed(RunError),
+}
+
+/// Text or reasoning part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum PartKind {
+    Text,
+    Reasoning,
+}
+
+/// Identity of the turn being recorded.
+#[derive(Clone, Debug)]
+pub(crate) struct TurnIdentity {
+    pub thread_id: ThreadId,
+    pub run_id: RunId,
+    pub run_ordinal: u32,
+    pub provider_turn_id: ProviderTurnId,
+    pub provider_session_id: ProviderSessionId,
+    pub attempt: u32,
+}
+
+struct ItemState {
+    item: TurnItem,
+    /// Still changing (text streaming, tool not finished).
+    open: bool,
+    last_emit: Option<Instant>,
+    unsent_bytes: usize,
+    dirty: bool,
+    /// Tool call arguments streamed so far (tool items only).
+    raw_input: String,
+    /// The complete tool call arrived (tool items only).
+    input_complete: bool,
+}
+
+/// Records one provider turn; see the module docs.
+pub(crate) struct TurnRecorder {
+    events: EventSender,
+    clock: SharedClock,
+    id: TurnIdentity,
+    turn: ProviderTurn,
+    items: Vec<ItemState>,
+    parts: HashMap<(PartKind, String), usize>,
+    tools: HashMap<String, usize>,
+    flush_interval: Duration,
+    flush_bytes: usize,
+    usage: Option<TokenUsage>,
+    finished: bool,
+    /// Runs once, right before the terminal event (frees the session's turn slot).
+    on_finish: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl TurnRecorder {
+    pub(crate) fn new(
+        events: EventSender,
+        clock: SharedClock,
+        id: TurnIdentity,
+        flush_interval: Duration,
+        flush_bytes: usize,
+        on_finish: Box<dyn FnOnce() + Send>,
+    ) -> Self {
+        let now = clock.now();
+        let turn = ProviderTurn {
+            id: id.provider_turn_id.clone(),
+            thread_id: id.thread_id.clone(),
+            run_id: id.run_id.clone(),
+            provider_thread_id: None,
+            provider_session_id: id.provider_session_id.clone(),
+            node_id: NodeId::root_of(&id.run_id),
+            ordinal: id.attempt,
+            status: ProviderTurnStatus::Running,
+            started_at: now,
+            completed_at: None,
+            usage: None,
+        };
+        Self {
+            events,
+            clock,
+            id,
+            turn,
+            items: Vec::new(),
+            parts: HashMap::new(),
+            tools: HashMap::new(),
+            flush_interval,
+            flush_bytes: flush_bytes.max(1),
+            usage: None,
+            finished: false,
+            on_finish: Some(on_finish),
+        }
+    }
+
+    fn send(&self, event: AdapterEvent) {
+        // The receiver is gone only when the session's stream was dropped; the
+        // turn then has nobody to report to and finishes quietly.
+        let _ = self.events.send(Ok(event));
+    }
+
+    /// Emits the provider turn as running.
+    pub(crate) fn start(&self) {
+        self.send(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
+    }
+
+    fn new_item(&mut self, kind: TurnItemKind, status: TurnItemStatus) -> usize {
+        let n = self.items.len() as u64 + 1;
+        let now = self.clock.now();
+        let item = TurnItem {
+            id: TurnItemId::of_turn(&self.id.provider_turn_id, n as u32),
+            thread_id: self.id.thread_id.clone(),
+            run_id: Some(self.id.run_id.clone()),
+            provider_turn_id: Some(self.id.provider_turn_id.clone()),
+            ordinal: TurnItem::ordinal_in_run(self.id.run_ordinal, n),
+            status,
+            started_at: Some(now),
+            completed_at: None,
+            updated_at: now,
+            kind,
+        };
+        self.items.push(ItemState {
+            item,
+            open: true,
+            last_emit: None,
+            unsent_bytes: 0,
+            dirty: false,
+            raw_input: String::new(),
+            input_complete: false,
+        });
+        self.items.len() - 1
+    }
+
+    fn emit(&mut self, idx: usize) {
+        let now = self.clock.now();
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        state.item.updated_at = now;
+        if !state.open && state.item.completed_at.is_none() {
+            state.item.completed_at = Some(now);
+        }
+        state.last_emit = Some(Instant::now());
+        state.unsent_bytes = 0;
+        state.dirty = false;
+        let snapshot = state.item.clone();
+        self.send(AdapterEvent::TurnItemUpdated(snapshot));
+    }
+
+    fn part(&mut self, kind: PartKind, part_id: &str) -> usize {
+        if let Some(&idx) = self.parts.get(&(kind, part_id.to_owned())) {
+            return idx;
+        }
+        let item_kind = match kind {
+            PartKind::Text => TurnItemKind::AssistantMessage {
+                text: String::new(),
+                streaming: true,
+            },
+            PartKind::Reasoning => TurnItemKind::Reasoning {
+                text: String::new(),
+                streaming: true,
+            },
+        };
+        let idx = self.new_item(item_kind, TurnItemStatus::Running);
+        self.parts.insert((kind, part_id.to_owned()), idx);
+        idx
+    }
+
+    /// A text or reasoning part started: creates its item and emits it (empty, streaming).
+    pub(crate) fn part_start(&mut self, kind: PartKind, part_id: &str) {
+        if self.parts.contains_key(&(kind, part_id.to_owned())) {
+            return;
+        }
+        let idx = self.part(kind, part_id);
+        self.emit(idx);
+    }
+
+    /// Appends `delta` to the part's item (creating it if no start was seen) and
+    /// emits a snapshot when the throttle allows (leading edge or byte threshold).
+    pub(crate) fn part_delta(&mut self, kind: PartKind, part_id: &str, delta: &str) {
+        let idx = self.part(kind, part_id);
+        let now = Instant::now();
+        let interval = self.flush_interval;
+        let flush_bytes = self.flush_bytes;
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        if !state.open {
+            return;
+        }
+        match &mut state.item.kind {
+            TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => {
+                text.push_str(delta)
+            }
+            _ => return,
+        }
+        state.unsent_bytes += delta.len();
+        state.dirty = true;
+        let due = state
+            .last_emit
+            .is_none_or(|last| now.duration_since(last) >= interval);
+        if due || state.unsent_bytes >= flush_bytes {
+            self.emit(idx);
+        }
+    }
+
+    /// The part ended: its item stops streaming, is completed and emitted.
+    pub(crate) fn part_end(&mut self, kind: PartKind, part_id: &str) {
+        let idx = self.part(kind, part_id);
+        self.close_part(idx, TurnItemStatus::Completed);
+    }
+
+    fn close_part(&mut self, idx: usize, status: TurnItemStatus) {
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        if !state.open {
+            return;
+        }
+        state.open = false;
+        state.item.status = status;
+        if let TurnItemKind::AssistantMessage { streaming, .. }
+        | TurnItemKind::Reasoning { streaming, .. } = &mut state.item.kind
+        {
+            *streaming = false;
+        }
+        self.emit(idx);
+    }
+
+    /// When the driver must call [`Self::flush_due`] next, if some text is unsent.
+    pub(crate) fn next_flush_deadline(&self) -> Option<Instant> {
+        self.items
+            .iter()
+            .filter(|s| s.dirty && s.open)
+            .filter_map(|s| s.last_emit.map(|last| last + self.flush_interval))
+            .min()
+    }
+
+    /// Emits every item whose unsent text has waited `flush_interval`.
+    pub(crate) fn flush_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = (0..self.items.len())
+            .filter(|&i| {
+                let s = &self.items[i];
+                s.dirty
+                    && s.open
+                    && s.last_emit
+                        .is_none_or(|last| now.duration_since(last) >= self.flush_interval)
+            })
+            .collect();
+        for idx in due {
+            self.emit(idx);
+        }
+    }
+
+    fn tool(&mut self, call_id: &str, name: &str) -> usize {
+        if let Some(&idx) = self.tools.get(call_id) {
+            return idx;
+        }
+        let kind = TurnItemKind::ToolCall {
+            call_id: call_id.to_owned(),
+            tool: name.to_owned(),
+            input: Value::String(String::new()),
+            output: None,
+            error: None,
+        };
+        let idx = self.new_item(kind, TurnItemStatus::Pending);
+        self.tools.insert(call_id.to_owned(), idx);
+        idx
+    }
+
+    /// The model started a tool call: creates its item (pending) and emits it.
+    pub(crate) fn tool_input_start(&mut self, call_id: &str, name: &str) {
+        if self.tools.contains_key(call_id) {
+            return;
+        }
+        let idx = self.tool(call_id, name);
+        self.emit(idx);
+    }
+
+    /// More argument text of a tool call (kept, not emitted: input is shown once complete).
+    pub(crate) fn tool_input_delta(&mut self, call_id: &str, delta: &str) {
+        let idx = self.tool(call_id, "");
+        if let Some(state) = self.items.get_mut(idx) {
+            state.raw_input.push_str(delta);
+        }
+    }
+
+    /// The complete tool call: sets its input (parsed JSON when valid, else the raw
+    /// string) and emits it, still pending. Returns the item's index.
+    pub(crate) fn tool_call(&mut self, call_id: &str, name: &str, input: Value) -> usize {
+        let idx = self.tool(call_id, name);
+        if let Some(state) = self.items.get_mut(idx) {
+            state.input_complete = true;
+            if let TurnItemKind::ToolCall {
+                tool, input: slot, ..
+            } = &mut state.item.kind
+            {
+                *tool = name.to_owned();
+                *slot = input;
+            }
+        }
+        self.emit(idx);
+        idx
+    }
+
+    /// The tool call starts executing.
+    pub(crate) fn tool_running(&mut self, idx: usize) {
+        if let Some(state) = self.items.get_mut(idx) {
+            state.item.status = TurnItemStatus::Running;
+        }
+        self.emit(idx);
+    }
+
+    /// The tool call finished: completed with `output`, or failed with the error text.
+    pub(crate) fn tool_finished(&mut self, idx: usize, result: &Result<String, ToolError>) {
+        match result {
+            Ok(out) => self.settle_tool(idx, TurnItemStatus::Completed, Some(out.clone()), None),
+            Err(e) => self.settle_tool(idx, TurnItemStatus::Failed, None, Some(e.to_string())),
+        }
+    }
+
+    fn settle_tool(
+        &mut self,
+        idx: usize,
+        status: TurnItemStatus,
+        out: Option<String>,
+        err: Option<String>,
+    ) {
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        if !state.open {
+            return;
+        }
+        state.open = false;
+        state.item.status = status;
+        if let TurnItemKind::ToolCall {
+            input,
+            output,
+            error,
+            ..
+        } = &mut state.item.kind
+        {
+            if !state.input_complete && !state.raw_input.is_empty() {
+                *input = Value::String(state.raw_input.clone());
+            }
+            *output = out;
+            *error = err;
+        }
+        self.emit(idx);
+    }
+
+    /// The model step ended: parts still open are completed; tool calls whose
+    /// input never completed are failed (they will not be executed).
+    pub(crate) fn end_step(&mut self) {
+        for idx in 0..self.items.len() {
+            let state = &self.items[idx];
+            if !state.open {
+                continue;
+            }
+            match state.item.kind {
+                TurnItemKind::ToolCall { .. } if !state.input_complete => self.settle_tool(
+                    idx,
+                    TurnItemStatus::Failed,
+                    None,
+                    Some(
+                        "the model's response ended before this tool call's input was complete"
+                            .into(),
+                    ),
+                ),
+                TurnItemKind::AssistantMessage { .. } | TurnItemKind::Reasoning { .. } => {
+                    self.close_part(idx, TurnItemStatus::Completed)
+                }
+                _ => {}
+            }
+        }
+        self.parts.clear();
+    }
+
+    /// Adds one model step's usage to the turn's total.
+    pub(crate) fn add_usage(&mut self, usage: &Usage) {
+        let step = TokenUsage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            total_tokens: usage.total_tokens,
+        };
+        self.usage
+            .get_or_insert_with(TokenUsage::default)
+            .add(&step);
+    }
+
+    /// Ends the turn: settles open items, emits the provider turn's final state and
+    /// then exactly one `TurnTerminal`. Later calls do nothing.
+    pub(crate) fn finish(&mut self, result: Result<(), TurnStop>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let (part_status, tool_error, turn_status, outcome) = match result {
+            Ok(()) => (
+                TurnItemStatus::Completed,
+                "the turn ended before this tool call finished".to_owned(),
+                ProviderTurnStatus::Completed,
+                TurnOutcome::Completed,
+            ),
+            Err(TurnStop::Interrupted(reason)) => (
+                TurnItemStatus::Interrupted,
+                TOOL_ABORTED.to_owned(),
+                ProviderTurnStatus::Interrupted,
+                TurnOutcome::Interrupted { reason },
+            ),
+            Err(TurnStop::Failed(error)) => (
+                TurnItemStatus::Failed,
+                format!(
+                    "the turn failed before this tool call finished: {}",
+                    error.message
+                ),
+                ProviderTurnStatus::Failed,
+                TurnOutcome::Failed { error },
+            ),
+        };
+        // Items are settled (and so persisted) before the terminal event.
+        for idx in 0..self.items.len() {
+            if !self.items[idx].open {
+                continue;
+            }
+            if matches!(self.items[idx].item.kind, TurnItemKind::ToolCall { .. }) {
+                self.settle_tool(idx, TurnItemStatus::Failed, None, Some(tool_error.clone()));
+            } else {
+                self.close_part(idx, part_status);
+            }
+        }
+        let now = self.clock.now();
+        self.turn.status = turn_status;
+        self.turn.completed_at = Some(now);
+        self.turn.usage = self.usage.clone();
+        self.send(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
+        // Free the session's turn slot before the terminal event, so a caller that
+        // reacts to the terminal can start the next turn at once.
+        if let Some(on_finish) = self.on_finish.take() {
+            on_finish();
+        }
+        self.send(AdapterEvent::TurnTerminal {
+            thread_id: self.id.thread_id.clone(),
+            run_id: self.id.run_id.clone(),
+            provider_turn_id: self.id.provider_turn_id.clone(),
+            outcome,
+            usage: self.usage.clone(),
+        });
+    }
+}
+
+impl Drop for TurnRecorder {
+    /// The turn task was aborted (or panicked) before finishing: settle everything
+    /// as interrupted so no item stays pending. Sending is synchronous (unbounded).
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finish(Err(TurnStop::Interrupted("aborted".to_owned())));
+        }
+    }
+}
