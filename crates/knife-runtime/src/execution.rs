@@ -41,6 +41,7 @@ struct Inner {
     // std Mutex: only held for map lookups, never across an `.await`.
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
+    interrupt_grace: Duration,
 }
 
 /// Runs turns. Cheap to clone.
@@ -59,8 +60,18 @@ impl ExecutionService {
                 manager,
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
+                interrupt_grace: INTERRUPT_GRACE,
             }),
         }
+    }
+
+    /// Sets how long an interrupted runtime gets before the run is recorded as
+    /// interrupted anyway (default [`INTERRUPT_GRACE`]). Call before sharing the service.
+    pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.interrupt_grace = grace;
+        }
+        self
     }
 
     /// The session manager used to open sessions.
@@ -332,7 +343,7 @@ impl ExecutionService {
                 next = events.next() => next,
                 _ = ctx.cancel.cancelled(), if grace_deadline.is_none() => {
                     let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
-                    grace_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                    grace_deadline = Some(tokio::time::Instant::now() + inner.interrupt_grace);
                     if let Err(e) = runtime.interrupt_turn(&ctx.thread.id, why).await {
                         tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt");
                     }

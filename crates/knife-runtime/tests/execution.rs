@@ -1,0 +1,417 @@
+//! Execution service against a scripted in-process adapter and a real SQLite
+//! store on disk: run lifecycle, one run per thread, interrupts, failures.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use knife_protocol::*;
+use knife_runtime::commands::{create_project, create_thread};
+use knife_runtime::*;
+use knife_store::Store;
+use tokio::sync::mpsc;
+
+/// What the fake runtime does on `start_turn`.
+#[derive(Clone, Default)]
+struct Behaviour {
+    /// Texts of assistant snapshots to emit before finishing.
+    snapshots: Vec<String>,
+    /// Finish with this outcome (None = never finish on its own).
+    outcome: Option<TurnOutcome>,
+    /// Answer interrupts with an `Interrupted` terminal.
+    honour_interrupt: bool,
+    /// Fail `open`.
+    fail_open: bool,
+    /// End the event stream right after the snapshots, with no terminal.
+    drop_stream: bool,
+}
+
+struct FakeAdapter {
+    behaviour: Behaviour,
+    opens: Arc<Mutex<u32>>,
+}
+
+struct FakeSession {
+    behaviour: Behaviour,
+    tx: Mutex<Option<mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>>>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
+    turn: Mutex<Option<StartTurnInput>>,
+}
+
+#[async_trait::async_trait]
+impl ProviderAdapter for FakeAdapter {
+    fn driver(&self) -> &str {
+        "fake"
+    }
+    fn capabilities(&self) -> ProviderCapabilities {
+        ProviderCapabilities::default()
+    }
+    async fn open(
+        &self,
+        _input: OpenSessionInput,
+    ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        *self.opens.lock().unwrap() += 1;
+        if self.behaviour.fail_open {
+            return Err(AdapterError::Open("fake refuses to open".into()));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        Ok(Arc::new(FakeSession {
+            behaviour: self.behaviour.clone(),
+            tx: Mutex::new(Some(tx)),
+            rx: Mutex::new(Some(rx)),
+            turn: Mutex::new(None),
+        }))
+    }
+}
+
+fn terminal(input: &StartTurnInput, outcome: TurnOutcome) -> AdapterEvent {
+    AdapterEvent::TurnTerminal {
+        thread_id: input.thread_id.clone(),
+        run_id: input.run_id.clone(),
+        provider_turn_id: input.provider_turn_id.clone(),
+        outcome,
+        usage: Some(TokenUsage {
+            input_tokens: 3,
+            output_tokens: 2,
+            total_tokens: 5,
+            ..Default::default()
+        }),
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionRuntime for FakeSession {
+    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
+        let tx = self
+            .tx
+            .lock()
+            .unwrap()
+            .clone()
+            .ok_or(AdapterError::Closed)?;
+        let now = chrono::Utc::now();
+        let id = TurnItemId::of_turn(&input.provider_turn_id, 1);
+        for text in &self.behaviour.snapshots {
+            let item = TurnItem {
+                id: id.clone(),
+                thread_id: input.thread_id.clone(),
+                run_id: Some(input.run_id.clone()),
+                provider_turn_id: Some(input.provider_turn_id.clone()),
+                ordinal: TurnItem::ordinal_in_run(input.run_ordinal, 1),
+                status: TurnItemStatus::Running,
+                started_at: Some(now),
+                completed_at: None,
+                updated_at: now,
+                kind: TurnItemKind::AssistantMessage {
+                    text: text.clone(),
+                    streaming: true,
+                },
+            };
+            let _ = tx.send(Ok(AdapterEvent::TurnItemUpdated(item)));
+        }
+        if self.behaviour.drop_stream {
+            self.tx.lock().unwrap().take();
+        } else if let Some(outcome) = self.behaviour.outcome.clone() {
+            let _ = tx.send(Ok(terminal(&input, outcome)));
+        }
+        *self.turn.lock().unwrap() = Some(input);
+        Ok(())
+    }
+    async fn interrupt_turn(
+        &self,
+        _thread: &ThreadId,
+        reason: InterruptReason,
+    ) -> Result<(), AdapterError> {
+        if self.behaviour.honour_interrupt {
+            let input = self.turn.lock().unwrap().clone();
+            if let (Some(input), Some(tx)) = (input, self.tx.lock().unwrap().clone()) {
+                let _ = tx.send(Ok(terminal(
+                    &input,
+                    TurnOutcome::Interrupted {
+                        reason: reason.as_str().into(),
+                    },
+                )));
+            }
+        }
+        Ok(())
+    }
+    async fn resume_thread(
+        &self,
+        _thread: &ThreadId,
+        _native: Option<String>,
+    ) -> Result<(), AdapterError> {
+        Ok(())
+    }
+    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {
+        let rx = self.rx.lock().unwrap().take()?;
+        Some(tokio_stream_from(rx))
+    }
+    async fn close(&self) -> Result<(), AdapterError> {
+        self.tx.lock().unwrap().take();
+        Ok(())
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+) -> BoxStream<'static, T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Store,
+    exec: ExecutionService,
+    thread: Thread,
+    opens: Arc<Mutex<u32>>,
+    project_root: std::path::PathBuf,
+}
+
+async fn harness(behaviour: Behaviour) -> Harness {
+    harness_with_grace(behaviour, INTERRUPT_GRACE).await
+}
+
+async fn harness_with_grace(behaviour: Behaviour, grace: Duration) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let clock: SharedClock = Arc::new(SystemClock);
+    let opens = Arc::new(Mutex::new(0));
+    let instance = ProviderInstanceId::from("fake");
+    let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+    adapters.insert(
+        instance.clone(),
+        Arc::new(FakeAdapter {
+            behaviour,
+            opens: opens.clone(),
+        }),
+    );
+    let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
+    let exec =
+        ExecutionService::new(store.clone(), clock.clone(), manager).with_interrupt_grace(grace);
+    let root = dir.path().join("project");
+    std::fs::create_dir(&root).unwrap();
+    let project = create_project(
+        &store,
+        clock.as_ref(),
+        CreateProjectRequest {
+            root: root.display().to_string(),
+            name: None,
+        },
+    )
+    .await
+    .unwrap();
+    let thread = create_thread(
+        &store,
+        clock.as_ref(),
+        CreateThreadRequest {
+            project_id: project.id,
+            title: None,
+            provider_instance_id: None,
+            model: None,
+        },
+        &instance,
+        std::slice::from_ref(&instance),
+    )
+    .await
+    .unwrap();
+    Harness {
+        _dir: dir,
+        store,
+        exec,
+        thread,
+        opens,
+        project_root: root,
+    }
+}
+
+async fn finished(h: &Harness, run: &RunId) -> (Run, ThreadProjection) {
+    tokio::time::timeout(Duration::from_secs(10), h.exec.await_idle(&h.thread.id))
+        .await
+        .unwrap();
+    let p = h
+        .store
+        .thread_projection(&h.thread.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let run = p.runs.iter().find(|r| &r.id == run).cloned().unwrap();
+    (run, p)
+}
+
+#[tokio::test]
+async fn a_run_streams_items_completes_and_closes_its_session() {
+    let h = harness(Behaviour {
+        snapshots: vec!["Hel".into(), "Hello".into()],
+        outcome: Some(TurnOutcome::Completed),
+        ..Default::default()
+    })
+    .await;
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    assert_eq!(run.ordinal, 1);
+    assert_eq!(run.status, RunStatus::Running);
+    let (run, p) = finished(&h, &run.id).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.usage.as_ref().map(|u| u.total_tokens), Some(5));
+    assert_eq!(p.thread.status, ThreadStatus::Idle);
+    assert_eq!(p.thread.active_run_id, None);
+    assert_eq!(p.thread.run_count, 1);
+    let texts: Vec<_> = p.turn_items.iter().map(|i| i.kind.clone()).collect();
+    assert!(matches!(&texts[0], TurnItemKind::UserMessage { text, .. } if text == "hi"));
+    assert!(matches!(&texts[1], TurnItemKind::AssistantMessage { text, .. } if text == "Hello"));
+    assert_eq!(p.provider_sessions.len(), 1);
+    assert_eq!(p.provider_sessions[0].status, SessionStatus::Stopped);
+    assert!(h.exec.active().is_empty());
+}
+
+#[tokio::test]
+async fn a_second_run_while_one_is_active_is_refused_and_ordinals_increase() {
+    let h = harness(Behaviour {
+        honour_interrupt: true,
+        ..Default::default()
+    })
+    .await;
+    let first = h.exec.start_run(&h.thread.id, "one".into()).await.unwrap();
+    let err = h
+        .exec
+        .start_run(&h.thread.id, "two".into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::RunInProgress { .. }), "{err}");
+    assert_eq!(
+        h.exec
+            .interrupt(&h.thread.id, InterruptReason::User)
+            .await
+            .unwrap(),
+        Some(first.id.clone())
+    );
+    let (run, _) = finished(&h, &first.id).await;
+    assert_eq!(run.status, RunStatus::Interrupted);
+    let second = h.exec.start_run(&h.thread.id, "two".into()).await.unwrap();
+    assert_eq!(second.ordinal, 2);
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    finished(&h, &second.id).await;
+    assert_eq!(
+        *h.opens.lock().unwrap(),
+        2,
+        "one session per run in the minimal manager"
+    );
+}
+
+// Real time with a short grace: the store does real I/O, so paused time would
+// auto-advance past the grace before the interrupt is even delivered.
+#[tokio::test]
+async fn an_interrupt_the_runtime_ignores_ends_the_run_after_the_grace_period() {
+    let h = harness_with_grace(Behaviour::default(), Duration::from_millis(200)).await;
+    let run = h
+        .exec
+        .start_run(&h.thread.id, "loop forever".into())
+        .await
+        .unwrap();
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    let (run, p) = finished(&h, &run.id).await;
+    assert_eq!(run.status, RunStatus::Interrupted);
+    assert_eq!(p.thread.status, ThreadStatus::Idle);
+}
+
+#[tokio::test]
+async fn interrupting_an_idle_thread_is_a_no_op_and_unknown_threads_are_errors() {
+    let h = harness(Behaviour::default()).await;
+    assert_eq!(
+        h.exec
+            .interrupt(&h.thread.id, InterruptReason::User)
+            .await
+            .unwrap(),
+        None
+    );
+    let err = h
+        .exec
+        .interrupt(&ThreadId::from("thread_nope"), InterruptReason::User)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::ThreadNotFound(_)));
+    let err = h
+        .exec
+        .start_run(&ThreadId::from("thread_nope"), "x".into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::ThreadNotFound(_)));
+    assert!(
+        h.exec.active().is_empty(),
+        "a refused start leaves no reservation behind"
+    );
+    let err = h
+        .exec
+        .start_run(&h.thread.id, "   ".into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::Invalid(_)));
+}
+
+#[tokio::test]
+async fn a_failing_open_fails_the_run_with_a_typed_error() {
+    let h = harness(Behaviour {
+        fail_open: true,
+        ..Default::default()
+    })
+    .await;
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    let (run, p) = finished(&h, &run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.as_ref().unwrap().error_type, "provider.open");
+    assert_eq!(p.thread.status, ThreadStatus::Failed);
+    assert!(p.thread.last_error.is_some());
+    assert!(
+        p.turn_items
+            .iter()
+            .any(|i| matches!(i.kind, TurnItemKind::Error { .. }))
+    );
+    assert_eq!(p.provider_sessions[0].status, SessionStatus::Error);
+}
+
+#[tokio::test]
+async fn a_missing_workspace_fails_the_run_and_opens_nothing() {
+    let h = harness(Behaviour {
+        outcome: Some(TurnOutcome::Completed),
+        ..Default::default()
+    })
+    .await;
+    std::fs::remove_dir(&h.project_root).unwrap();
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    let (run, p) = finished(&h, &run.id).await;
+    let error = run.error.unwrap();
+    assert_eq!(error.error_type, "provider.open");
+    assert!(
+        error
+            .message
+            .contains("Restore the folder at this path before retrying."),
+        "{}",
+        error.message
+    );
+    assert_eq!(*h.opens.lock().unwrap(), 0);
+    assert!(p.provider_sessions.is_empty());
+}
+
+#[tokio::test]
+async fn a_runtime_that_ends_its_stream_mid_turn_fails_the_run_and_keeps_its_items() {
+    let h = harness(Behaviour {
+        snapshots: vec!["partial".into()],
+        drop_stream: true,
+        ..Default::default()
+    })
+    .await;
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    let (run, p) = finished(&h, &run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.unwrap().error_type, "provider.runtime");
+    assert!(p.turn_items.iter().any(
+        |i| matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "partial")
+    ));
+}
