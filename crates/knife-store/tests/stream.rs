@@ -55,6 +55,8 @@ async fn three_streams_see_every_event_once_in_order_while_a_writer_appends() {
     let total = latest + batch_sizes.iter().sum::<u64>();
 
     let afters = [0, latest / 2, latest];
+    // Collected on purpose: every reader must be spawned before the writer starts.
+    #[allow(clippy::needless_collect)]
     let readers: Vec<_> = afters
         .iter()
         .map(|&after| {
