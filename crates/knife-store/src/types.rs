@@ -51,14 +51,23 @@ impl StreamFilter {
 /// A projection table holding one entity per row (by id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntityKind {
+    /// `projects` (from `project.created` / `project.updated`).
     Project,
+    /// `threads` (from `thread.created` / `thread.updated`).
     Thread,
+    /// `runs` (from `run.created` / `run.updated`).
     Run,
+    /// `nodes` (from `node.updated`).
     Node,
+    /// `provider_sessions` (from `provider-session.attached` / `.updated`).
     ProviderSession,
+    /// `provider_threads` (from `provider-thread.updated`).
     ProviderThread,
+    /// `provider_turns` (from `provider-turn.updated`).
     ProviderTurn,
+    /// `runtime_requests` (from `runtime-request.updated`).
     RuntimeRequest,
+    /// `turn_items` (from `turn-item.updated`).
     TurnItem,
 }
 
@@ -97,6 +106,7 @@ impl EntityKind {
 /// re-reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowGuard {
+    /// The projection table of the guarded row.
     pub kind: EntityKind,
     /// The row's entity id (e.g. a `ProviderThreadId` as a string).
     pub id: String,

@@ -226,3 +226,57 @@ async fn a_stream_created_before_writes_and_polled_later_misses_nothing() {
     let got: Vec<StoredEvent> = stream.take(2).map(Result::unwrap).collect().await;
     assert_eq!(got, stored);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_are_serialized_and_a_thread_stream_sees_its_events_once() {
+    let (_dir, store) = temp_store().await;
+    let t1 = store.stream(StreamFilter::thread(ThreadId::from("t1"), 0));
+    let all = store.stream(StreamFilter::after(0));
+    let writers: Vec<_> = (0..3_u64)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..50_u64 {
+                    // Ids unique across writers; writer 0 writes to t1 and t2, the others elsewhere too.
+                    let n = w * 1000 + i * 3 + 1;
+                    let batch = vec![item_event(n + w), item_event(n + w + 100_000)];
+                    store.write(batch).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let written = store
+        .read_events(&StreamFilter::after(0), 10_000)
+        .await
+        .unwrap();
+    assert_eq!(written.len(), 300);
+    assert_eq!(
+        written.iter().map(|e| e.sequence).collect::<Vec<_>>(),
+        (1..=300).collect::<Vec<u64>>()
+    );
+    let got_all: Vec<StoredEvent> =
+        tokio::time::timeout(DEADLINE, all.take(300).collect::<Vec<_>>())
+            .await
+            .unwrap()
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    assert_eq!(got_all, written);
+    let expected_t1: Vec<StoredEvent> = written
+        .iter()
+        .filter(|e| e.event.thread_id == Some(ThreadId::from("t1")))
+        .cloned()
+        .collect();
+    assert!(!expected_t1.is_empty());
+    let got_t1: Vec<StoredEvent> =
+        tokio::time::timeout(DEADLINE, t1.take(expected_t1.len()).collect::<Vec<_>>())
+            .await
+            .unwrap()
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    assert_eq!(got_t1, expected_t1);
+}
