@@ -10,6 +10,7 @@ pub enum LlmError {
     /// The endpoint answered with a non-2xx status.
     #[error("the model endpoint answered HTTP {status}: {message}")]
     Http {
+        /// HTTP status code.
         status: u16,
         /// From `retry-after-ms` (milliseconds) or `retry-after` (seconds or HTTP date).
         retry_after: Option<Duration>,
@@ -28,13 +29,20 @@ pub enum LlmError {
     Stream(#[from] SseError),
     /// An SSE event carried data that is not the JSON the protocol promises.
     #[error("the model sent an event that could not be parsed ({message}): {data}")]
-    Decode { message: String, data: String },
+    Decode {
+        /// What the JSON parser said.
+        message: String,
+        /// The event's data, as received.
+        data: String,
+    },
     /// The provider reported an error inside the stream (an `error` event or chunk).
     #[error("the model provider reported an error: {message}")]
     Provider {
         /// Error type/code from the body (`server_error`, `overloaded_error`, …).
         code: Option<String>,
+        /// The provider's error message.
         message: String,
+        /// The whole error event/chunk as JSON.
         body: Option<Value>,
     },
 }
@@ -47,7 +55,10 @@ pub enum SseError {
     EndedEarly,
     /// One event grew beyond the configured cap (bytes).
     #[error("an event exceeded the size limit of {limit} bytes")]
-    EventTooLarge { limit: usize },
+    EventTooLarge {
+        /// The cap that was exceeded (bytes).
+        limit: usize,
+    },
     /// The stream ended without the protocol's terminator (`[DONE]`, `message_stop`, …).
     #[error("stream ended before the model finished its response")]
     Incomplete,

@@ -4,6 +4,8 @@
 //! rules); a per-protocol mapper turns events into [`LlmEvent`]s; a client
 //! ([`openai_chat::OpenAiChatClient`]) does the HTTP and maps failures to [`LlmError`].
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod http;
 pub mod openai_chat;
