@@ -88,6 +88,7 @@ pub mod bench;
 mod body;
 mod chunks;
 mod gate;
+mod invariants;
 mod script;
 mod server;
 
@@ -366,6 +367,20 @@ impl MockLlmHandle {
         self.requests()
             .into_iter()
             .filter(RecordedRequest::is_chat)
+            .collect()
+    }
+
+    /// [`RecordedRequest::tool_call_violations`] of every chat request so far,
+    /// each prefixed with the request's number (from 1); empty when all are fine.
+    pub fn tool_call_violations(&self) -> Vec<String> {
+        self.chat_requests()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| {
+                r.tool_call_violations()
+                    .into_iter()
+                    .map(move |v| format!("chat request #{}: {v}", i + 1))
+            })
             .collect()
     }
 
