@@ -1,1 +1,94 @@
-fn main() {}
+//! `knife`: the command-line entry point and composition root of knife, a
+//! crash-safe session runtime for AI coding agents.
+
+mod app;
+mod bench;
+mod client;
+mod config;
+mod demo;
+mod render;
+mod run;
+mod serve;
+mod threads;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// knife hosts agent threads inside project folders, records every turn in
+/// SQLite, and streams it over HTTP, WebSocket and this CLI.
+#[derive(Parser)]
+#[command(name = "knife", version, about, long_about = None)]
+struct Cli {
+    /// Config file (default: ./knife.toml, then $XDG_CONFIG_HOME/knife/knife.toml).
+    #[arg(long, global = true, env = "KNIFE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the knife server (HTTP + WebSocket API).
+    Serve(serve::ServeArgs),
+    /// Send one prompt to an agent in a project and stream the answer.
+    Run(run::RunArgs),
+    /// List threads or show one.
+    #[command(subcommand)]
+    Threads(threads::ThreadsCommand),
+    /// A scripted OpenAI-compatible streaming server, for tests, demos and benchmarks.
+    MockLlm(demo::MockLlmArgs),
+    /// A self-contained demo: mock model + in-process server + a sample project.
+    Demo,
+    /// Benchmarks: `bench store`, `bench stream`.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(matches!(
+        cli.command,
+        Command::Serve(_) | Command::MockLlm(_)
+    ));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        let config = cli.config.as_deref();
+        match cli.command {
+            Command::Serve(args) => serve::serve(config, args).await,
+            Command::Run(args) => run::run(config, args).await,
+            Command::Threads(cmd) => threads::threads(config, cmd).await,
+            Command::MockLlm(args) => demo::mock_llm(args).await,
+            Command::Demo => demo::demo().await,
+            Command::Bench(cmd) => bench::bench(cmd).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides. Servers log at info, other commands at warn.
+fn init_tracing(server: bool) {
+    let default = if server { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,139 @@
+//! The composition root: builds the store, the provider adapters, the session
+//! manager, the execution service and the HTTP router from a [`Config`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig};
+use knife_llm::openai_chat::OpenAiChatClient;
+use knife_protocol::ProviderInstanceId;
+use knife_runtime::{ExecutionService, ProviderAdapter, SessionManager, SharedClock, SystemClock};
+use knife_server::AppState;
+use knife_store::Store;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+
+/// Name of the SQLite file inside the data directory.
+pub const DB_FILE: &str = "knife.db";
+
+/// How long graceful shutdown waits for active runs to stop.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A built knife: store, execution and the API state.
+pub struct App {
+    pub store: Store,
+    pub execution: ExecutionService,
+    pub state: AppState,
+}
+
+/// The process-wide Prometheus recorder (installed once).
+pub fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .clone()
+}
+
+impl App {
+    /// Opens the data dir and store and wires every component.
+    ///
+    /// Errors: an unwritable or uncreatable data dir, a store that cannot be opened,
+    /// a provider that cannot be built — each with the path or key and what to do.
+    pub async fn build(
+        config: &Config,
+        data_dir: &Path,
+        api_token: Option<String>,
+    ) -> anyhow::Result<App> {
+        std::fs::create_dir_all(data_dir).with_context(|| {
+            format!(
+                "cannot create the data directory {}; choose a writable --data-dir",
+                data_dir.display()
+            )
+        })?;
+        check_writable(data_dir)?;
+        let store = Store::open(data_dir.join(DB_FILE))
+            .await
+            .with_context(|| format!("cannot open the knife database in {}", data_dir.display()))?;
+        let clock: SharedClock = Arc::new(SystemClock);
+        let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+        for (id, p) in &config.providers {
+            let api_key = p
+                .api_key_env
+                .as_deref()
+                .and_then(|k| std::env::var(k).ok())
+                .filter(|k| !k.is_empty());
+            let llm = OpenAiChatClient::new(p.base_url.clone(), api_key);
+            let mut agent = BuiltinAgentConfig::new(
+                ProviderInstanceId::from(id.as_str()),
+                p.model.clone(),
+                Arc::new(llm),
+            );
+            agent.system_prompt = p.system_prompt.clone();
+            adapters.insert(
+                ProviderInstanceId::from(id.as_str()),
+                Arc::new(BuiltinAgentAdapter::new(agent)),
+            );
+        }
+        let default_instance = ProviderInstanceId::from(config.default_instance()?.as_str());
+        let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
+        let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+        let state = AppState {
+            store: store.clone(),
+            execution: execution.clone(),
+            clock,
+            default_instance,
+            metrics: metrics_handle(),
+            api_token: api_token.map(Arc::from),
+        };
+        Ok(App {
+            store,
+            execution,
+            state,
+        })
+    }
+
+    /// Binds `addr` and serves until `shutdown` resolves, then interrupts active
+    /// runs (reason `shutdown`) and waits up to [`SHUTDOWN_TIMEOUT`] for them.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let router = knife_server::router(self.state.clone());
+        axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("the HTTP server failed")?;
+        self.execution.shutdown(SHUTDOWN_TIMEOUT).await;
+        Ok(())
+    }
+}
+
+/// Binds `addr`, with a clear error when it is taken.
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "cannot listen on {addr}; is another knife running? Use --listen to pick another port"
+        )
+    })
+}
+
+fn check_writable(dir: &Path) -> anyhow::Result<()> {
+    let probe = dir.join(".knife-write-check");
+    match std::fs::write(&probe, b"ok") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => bail!(
+            "the data directory {} is not writable ({e}); choose a writable --data-dir",
+            dir.display()
+        ),
+    }
+}

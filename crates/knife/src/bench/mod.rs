@@ -1,0 +1,61 @@
+//! `knife bench`: measured numbers for the store and for live streaming.
+//! Prints tables; nothing here asserts a speed (benchmarks measure, tests prove).
+
+mod store;
+mod stream;
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+/// `knife bench …`.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Events/s appended in batches of 1, 10 and 100; projection rebuild rate.
+    Store {
+        /// Events appended per batch size.
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+    },
+    /// N concurrent threads against mock-llm streaming K deltas each: added latency
+    /// per delta (mock write → WebSocket receipt, p50/p99) and deltas/s.
+    Stream {
+        /// Concurrent threads.
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+        /// Text deltas per stream.
+        #[arg(long, default_value_t = 500)]
+        deltas: usize,
+    },
+}
+
+pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::Store { events } => store::run(events).await?,
+        BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `q`-quantile (0..=1) of sorted `values` (nearest rank); 0 when empty.
+pub fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantile;
+
+    #[test]
+    fn quantiles_use_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), 50);
+        assert_eq!(quantile(&v, 0.99), 99);
+        assert_eq!(quantile(&v, 1.0), 100);
+        assert_eq!(quantile(&[], 0.5), 0);
+    }
+}

@@ -1,0 +1,158 @@
+//! `knife bench stream`: N threads stream K deltas each from the mock LLM through
+//! the real server; a WebSocket client measures each delta's added latency from
+//! the mock's write (time marker in the text) to the client's receipt.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::{SinkExt, StreamExt};
+use knife_protocol::*;
+use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, parse_write_times};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::app::{App, bind};
+use crate::client::ApiClient;
+use crate::config::{Config, ProviderConfig};
+
+use super::quantile;
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let mock = MockLlm::start(MockLlmConfig::bench(deltas)).await?;
+    let mut config = Config::default();
+    config.providers.insert(
+        "bench".into(),
+        ProviderConfig {
+            driver: "openai-chat".into(),
+            base_url: mock.base_url(),
+            model: "mock-model".into(),
+            api_key_env: None,
+            system_prompt: None,
+        },
+    );
+    let app = App::build(&config, &tmp.path().join("data"), None).await?;
+    let listener = bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.serve(listener, async move {
+        let _ = stop_rx.await;
+    }));
+    let client = ApiClient::new(format!("http://{addr}"), None)?;
+    let root = tmp.path().join("project");
+    std::fs::create_dir_all(&root)?;
+    let project: Project = client
+        .post(
+            "/api/projects",
+            &CreateProjectRequest {
+                root: root.display().to_string(),
+                name: None,
+            },
+        )
+        .await?;
+    let mut thread_ids = Vec::new();
+    for i in 0..threads {
+        let req = CreateThreadRequest {
+            project_id: project.id.clone(),
+            title: Some(format!("bench {i}")),
+            provider_instance_id: None,
+            model: None,
+        };
+        let t: Thread = client.post("/api/threads", &req).await?;
+        thread_ids.push(t.id);
+    }
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/api/ws"))
+        .await
+        .context("WebSocket connect")?;
+    for t in &thread_ids {
+        let sub = serde_json::to_string(&WsClientMessage::Subscribe {
+            thread_id: t.clone(),
+            after: 0,
+        })?;
+        ws.send(Message::Text(sub.into())).await?;
+    }
+    let start = Instant::now();
+    for t in &thread_ids {
+        let _: PostMessageResponse = client
+            .post(
+                &format!("/api/threads/{t}/messages"),
+                &PostMessageRequest { text: "go".into() },
+            )
+            .await?;
+    }
+    let mut seen: HashMap<TurnItemId, usize> = HashMap::new();
+    let mut latencies = Vec::with_capacity(threads * deltas);
+    let mut finished = 0;
+    let mut failed = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    while finished < threads {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .context("bench timed out")?;
+        let Some(msg) = msg else {
+            anyhow::bail!("the WebSocket closed early")
+        };
+        let Message::Text(text) = msg? else { continue };
+        let received = unix_micros();
+        let WsServerMessage::Event { event } = serde_json::from_str::<WsServerMessage>(&text)?
+        else {
+            continue;
+        };
+        match &event.event.body {
+            EventBody::TurnItemUpdated(TurnItem {
+                id,
+                kind: TurnItemKind::AssistantMessage { text, .. },
+                ..
+            }) => {
+                let times = parse_write_times(text);
+                let before = seen.insert(id.clone(), times.len()).unwrap_or(0);
+                for t in times.iter().skip(before) {
+                    latencies.push(received.saturating_sub(*t));
+                }
+            }
+            EventBody::RunUpdated(run) if run.status.is_terminal() => {
+                finished += 1;
+                if run.status != RunStatus::Completed {
+                    failed += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    println!(
+        "knife bench stream: {threads} threads × {deltas} deltas (mock → server → store → WebSocket)"
+    );
+    println!("{:<28} {:>12}", "deltas received", latencies.len());
+    println!(
+        "{:<28} {:>12.0}",
+        "deltas/s",
+        latencies.len() as f64 / elapsed
+    );
+    println!(
+        "{:<28} {:>12.2}",
+        "latency p50 (ms)",
+        quantile(&latencies, 0.50) as f64 / 1000.0
+    );
+    println!(
+        "{:<28} {:>12.2}",
+        "latency p99 (ms)",
+        quantile(&latencies, 0.99) as f64 / 1000.0
+    );
+    println!("{:<28} {:>12.2}", "wall time (s)", elapsed);
+    if failed > 0 {
+        println!("{failed} run(s) did not complete");
+    }
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    mock.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! A small HTTP client of knife's own API, used by `knife run`, `knife threads`
+//! and the benchmarks. Events are followed over SSE with knife-llm's decoder.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use futures::{Stream, StreamExt};
+use knife_protocol::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Client of one knife server (`http://HOST:PORT`).
+#[derive(Clone)]
+pub struct ApiClient {
+    base: String,
+    http: reqwest::Client,
+    token: Option<String>,
+}
+
+impl ApiClient {
+    /// A client of `base` (no trailing slash), sending `token` as a bearer token when set.
+    pub fn new(base: impl Into<String>, token: Option<String>) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(Self {
+            base: base.into().trim_end_matches('/').to_owned(),
+            http,
+            token,
+        })
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// True when `GET /healthz` answers 200 within `timeout`.
+    pub async fn healthy(&self, timeout: Duration) -> bool {
+        let req = self
+            .http
+            .get(format!("{}/healthz", self.base))
+            .timeout(timeout);
+        matches!(req.send().await, Ok(r) if r.status().is_success())
+    }
+
+    fn auth(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> anyhow::Result<T> {
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .context("the knife server closed the connection")?;
+        if !status.is_success() {
+            match serde_json::from_str::<ApiErrorBody>(&text) {
+                Ok(body) => bail!("{} ({})", body.error.message, body.error.code),
+                Err(_) => bail!("the knife server answered HTTP {status}: {text}"),
+            }
+        }
+        serde_json::from_str(&text)
+            .with_context(|| format!("unexpected answer from the knife server: {text}"))
+    }
+
+    /// `GET {path}` decoded as JSON.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self
+            .auth(self.http.get(format!("{}{path}", self.base)))
+            .send()
+            .await
+            .with_context(|| self.unreachable())?;
+        Self::decode(resp).await
+    }
+
+    /// `POST {path}` with a JSON body, decoded as JSON.
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> anyhow::Result<T> {
+        let req = self
+            .auth(self.http.post(format!("{}{path}", self.base)))
+            .json(body);
+        let resp = req.send().await.with_context(|| self.unreachable())?;
+        Self::decode(resp).await
+    }
+
+    fn unreachable(&self) -> String {
+        format!(
+            "cannot reach the knife server at {}; start it with `knife serve`",
+            self.base
+        )
+    }
+
+    /// Follows `GET /api/threads/{id}/events?after=N` (SSE): replay, then live.
+    pub async fn events(
+        &self,
+        thread: &ThreadId,
+        after: u64,
+    ) -> anyhow::Result<impl Stream<Item = anyhow::Result<StoredEvent>> + use<>> {
+        let url = format!("{}/api/threads/{thread}/events?after={after}", self.base);
+        let resp = self
+            .auth(self.http.get(url))
+            .send()
+            .await
+            .with_context(|| self.unreachable())?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            bail!(
+                "cannot follow the events of thread {thread}: HTTP {status}: {}",
+                resp.text().await.unwrap_or_default()
+            );
+        }
+        Ok(
+            knife_llm::sse::decode_stream(resp.bytes_stream()).filter_map(|item| async move {
+                match item {
+                    Ok(ev) if ev.event == "error" => {
+                        Some(Err(anyhow::anyhow!("event stream error: {}", ev.data)))
+                    }
+                    Ok(ev) => Some(
+                        serde_json::from_str::<StoredEvent>(&ev.data)
+                            .context("malformed event from the server"),
+                    ),
+                    Err(e) => Some(Err(anyhow::Error::new(e).context("the event stream broke"))),
+                }
+            }),
+        )
+    }
+}

@@ -1,0 +1,238 @@
+//! `knife.toml`: provider instances and server settings, with env-var overrides.
+//! Precedence: flags > environment > file > defaults (docs/config.md).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// Default listen address of `knife serve` (loopback only).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Instance used by threads that name none. Default: the only instance, or `openai`.
+    pub default_provider: Option<String>,
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Provider instances by id (`[providers.openai]`, `[providers.local-ollama]`, …).
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address, e.g. `127.0.0.1:7878`.
+    pub listen: Option<String>,
+    /// Data directory (SQLite file lives here).
+    pub data_dir: Option<PathBuf>,
+    /// Env var holding the API token required for non-loopback binds (default `KNIFE_API_TOKEN`).
+    pub api_token_env: Option<String>,
+}
+
+/// One provider instance (`[providers.<id>]`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// `openai-chat` (OpenAI Chat Completions and compatible servers: Ollama, vLLM, llama.cpp).
+    pub driver: String,
+    /// API base URL including the version path, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Default model of the instance.
+    pub model: String,
+    /// Name of the env var holding the API key (none for local servers).
+    pub api_key_env: Option<String>,
+    /// System prompt override for the built-in agent.
+    pub system_prompt: Option<String>,
+}
+
+impl Config {
+    /// Loads `path` if given, else `$KNIFE_CONFIG`, else `./knife.toml`, else
+    /// `$XDG_CONFIG_HOME/knife/knife.toml`; a missing default file is an empty config.
+    /// Then applies env overrides and fills the default `openai` instance when none is set.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let explicit = path
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("KNIFE_CONFIG").map(PathBuf::from));
+        let candidate = match explicit {
+            Some(p) => Some(p),
+            None => [
+                Some(PathBuf::from("knife.toml")),
+                config_home().map(|d| d.join("knife/knife.toml")),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|p| p.is_file()),
+        };
+        let mut config = match candidate {
+            Some(p) => Self::parse_file(&p)?,
+            None => Config::default(),
+        };
+        config.apply_env(|k| std::env::var(k).ok());
+        Ok(config)
+    }
+
+    /// Parses one file. Errors name the file and the offending key.
+    pub fn parse_file(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read config file {}; check the path given to --config",
+                path.display()
+            )
+        })?;
+        let config: Config = toml::from_str(&text)
+            .with_context(|| format!("invalid config file {}", path.display()))?;
+        for (id, p) in &config.providers {
+            if p.driver != "openai-chat" {
+                bail!(
+                    "provider `{id}` in {} has driver `{}`; supported drivers: openai-chat",
+                    path.display(),
+                    p.driver
+                );
+            }
+        }
+        Ok(config)
+    }
+
+    /// Env overrides: `KNIFE_DEFAULT_PROVIDER`, `KNIFE_LISTEN`, and per instance
+    /// `KNIFE_PROVIDER_<ID>_BASE_URL` / `_MODEL` (id upper-cased, `-` → `_`). With no
+    /// instance configured, an `openai` instance is made from `OPENAI_BASE_URL`
+    /// (default `https://api.openai.com/v1`), `KNIFE_MODEL` (default `gpt-4o-mini`) and
+    /// the key in `OPENAI_API_KEY`.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if self.providers.is_empty() {
+            self.providers.insert(
+                "openai".into(),
+                ProviderConfig {
+                    driver: "openai-chat".into(),
+                    base_url: var("OPENAI_BASE_URL")
+                        .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+                    model: var("KNIFE_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
+                    api_key_env: Some("OPENAI_API_KEY".into()),
+                    system_prompt: None,
+                },
+            );
+        }
+        for (id, p) in self.providers.iter_mut() {
+            let key = id.to_uppercase().replace('-', "_");
+            if let Some(v) = var(&format!("KNIFE_PROVIDER_{key}_BASE_URL")) {
+                p.base_url = v;
+            }
+            if let Some(v) = var(&format!("KNIFE_PROVIDER_{key}_MODEL")) {
+                p.model = v;
+            }
+        }
+        if let Some(v) = var("KNIFE_DEFAULT_PROVIDER") {
+            self.default_provider = Some(v);
+        }
+        if let Some(v) = var("KNIFE_LISTEN") {
+            self.server.listen = Some(v);
+        }
+    }
+
+    /// The default instance id (see [`Config::default_provider`]).
+    pub fn default_instance(&self) -> anyhow::Result<String> {
+        let id = match &self.default_provider {
+            Some(id) => id.clone(),
+            None if self.providers.len() == 1 => {
+                self.providers.keys().next().cloned().unwrap_or_default()
+            }
+            None => "openai".into(),
+        };
+        if !self.providers.contains_key(&id) {
+            bail!(
+                "default provider `{id}` is not configured; configured: {}. Set default_provider in knife.toml",
+                self.providers
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(id)
+    }
+
+    /// The listen address: `flag`, else the config, else [`DEFAULT_LISTEN`].
+    pub fn listen(&self, flag: Option<&str>) -> anyhow::Result<SocketAddr> {
+        let text = flag
+            .map(str::to_owned)
+            .or_else(|| self.server.listen.clone())
+            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        text.parse().with_context(|| {
+            format!("invalid listen address `{text}`; use HOST:PORT such as 127.0.0.1:7878")
+        })
+    }
+
+    /// The data directory: `flag`, else the config, else `$XDG_DATA_HOME/knife`
+    /// (`~/.local/share/knife`).
+    pub fn data_dir(&self, flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+        if let Some(p) = flag
+            .map(Path::to_path_buf)
+            .or_else(|| self.server.data_dir.clone())
+        {
+            return Ok(p);
+        }
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+            .context("cannot find a data directory: set --data-dir, XDG_DATA_HOME or HOME")?;
+        Ok(base.join("knife"))
+    }
+}
+
+fn config_home() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn parses_instances_and_applies_env_overrides() {
+        let mut c: Config = toml::from_str(
+            r#"
+            default_provider = "local"
+            [providers.local]
+            driver = "openai-chat"
+            base_url = "http://127.0.0.1:11434/v1"
+            model = "llama3.2"
+            "#,
+        )
+        .unwrap();
+        c.apply_env(|k| (k == "KNIFE_PROVIDER_LOCAL_MODEL").then(|| "qwen3".to_owned()));
+        assert_eq!(c.providers["local"].model, "qwen3");
+        assert_eq!(c.default_instance().unwrap(), "local");
+        assert_eq!(
+            c.providers.len(),
+            1,
+            "no implicit openai instance when one is configured"
+        );
+    }
+
+    #[test]
+    fn no_file_gives_an_openai_instance_from_env() {
+        let mut c = Config::default();
+        c.apply_env(|k| (k == "OPENAI_BASE_URL").then(|| "http://x/v1".to_owned()));
+        assert_eq!(c.providers["openai"].base_url, "http://x/v1");
+        assert_eq!(c.default_instance().unwrap(), "openai");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_the_key_name() {
+        let err = toml::from_str::<Config>(
+            "[providers.a]\ndriver='openai-chat'\nbase_url='x'\nmodel='m'\nbogus=1",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+    }
+}

@@ -1,0 +1,149 @@
+//! `knife demo` (mock model + in-process server + sample project, one turn end to
+//! end) and `knife mock-llm` (the scripted OpenAI-compatible server on its own).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use knife_store::StreamFilter;
+use knife_testkit::demo::{demo_script, write_sample_project};
+use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, Script};
+
+use crate::app::{App, bind};
+use crate::client::ApiClient;
+use crate::config::{Config, ProviderConfig};
+use crate::run::{RunArgs, prompt_once};
+
+/// Flags of `knife mock-llm`.
+#[derive(Args)]
+pub struct MockLlmArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    pub listen: SocketAddr,
+    /// Script file (TOML or JSON): one scripted response per request.
+    #[arg(long, conflicts_with = "replay", required_unless_present = "replay")]
+    pub script: Option<PathBuf>,
+    /// A `.sse` file replayed byte for byte for every request.
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+    /// Delay between chunks, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub chunk_delay: u64,
+    /// Write bodies in pieces of N bytes.
+    #[arg(long)]
+    pub split: Option<usize>,
+}
+
+pub async fn mock_llm(args: MockLlmArgs) -> anyhow::Result<ExitCode> {
+    let mut config = match (&args.script, &args.replay) {
+        (Some(script), _) => MockLlmConfig::script(
+            Script::load(script)
+                .with_context(|| format!("cannot load the script {}", script.display()))?,
+        ),
+        (None, Some(replay)) => {
+            anyhow::ensure!(
+                replay.is_file(),
+                "replay file {} does not exist",
+                replay.display()
+            );
+            MockLlmConfig::replay_file(replay)
+        }
+        (None, None) => anyhow::bail!("give --script FILE or --replay FILE.sse"),
+    };
+    config = config
+        .with_listen(args.listen)
+        .with_chunk_delay(Duration::from_millis(args.chunk_delay));
+    if let Some(n) = args.split {
+        anyhow::ensure!(n > 0, "--split must be at least 1 byte");
+        config = config.with_split(n);
+    }
+    let handle = MockLlm::start(config)
+        .await
+        .context("cannot start the mock LLM")?;
+    println!("mock-llm listening on {}", handle.base_url());
+    let _ = tokio::signal::ctrl_c().await;
+    handle.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The prompt of the demo turn.
+const DEMO_PROMPT: &str = "What is this project? Look at its files, then summarise it.";
+
+pub async fn demo() -> anyhow::Result<ExitCode> {
+    let tmp = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let project = tmp.path().join("wordcount");
+    write_sample_project(&project).context("cannot write the sample project")?;
+    let mock = MockLlm::start(
+        MockLlmConfig::script(demo_script()).with_chunk_delay(Duration::from_millis(15)),
+    )
+    .await
+    .context("cannot start the mock LLM")?;
+    let mut config = Config::default();
+    config.providers.insert(
+        "demo".into(),
+        ProviderConfig {
+            driver: "openai-chat".into(),
+            base_url: mock.base_url(),
+            model: "mock-model".into(),
+            api_key_env: None,
+            system_prompt: None,
+        },
+    );
+    let data_dir = tmp.path().join("data");
+    let app = App::build(&config, &data_dir, None).await?;
+    let store = app.store.clone();
+    let listener = bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.serve(listener, async move {
+        let _ = stop_rx.await;
+    }));
+    println!(
+        "knife demo: mock model at {}, server at http://{addr}",
+        mock.base_url()
+    );
+    println!("project: {} (a sample folder)\n", project.display());
+    println!("you: {DEMO_PROMPT}\n");
+    let client = ApiClient::new(format!("http://{addr}"), None)?;
+    let args = RunArgs {
+        project: Some(project.clone()),
+        model: None,
+        provider: None,
+        server: None,
+        data_dir: None,
+        prompt: DEMO_PROMPT.into(),
+    };
+    let code = prompt_once(&client, &args).await?;
+
+    let events = store
+        .read_events(
+            &StreamFilter {
+                thread_id: None,
+                after: 0,
+                event_type: None,
+            },
+            100_000,
+        )
+        .await?;
+    let mut by_type: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &events {
+        *by_type.entry(e.event.event_type()).or_default() += 1;
+    }
+    println!(
+        "\nevent log ({} events in {}):",
+        events.len(),
+        data_dir.join(crate::app::DB_FILE).display()
+    );
+    for (t, n) in by_type {
+        println!("  {n:>4}  {t}");
+    }
+    println!("model requests: {}", mock.chat_requests().len());
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    mock.shutdown().await;
+    Ok(code)
+}

@@ -1,0 +1,161 @@
+//! Terminal rendering of a run: streams assistant text to stdout as it grows,
+//! prints tool calls compactly to stderr, and shows a spinner while waiting.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::Duration;
+
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use knife_protocol::*;
+
+use crate::client::ApiClient;
+
+/// Follows `thread`'s events after `after` until `run` reaches a terminal status,
+/// rendering as it goes. Returns the final run.
+pub async fn follow_run(
+    client: &ApiClient,
+    thread: &ThreadId,
+    run: &RunId,
+    after: u64,
+) -> anyhow::Result<Run> {
+    let mut events = Box::pin(client.events(thread, after).await?);
+    let mut view = RunView::new();
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if let Some(done) = view.apply(&event, run) {
+            view.finish();
+            return Ok(done);
+        }
+    }
+    view.finish();
+    anyhow::bail!("the server closed the event stream before run {run} finished")
+}
+
+/// Incremental renderer of turn items.
+pub struct RunView {
+    printed: HashMap<TurnItemId, usize>,
+    tools: HashMap<TurnItemId, TurnItemStatus>,
+    spinner: ProgressBar,
+    mid_line: bool,
+}
+
+impl RunView {
+    fn new() -> Self {
+        let spinner = ProgressBar::new_spinner();
+        spinner.set_style(
+            ProgressStyle::with_template("{spinner} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        spinner.set_message("waiting for the model…");
+        spinner.enable_steady_tick(Duration::from_millis(100));
+        Self {
+            printed: HashMap::new(),
+            tools: HashMap::new(),
+            spinner,
+            mid_line: false,
+        }
+    }
+
+    fn finish(&mut self) {
+        self.spinner.finish_and_clear();
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
+    }
+
+    /// Renders one event; returns the run when this event ends it.
+    fn apply(&mut self, event: &StoredEvent, run: &RunId) -> Option<Run> {
+        match &event.event.body {
+            EventBody::TurnItemUpdated(item) if item.run_id.as_ref() == Some(run) => {
+                self.item(item)
+            }
+            EventBody::RunUpdated(r) if &r.id == run && r.status.is_terminal() => {
+                return Some(r.clone());
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn item(&mut self, item: &TurnItem) {
+        match &item.kind {
+            TurnItemKind::AssistantMessage { text, .. } => {
+                let done = self.printed.entry(item.id.clone()).or_insert(0);
+                if text.len() > *done && text.is_char_boundary(*done) {
+                    let fresh = &text[*done..];
+                    self.spinner.suspend(|| {
+                        print!("{fresh}");
+                        let _ = std::io::stdout().flush();
+                    });
+                    *done = text.len();
+                    self.mid_line = !text.ends_with('\n');
+                }
+            }
+            TurnItemKind::ToolCall {
+                tool,
+                input,
+                output,
+                error,
+                ..
+            } => {
+                let before = self.tools.insert(item.id.clone(), item.status);
+                if before == Some(item.status) {
+                    return;
+                }
+                let started = matches!(before, None | Some(TurnItemStatus::Pending));
+                let mut lines = Vec::new();
+                if started && item.status != TurnItemStatus::Pending {
+                    self.spinner.set_message(format!("running {tool}…"));
+                    lines.push(format!("→ {tool} {}", compact(input)));
+                }
+                match item.status {
+                    TurnItemStatus::Completed => {
+                        let n = output.as_deref().map(|o| o.lines().count()).unwrap_or(0);
+                        lines.push(format!(
+                            "  ✓ {tool}: {n} line{}",
+                            if n == 1 { "" } else { "s" }
+                        ));
+                    }
+                    TurnItemStatus::Failed | TurnItemStatus::Interrupted => {
+                        lines.push(format!(
+                            "  ✗ {tool}: {}",
+                            error.as_deref().unwrap_or("failed")
+                        ));
+                    }
+                    _ => {}
+                }
+                let line = (!lines.is_empty()).then(|| lines.join("\n"));
+                if let Some(line) = line {
+                    let mid = std::mem::take(&mut self.mid_line);
+                    self.spinner.suspend(|| {
+                        if mid {
+                            println!();
+                        }
+                        eprintln!("{line}");
+                    });
+                    self.spinner.set_message("waiting for the model…");
+                }
+            }
+            TurnItemKind::Error { error } => {
+                self.spinner
+                    .suspend(|| eprintln!("✗ {} ({})", error.message, error.error_type));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A one-line, at most 120-char rendering of a tool input.
+fn compact(input: &serde_json::Value) -> String {
+    let text = match input {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if text.chars().count() > 120 {
+        format!("{}…", text.chars().take(119).collect::<String>())
+    } else {
+        text
+    }
+}

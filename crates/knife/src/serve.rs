@@ -1,0 +1,82 @@
+//! `knife serve`: opens the data dir, wires everything and serves the API until
+//! SIGINT/SIGTERM (graceful; a second signal exits at once).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Args;
+
+use crate::app::{App, bind};
+use crate::config::Config;
+
+/// Flags of `knife serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Listen address (default 127.0.0.1:7878). Non-loopback addresses need an API token.
+    #[arg(long, env = "KNIFE_LISTEN")]
+    pub listen: Option<String>,
+    /// Data directory (default $XDG_DATA_HOME/knife).
+    #[arg(long, env = "KNIFE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let addr = config.listen(args.listen.as_deref())?;
+    let data_dir = config.data_dir(args.data_dir.as_deref())?;
+    let token_env = config
+        .server
+        .api_token_env
+        .clone()
+        .unwrap_or_else(|| "KNIFE_API_TOKEN".into());
+    let token = std::env::var(&token_env).ok().filter(|t| !t.is_empty());
+    if !addr.ip().is_loopback() && token.is_none() {
+        bail!(
+            "listening on {addr} exposes knife beyond this machine; set an API token in ${token_env} first"
+        );
+    }
+    let app = App::build(&config, &data_dir, token).await?;
+    let listener = bind(addr).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(%local, data_dir = %data_dir.display(), "knife is serving");
+    println!(
+        "knife listening on http://{local} (data: {})",
+        data_dir.display()
+    );
+    app.serve(listener, shutdown_signal()).await?;
+    tracing::info!("knife stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on the first SIGINT/SIGTERM; a second one exits the process at once.
+async fn shutdown_signal() {
+    wait_signal().await;
+    tracing::info!("shutting down (send the signal again to exit at once)");
+    tokio::spawn(async {
+        wait_signal().await;
+        std::process::exit(130);
+    });
+}
+
+async fn wait_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

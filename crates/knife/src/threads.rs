@@ -1,0 +1,194 @@
+//! `knife threads list | show ID`: reads threads from a running server, or
+//! straight from the data directory's database when no server answers.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use knife_protocol::*;
+use knife_store::Store;
+
+use crate::app::DB_FILE;
+use crate::client::ApiClient;
+use crate::config::Config;
+
+/// `knife threads …`.
+#[derive(Subcommand)]
+pub enum ThreadsCommand {
+    /// Threads, newest activity first.
+    List(Source),
+    /// One thread's state and transcript.
+    Show {
+        id: String,
+        #[command(flatten)]
+        source: Source,
+        /// Print the projection as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where to read from.
+#[derive(Args)]
+pub struct Source {
+    /// Server URL (default: the configured listen address).
+    #[arg(long, env = "KNIFE_SERVER")]
+    server: Option<String>,
+    /// Data directory to read when no server answers.
+    #[arg(long, env = "KNIFE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+enum Reader {
+    Api(ApiClient),
+    Db(Store),
+}
+
+impl Reader {
+    async fn open(config: &Config, source: &Source) -> anyhow::Result<Reader> {
+        let base = match &source.server {
+            Some(s) => s.clone(),
+            None => format!("http://{}", config.listen(None)?),
+        };
+        let client = ApiClient::new(base, std::env::var("KNIFE_API_TOKEN").ok())?;
+        if client.healthy(Duration::from_millis(500)).await {
+            return Ok(Reader::Api(client));
+        }
+        let dir = config.data_dir(source.data_dir.as_deref())?;
+        let db = dir.join(DB_FILE);
+        if !db.is_file() {
+            anyhow::bail!(
+                "no knife server answers at {} and there is no database at {}; run `knife serve` or pass --data-dir",
+                client.base(),
+                db.display()
+            );
+        }
+        Ok(Reader::Db(Store::open(db).await?))
+    }
+
+    async fn threads(&self) -> anyhow::Result<Vec<Thread>> {
+        Ok(match self {
+            Reader::Api(c) => c.get("/api/threads").await?,
+            Reader::Db(s) => s.list_threads(None).await?,
+        })
+    }
+
+    async fn thread(&self, id: &ThreadId) -> anyhow::Result<ThreadProjection> {
+        match self {
+            Reader::Api(c) => c.get(&format!("/api/threads/{id}")).await,
+            Reader::Db(s) => s
+                .thread_projection(id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("thread {id} does not exist")),
+        }
+    }
+}
+
+pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    match cmd {
+        ThreadsCommand::List(source) => {
+            let reader = Reader::open(&config, &source).await?;
+            let threads = reader.threads().await?;
+            if threads.is_empty() {
+                println!("no threads yet; start one with `knife run \"…\"`");
+            }
+            for t in threads {
+                println!(
+                    "{}  {:<8} runs={:<3} {}  {}",
+                    t.id,
+                    format!("{:?}", t.status).to_lowercase(),
+                    t.run_count,
+                    t.updated_at.format("%Y-%m-%d %H:%M:%S"),
+                    t.title
+                );
+            }
+        }
+        ThreadsCommand::Show { id, source, json } => {
+            let reader = Reader::open(&config, &source).await?;
+            let p = reader.thread(&ThreadId::from(id)).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p)?);
+            } else {
+                print_projection(&p);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_projection(p: &ThreadProjection) {
+    let t = &p.thread;
+    println!("thread   {}", t.id);
+    println!("title    {}", t.title);
+    println!("status   {}", format!("{:?}", t.status).to_lowercase());
+    println!(
+        "provider {}{}",
+        t.provider_instance_id,
+        t.model
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default()
+    );
+    println!("runs     {}", t.run_count);
+    if let Some(e) = &t.last_error {
+        println!("error    {} ({})", e.message, e.error_type);
+    }
+    for run in &p.runs {
+        let status = format!("{:?}", run.status).to_lowercase();
+        let tokens = run
+            .usage
+            .as_ref()
+            .map(|u| format!(", {} tokens", u.total_tokens))
+            .unwrap_or_default();
+        println!("\n── run {} · {status}{tokens}", run.ordinal);
+        for item in p
+            .turn_items
+            .iter()
+            .filter(|i| i.run_id.as_ref() == Some(&run.id))
+        {
+            print_item(item);
+        }
+    }
+}
+
+fn print_item(item: &TurnItem) {
+    match &item.kind {
+        TurnItemKind::UserMessage {
+            text,
+            origin,
+            description,
+        } => match origin {
+            MessageOrigin::User => println!("you: {text}"),
+            MessageOrigin::System => {
+                println!(
+                    "({})",
+                    description
+                        .as_deref()
+                        .unwrap_or("system message")
+                        .to_lowercase()
+                )
+            }
+        },
+        TurnItemKind::AssistantMessage { text, .. } => println!("assistant: {text}"),
+        TurnItemKind::Reasoning { text, .. } => println!("reasoning: {} chars", text.len()),
+        TurnItemKind::ToolCall {
+            tool,
+            input,
+            output,
+            error,
+            ..
+        } => {
+            let result = match (output, error) {
+                (_, Some(e)) => format!("error: {e}"),
+                (Some(o), None) => format!("{} lines", o.lines().count()),
+                _ => format!("{:?}", item.status).to_lowercase(),
+            };
+            println!("tool {tool} {input} → {result}");
+        }
+        TurnItemKind::Error { error } => {
+            println!("error: {} ({})", error.message, error.error_type)
+        }
+    }
+}
