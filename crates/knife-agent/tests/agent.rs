@@ -1,0 +1,956 @@
+//! Tests of the built-in agent's turn loop against a scripted fake `LlmClient`,
+//! under paused tokio time: items, tool round-trips, failures, interrupts, throttling.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use knife_agent::tools::{Tool, ToolContext, ToolError, ToolSet};
+use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig};
+use knife_llm::*;
+use knife_protocol::*;
+use knife_runtime::{
+    AdapterError, InterruptReason, OpenSessionInput, ProviderAdapter, SessionRuntime,
+    StartTurnInput,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+// ---------------------------------------------------------------- fake LLM
+
+enum Script {
+    /// Events yielded one after another (after `delay` each, when set).
+    Events(Vec<Result<LlmEvent, LlmError>>),
+    /// Events the test sends itself, when it wants.
+    Gate(mpsc::UnboundedReceiver<Result<LlmEvent, LlmError>>),
+}
+
+/// Scripted `LlmClient`: one script per call, every request recorded.
+struct FakeLlm {
+    scripts: Mutex<VecDeque<Script>>,
+    requests: Mutex<Vec<LlmRequest>>,
+    delay: Option<Duration>,
+}
+
+impl FakeLlm {
+    fn new(scripts: Vec<Vec<Result<LlmEvent, LlmError>>>) -> Arc<Self> {
+        Self::with(scripts.into_iter().map(Script::Events).collect(), None)
+    }
+
+    fn with(scripts: Vec<Script>, delay: Option<Duration>) -> Arc<Self> {
+        Arc::new(Self {
+            scripts: Mutex::new(scripts.into()),
+            requests: Mutex::new(Vec::new()),
+            delay,
+        })
+    }
+
+    fn requests(&self) -> Vec<LlmRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl LlmClient for FakeLlm {
+    async fn stream(&self, request: LlmRequest) -> Result<LlmStream, LlmError> {
+        self.requests.lock().unwrap().push(request);
+        let script = self.scripts.lock().unwrap().pop_front();
+        match script {
+            None => Err(LlmError::Transport("no scripted response left".into())),
+            Some(Script::Events(events)) => {
+                // An HTTP error is reported by `stream` itself, as the real clients do.
+                if let Some(Err(e @ LlmError::Http { .. })) = events.first() {
+                    return Err(e.clone());
+                }
+                let delay = self.delay;
+                Ok(futures::stream::iter(events)
+                    .then(move |e| async move {
+                        if let Some(d) = delay {
+                            tokio::time::sleep(d).await;
+                        }
+                        e
+                    })
+                    .boxed())
+            }
+            Some(Script::Gate(mut rx)) => {
+                Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
+            }
+        }
+    }
+}
+
+fn text_step(parts: &[&str]) -> Vec<Result<LlmEvent, LlmError>> {
+    let id = "text-0".to_owned();
+    let mut events = vec![Ok(LlmEvent::TextStart { id: id.clone() })];
+    for p in parts {
+        events.push(Ok(LlmEvent::TextDelta {
+            id: id.clone(),
+            text: (*p).to_owned(),
+        }));
+    }
+    events.push(Ok(LlmEvent::TextEnd { id }));
+    events.push(Ok(finish(FinishReason::Stop, 10, 5)));
+    events
+}
+
+fn tool_step(call_id: &str, name: &str, arguments: &str) -> Vec<Result<LlmEvent, LlmError>> {
+    vec![
+        Ok(LlmEvent::ToolInputStart {
+            id: call_id.into(),
+            name: name.into(),
+        }),
+        Ok(LlmEvent::ToolInputDelta {
+            id: call_id.into(),
+            delta: arguments.into(),
+        }),
+        Ok(LlmEvent::ToolInputEnd { id: call_id.into() }),
+        Ok(LlmEvent::ToolCall {
+            id: call_id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }),
+        Ok(finish(FinishReason::ToolCalls, 20, 7)),
+    ]
+}
+
+fn finish(reason: FinishReason, input: u64, output: u64) -> LlmEvent {
+    LlmEvent::StepFinish {
+        reason,
+        raw_reason: None,
+        usage: Some(Usage {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: input + output,
+            ..Usage::default()
+        }),
+        response_id: None,
+        model: None,
+    }
+}
+
+// ---------------------------------------------------------------- harness
+
+type Events = BoxStream<'static, Result<AdapterEvent, AdapterError>>;
+
+struct Harness {
+    session: Arc<dyn SessionRuntime>,
+    events: Events,
+    _project: tempfile::TempDir,
+}
+
+async fn open(
+    llm: Arc<FakeLlm>,
+    tweak: impl FnOnce(&mut BuiltinAgentConfig),
+    tools: Option<ToolSet>,
+) -> Harness {
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join("src")).unwrap();
+    std::fs::write(
+        project.path().join("src/main.rs"),
+        "fn main() {\n    println!(\"hello\");\n}\n",
+    )
+    .unwrap();
+    let mut config = BuiltinAgentConfig::new(ProviderInstanceId::from("local"), "test-model", llm);
+    tweak(&mut config);
+    let mut adapter = BuiltinAgentAdapter::new(config);
+    if let Some(tools) = tools {
+        adapter = adapter.with_tools(tools);
+    }
+    assert_eq!(adapter.driver(), "builtin");
+    assert!(!adapter.capabilities().shared_sessions && !adapter.capabilities().steer);
+    let session = adapter.open(open_input(project.path())).await.unwrap();
+    let mut events = session.take_events().unwrap();
+    assert!(session.take_events().is_none());
+    match events.next().await {
+        Some(Ok(AdapterEvent::ProviderSessionUpdated(s))) => {
+            assert_eq!(s.status, SessionStatus::Ready)
+        }
+        other => panic!("expected the session event first, got {other:?}"),
+    }
+    Harness {
+        session,
+        events,
+        _project: project,
+    }
+}
+
+fn open_input(cwd: &Path) -> OpenSessionInput {
+    OpenSessionInput {
+        provider_session_id: ProviderSessionId::from("psession_1"),
+        provider_instance_id: ProviderInstanceId::from("local"),
+        thread_id: ThreadId::from("thread_1"),
+        cwd: cwd.to_path_buf(),
+        model: None,
+        native_thread_id: None,
+    }
+}
+
+fn turn(ordinal: u32, text: &str, history: Vec<TurnItem>) -> StartTurnInput {
+    let thread_id = ThreadId::from("thread_1");
+    let run_id = RunId::for_thread(&thread_id, ordinal);
+    StartTurnInput {
+        provider_turn_id: ProviderTurnId::for_run(&run_id, 1),
+        thread_id,
+        run_id,
+        run_ordinal: ordinal,
+        attempt: 1,
+        text: text.into(),
+        history,
+        model: None,
+    }
+}
+
+/// Every event up to and including the turn's `TurnTerminal`.
+async fn collect_turn(events: &mut Events) -> Vec<AdapterEvent> {
+    let mut out = Vec::new();
+    loop {
+        let event = events
+            .next()
+            .await
+            .expect("stream ended before TurnTerminal")
+            .unwrap();
+        let terminal = matches!(event, AdapterEvent::TurnTerminal { .. });
+        out.push(event);
+        if terminal {
+            return out;
+        }
+    }
+}
+
+fn snapshots(events: &[AdapterEvent]) -> Vec<TurnItem> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemUpdated(item) => Some(item.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The last snapshot of each item, by ordinal.
+fn final_items(events: &[AdapterEvent]) -> Vec<TurnItem> {
+    let mut by_ordinal = BTreeMap::new();
+    for item in snapshots(events) {
+        by_ordinal.insert(item.ordinal, item);
+    }
+    by_ordinal.into_values().collect()
+}
+
+fn outcome(events: &[AdapterEvent]) -> (TurnOutcome, Option<TokenUsage>) {
+    match events.last() {
+        Some(AdapterEvent::TurnTerminal { outcome, usage, .. }) => (outcome.clone(), usage.clone()),
+        other => panic!("last event is not TurnTerminal: {other:?}"),
+    }
+}
+
+fn assert_nothing_pending(events: &[AdapterEvent]) {
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, AdapterEvent::TurnTerminal { .. }))
+            .count(),
+        1
+    );
+    for item in final_items(events) {
+        assert!(
+            !matches!(
+                item.status,
+                TurnItemStatus::Pending | TurnItemStatus::Running
+            ),
+            "item left in flight: {item:?}"
+        );
+        if let TurnItemKind::AssistantMessage { streaming, .. }
+        | TurnItemKind::Reasoning { streaming, .. } = item.kind
+        {
+            assert!(!streaming, "item still streaming: {item:?}");
+        }
+    }
+}
+
+fn text_of(item: &TurnItem) -> &str {
+    match &item.kind {
+        TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => text,
+        other => panic!("not a text item: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+#[tokio::test(start_paused = true)]
+async fn plain_reply_completes_with_the_full_text() {
+    let llm = FakeLlm::new(vec![text_step(&["Hello", ", world"])]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    let history = vec![
+        user_item(1, "earlier question"),
+        assistant_item(1, 1, "earlier answer"),
+    ];
+    h.session
+        .start_turn(turn(2, "What is this?", history))
+        .await
+        .unwrap();
+    let events = collect_turn(&mut h.events).await;
+
+    let pturn = ProviderTurnId::for_run(&RunId::for_thread(&ThreadId::from("thread_1"), 2), 1);
+    let items = final_items(&events);
+    assert_eq!(items.len(), 1);
+    let item = &items[0];
+    assert_eq!(item.id, TurnItemId::of_turn(&pturn, 1));
+    assert_eq!(item.ordinal, 2_000_001);
+    assert_eq!(item.status, TurnItemStatus::Completed);
+    assert_eq!(
+        item.kind,
+        TurnItemKind::AssistantMessage {
+            text: "Hello, world".into(),
+            streaming: false
+        }
+    );
+    let first = &snapshots(&events)[0];
+    assert_eq!(first.status, TurnItemStatus::Running);
+    assert!(matches!(
+        first.kind,
+        TurnItemKind::AssistantMessage {
+            streaming: true,
+            ..
+        }
+    ));
+
+    let (outcome, usage) = outcome(&events);
+    assert_eq!(outcome, TurnOutcome::Completed);
+    assert_eq!(usage.unwrap().total_tokens, 15);
+    match (&events[0], &events[events.len() - 2]) {
+        (AdapterEvent::ProviderTurnUpdated(start), AdapterEvent::ProviderTurnUpdated(end)) => {
+            assert_eq!(start.status, ProviderTurnStatus::Running);
+            assert_eq!(end.status, ProviderTurnStatus::Completed);
+            assert_eq!(end.id, pturn);
+        }
+        other => panic!("provider turn events missing: {other:?}"),
+    }
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1);
+    let req = &requests[0];
+    assert_eq!(req.model, "test-model");
+    assert_eq!(req.tools.len(), 4);
+    assert!(matches!(&req.messages[0], ChatMessage::System { text } if text.contains("read")));
+    assert_eq!(
+        req.messages[1..],
+        [
+            ChatMessage::User {
+                text: "earlier question".into()
+            },
+            ChatMessage::Assistant {
+                text: Some("earlier answer".into()),
+                tool_calls: vec![]
+            },
+            ChatMessage::User {
+                text: "What is this?".into()
+            },
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_call_then_answer_round_trips_the_result() {
+    let llm = FakeLlm::new(vec![
+        tool_step("call_1", "read", r#"{"path":"src/main.rs"}"#),
+        text_step(&["It prints hello."]),
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session
+        .start_turn(turn(1, "What does main do?", vec![]))
+        .await
+        .unwrap();
+    let events = collect_turn(&mut h.events).await;
+
+    let tool_snaps: Vec<_> = snapshots(&events)
+        .into_iter()
+        .filter(|i| matches!(i.kind, TurnItemKind::ToolCall { .. }))
+        .collect();
+    let statuses: Vec<_> = tool_snaps.iter().map(|i| i.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            TurnItemStatus::Pending,
+            TurnItemStatus::Pending,
+            TurnItemStatus::Running,
+            TurnItemStatus::Completed
+        ]
+    );
+    let items = final_items(&events);
+    assert_eq!(items.len(), 2);
+    match &items[0].kind {
+        TurnItemKind::ToolCall {
+            call_id,
+            tool,
+            input,
+            output,
+            error,
+        } => {
+            assert_eq!((call_id.as_str(), tool.as_str()), ("call_1", "read"));
+            assert_eq!(input, &json!({"path": "src/main.rs"}));
+            assert!(output.as_deref().unwrap().contains("fn main"));
+            assert!(error.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(items[0].ordinal, 1_000_001);
+    assert_eq!(text_of(&items[1]), "It prints hello.");
+    assert_eq!(items[1].ordinal, 1_000_002);
+    let (outcome, usage) = outcome(&events);
+    assert_eq!(outcome, TurnOutcome::Completed);
+    assert_eq!(usage.unwrap().total_tokens, 27 + 15);
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    let second = &requests[1].messages;
+    let n = second.len();
+    assert_eq!(
+        second[n - 2],
+        ChatMessage::Assistant {
+            text: None,
+            tool_calls: vec![ToolCallRequest {
+                id: "call_1".into(),
+                name: "read".into(),
+                arguments: r#"{"path":"src/main.rs"}"#.into()
+            }]
+        }
+    );
+    match &second[n - 1] {
+        ChatMessage::Tool { call_id, content } => {
+            assert_eq!(call_id, "call_1");
+            assert!(content.contains("     1\tfn main() {"), "{content}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_error_goes_back_to_the_model_and_the_turn_completes() {
+    let llm = FakeLlm::new(vec![
+        tool_step("call_1", "read", r#"{"path":"../x"}"#),
+        tool_step("call_2", "grep", "{not json"),
+        text_step(&["I cannot read that."]),
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session
+        .start_turn(turn(1, "read ../x", vec![]))
+        .await
+        .unwrap();
+    let events = collect_turn(&mut h.events).await;
+
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    assert_nothing_pending(&events);
+    let items = final_items(&events);
+    assert_eq!(items[0].status, TurnItemStatus::Failed);
+    match &items[0].kind {
+        TurnItemKind::ToolCall { error, output, .. } => {
+            assert!(output.is_none());
+            assert!(
+                error
+                    .as_deref()
+                    .unwrap()
+                    .contains("path ../x is outside the project root")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match &items[1].kind {
+        TurnItemKind::ToolCall { input, error, .. } => {
+            assert_eq!(input, &Value::String("{not json".into()));
+            assert!(error.as_deref().unwrap().contains("not valid JSON"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    match requests[1].messages.last().unwrap() {
+        ChatMessage::Tool { content, .. } => {
+            assert!(
+                content.starts_with("Error: path ../x is outside the project root"),
+                "{content}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn http_error_fails_the_turn_with_provider_http() {
+    let body = json!({"error": {"code": "rate_limit_exceeded", "message": "slow down"}});
+    let llm = FakeLlm::new(vec![vec![Err(LlmError::Http {
+        status: 429,
+        retry_after: None,
+        body: Some(body.clone()),
+        message: "slow down".into(),
+    })]]);
+    let mut h = open(llm, |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    let TurnOutcome::Failed { error } = outcome(&events).0 else {
+        panic!("expected a failure");
+    };
+    assert_eq!(error.error_type, "provider.http");
+    assert_eq!(error.http_status, Some(429));
+    assert_eq!(error.code.as_deref(), Some("rate_limit_exceeded"));
+    assert_eq!(error.detail, Some(body));
+    assert_eq!(
+        error.message,
+        "the model endpoint answered HTTP 429: slow down"
+    );
+    assert!(snapshots(&events).is_empty());
+    assert!(events.iter().any(|e| matches!(e,
+        AdapterEvent::ProviderTurnUpdated(t) if t.status == ProviderTurnStatus::Failed)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stream_error_keeps_partial_text_marked_failed() {
+    let llm = FakeLlm::new(vec![vec![
+        Ok(LlmEvent::TextStart { id: "t".into() }),
+        Ok(LlmEvent::TextDelta {
+            id: "t".into(),
+            text: "Partial ans".into(),
+        }),
+        Ok(LlmEvent::ToolInputStart {
+            id: "call_9".into(),
+            name: "read".into(),
+        }),
+        Ok(LlmEvent::ToolInputDelta {
+            id: "call_9".into(),
+            delta: "{\"pa".into(),
+        }),
+        Err(LlmError::Stream(SseError::EndedEarly)),
+    ]]);
+    let mut h = open(llm, |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+
+    assert_nothing_pending(&events);
+    let TurnOutcome::Failed { error } = outcome(&events).0 else {
+        panic!("expected a failure");
+    };
+    assert_eq!(error.error_type, "provider.stream");
+    assert_eq!(
+        error.message,
+        LlmError::Stream(SseError::EndedEarly).to_string()
+    );
+    let items = final_items(&events);
+    assert_eq!(items[0].status, TurnItemStatus::Failed);
+    assert_eq!(text_of(&items[0]), "Partial ans");
+    assert_eq!(items[1].status, TurnItemStatus::Failed);
+    match &items[1].kind {
+        TurnItemKind::ToolCall { input, error, .. } => {
+            assert_eq!(input, &Value::String("{\"pa".into()));
+            assert!(error.is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn interrupt_mid_stream_settles_items_as_interrupted() {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let llm = FakeLlm::with(vec![Script::Gate(rx)], None);
+    let mut h = open(llm, |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    tx.send(Ok(LlmEvent::ReasoningStart { id: "r".into() }))
+        .unwrap();
+    tx.send(Ok(LlmEvent::ReasoningDelta {
+        id: "r".into(),
+        text: "hmm".into(),
+    }))
+    .unwrap();
+    tx.send(Ok(LlmEvent::TextStart { id: "t".into() })).unwrap();
+    tx.send(Ok(LlmEvent::TextDelta {
+        id: "t".into(),
+        text: "Working on".into(),
+    }))
+    .unwrap();
+    // Wait until the text is visible, then interrupt.
+    let mut seen = Vec::new();
+    loop {
+        let e = h.events.next().await.unwrap().unwrap();
+        let done = matches!(&e, AdapterEvent::TurnItemUpdated(i)
+            if matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "Working on"));
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    h.session
+        .interrupt_turn(&ThreadId::from("thread_1"), InterruptReason::User)
+        .await
+        .unwrap();
+    seen.extend(collect_turn(&mut h.events).await);
+
+    assert_eq!(
+        outcome(&seen).0,
+        TurnOutcome::Interrupted {
+            reason: "user".into()
+        }
+    );
+    assert_nothing_pending(&seen);
+    let items = final_items(&seen);
+    assert_eq!(items.len(), 2);
+    assert!(
+        items
+            .iter()
+            .all(|i| i.status == TurnItemStatus::Interrupted)
+    );
+    assert_eq!(text_of(&items[0]), "hmm");
+    assert_eq!(text_of(&items[1]), "Working on");
+    drop(tx);
+}
+
+/// A tool that never finishes, to interrupt a turn while a tool runs.
+struct HangingTool;
+
+#[async_trait::async_trait]
+impl Tool for HangingTool {
+    fn name(&self) -> &'static str {
+        "hang"
+    }
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "hang".into(),
+            description: "never returns".into(),
+            parameters: json!({"type": "object"}),
+        }
+    }
+    async fn execute(&self, _args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
+        futures::future::pending::<()>().await;
+        Ok(String::new())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn interrupt_during_a_tool_fails_it_as_aborted() {
+    let llm = FakeLlm::new(vec![tool_step("call_1", "hang", "{}")]);
+    let mut tools = ToolSet::read_only();
+    tools.insert(Arc::new(HangingTool));
+    let mut h = open(llm, |_| {}, Some(tools)).await;
+    h.session.start_turn(turn(1, "hang", vec![])).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let e = h.events.next().await.unwrap().unwrap();
+        let running =
+            matches!(&e, AdapterEvent::TurnItemUpdated(i) if i.status == TurnItemStatus::Running);
+        seen.push(e);
+        if running {
+            break;
+        }
+    }
+    // A second turn cannot start while this one runs.
+    let err = h
+        .session
+        .start_turn(turn(2, "again", vec![]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AdapterError::Runtime(_)), "{err:?}");
+    // Interrupting another thread does nothing.
+    h.session
+        .interrupt_turn(&ThreadId::from("thread_other"), InterruptReason::User)
+        .await
+        .unwrap();
+    h.session
+        .interrupt_turn(&ThreadId::from("thread_1"), InterruptReason::Superseded)
+        .await
+        .unwrap();
+    seen.extend(collect_turn(&mut h.events).await);
+    assert_eq!(
+        outcome(&seen).0,
+        TurnOutcome::Interrupted {
+            reason: "superseded".into()
+        }
+    );
+    assert_nothing_pending(&seen);
+    let items = final_items(&seen);
+    assert_eq!(items[0].status, TurnItemStatus::Failed);
+    assert!(matches!(&items[0].kind,
+        TurnItemKind::ToolCall { error: Some(e), .. } if e == "Tool execution aborted"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn next_turn_can_start_as_soon_as_the_terminal_arrives() {
+    let llm = FakeLlm::new(vec![text_step(&["one"]), text_step(&["two"])]);
+    let mut h = open(llm, |_| {}, None).await;
+    h.session.start_turn(turn(1, "a", vec![])).await.unwrap();
+    collect_turn(&mut h.events).await;
+    h.session.start_turn(turn(2, "b", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(text_of(&final_items(&events)[0]), "two");
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_steps_fails_the_turn_with_a_clear_error() {
+    let llm = FakeLlm::new(vec![
+        tool_step("c1", "list", "{}"),
+        tool_step("c2", "list", "{}"),
+        tool_step("c3", "list", "{}"),
+    ]);
+    let mut h = open(llm.clone(), |c| c.max_steps = 2, None).await;
+    h.session.start_turn(turn(1, "loop", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    let TurnOutcome::Failed { error } = outcome(&events).0 else {
+        panic!("expected a failure");
+    };
+    assert_eq!(error.error_type, "runtime");
+    assert!(error.message.contains("max_steps"), "{}", error.message);
+    assert_eq!(llm.requests().len(), 2);
+    assert_nothing_pending(&events);
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_quick_deltas_produce_few_snapshots() {
+    let parts: Vec<String> = (0..1000).map(|i| format!("{} ", i % 10)).collect();
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    // One delta per millisecond for one second; the window is 50 ms.
+    let llm = FakeLlm::with(
+        vec![Script::Events(text_step(&refs))],
+        Some(Duration::from_millis(1)),
+    );
+    let mut h = open(llm, |_| {}, None).await;
+    h.session
+        .start_turn(turn(1, "count", vec![]))
+        .await
+        .unwrap();
+    let events = collect_turn(&mut h.events).await;
+    let count = snapshots(&events).len();
+    assert!(
+        (10..=40).contains(&count),
+        "{count} snapshots for 1000 deltas"
+    );
+    assert_eq!(text_of(&final_items(&events)[0]), parts.concat());
+}
+
+#[tokio::test(start_paused = true)]
+async fn streamed_text_is_emitted_within_the_flush_interval() {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let llm = FakeLlm::with(vec![Script::Gate(rx)], None);
+    let mut h = open(llm, |c| c.flush_interval = Duration::from_millis(50), None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    next_item(&mut h.events).await; // nothing yet: provider turn first
+    tx.send(Ok(LlmEvent::TextStart { id: "t".into() })).unwrap();
+    let started = next_item(&mut h.events).await.unwrap();
+    assert_eq!(text_of(&started), "");
+
+    let t0 = Instant::now();
+    tx.send(Ok(LlmEvent::TextDelta {
+        id: "t".into(),
+        text: "Hel".into(),
+    }))
+    .unwrap();
+    tx.send(Ok(LlmEvent::TextDelta {
+        id: "t".into(),
+        text: "lo".into(),
+    }))
+    .unwrap();
+    // Too soon after the start snapshot: held back, then flushed at the deadline.
+    let item = next_item(&mut h.events).await.unwrap();
+    assert_eq!(text_of(&item), "Hello");
+    let waited = t0.elapsed();
+    assert!(waited <= Duration::from_millis(50), "waited {waited:?}");
+    assert!(
+        waited > Duration::ZERO,
+        "the second delta should have been held back"
+    );
+
+    // Once the window has passed, the next delta goes out at once (leading edge).
+    tokio::time::advance(Duration::from_millis(60)).await;
+    let t1 = Instant::now();
+    tx.send(Ok(LlmEvent::TextDelta {
+        id: "t".into(),
+        text: "!".into(),
+    }))
+    .unwrap();
+    let item = next_item(&mut h.events).await.unwrap();
+    assert_eq!(text_of(&item), "Hello!");
+    assert_eq!(t1.elapsed(), Duration::ZERO);
+
+    // 4 KiB unsent forces a snapshot without waiting.
+    let t2 = Instant::now();
+    for _ in 0..4 {
+        tx.send(Ok(LlmEvent::TextDelta {
+            id: "t".into(),
+            text: "x".repeat(1024),
+        }))
+        .unwrap();
+    }
+    let item = next_item(&mut h.events).await.unwrap();
+    assert_eq!(text_of(&item).len(), "Hello!".len() + 4096);
+    assert_eq!(t2.elapsed(), Duration::ZERO);
+
+    tx.send(Ok(LlmEvent::TextEnd { id: "t".into() })).unwrap();
+    tx.send(Ok(finish(FinishReason::Stop, 1, 1))).unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+}
+
+/// The next event; `Some(item)` for a turn item snapshot, `None` for others.
+async fn next_item(events: &mut Events) -> Option<TurnItem> {
+    match events.next().await.unwrap().unwrap() {
+        AdapterEvent::TurnItemUpdated(item) => Some(item),
+        _ => None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_interrupts_the_turn_and_ends_the_stream() {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let llm = FakeLlm::with(vec![Script::Gate(rx)], None);
+    let mut h = open(llm, |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    tx.send(Ok(LlmEvent::TextStart { id: "t".into() })).unwrap();
+    tokio::task::yield_now().await;
+    h.session.close().await.unwrap();
+    h.session.close().await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(
+        outcome(&events).0,
+        TurnOutcome::Interrupted {
+            reason: "shutdown".into()
+        }
+    );
+    assert_nothing_pending(&events);
+    match h.events.next().await {
+        Some(Ok(AdapterEvent::ProviderSessionUpdated(s))) => {
+            assert_eq!(s.status, SessionStatus::Stopped)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        h.events.next().await.is_none(),
+        "stream must end after close"
+    );
+    assert!(matches!(
+        h.session.start_turn(turn(2, "again", vec![])).await,
+        Err(AdapterError::Closed)
+    ));
+}
+
+// ---------------------------------------------------------------- history items
+
+fn item(run: u32, n: u64, status: TurnItemStatus, kind: TurnItemKind) -> TurnItem {
+    let run_id = RunId::for_thread(&ThreadId::from("thread_1"), run);
+    let now = chrono::Utc::now();
+    TurnItem {
+        id: TurnItemId::from(format!("item:{run_id}:{n}")),
+        thread_id: ThreadId::from("thread_1"),
+        run_id: Some(run_id),
+        provider_turn_id: None,
+        ordinal: TurnItem::ordinal_in_run(run, n),
+        status,
+        started_at: Some(now),
+        completed_at: Some(now),
+        updated_at: now,
+        kind,
+    }
+}
+
+fn user_item(run: u32, text: &str) -> TurnItem {
+    item(
+        run,
+        0,
+        TurnItemStatus::Completed,
+        TurnItemKind::UserMessage {
+            text: text.into(),
+            origin: MessageOrigin::User,
+            description: None,
+        },
+    )
+}
+
+fn assistant_item(run: u32, n: u64, text: &str) -> TurnItem {
+    item(
+        run,
+        n,
+        TurnItemStatus::Completed,
+        TurnItemKind::AssistantMessage {
+            text: text.into(),
+            streaming: false,
+        },
+    )
+}
+
+fn tool_item(run: u32, n: u64, id: &str, output: Option<&str>, error: Option<&str>) -> TurnItem {
+    item(
+        run,
+        n,
+        if output.is_some() {
+            TurnItemStatus::Completed
+        } else {
+            TurnItemStatus::Failed
+        },
+        TurnItemKind::ToolCall {
+            call_id: id.into(),
+            tool: "read".into(),
+            input: json!({"path": "a"}),
+            output: output.map(Into::into),
+            error: error.map(Into::into),
+        },
+    )
+}
+
+#[test]
+fn history_groups_tool_calls_and_skips_reasoning_and_errors() {
+    let history = vec![
+        user_item(1, "q1"),
+        item(
+            1,
+            1,
+            TurnItemStatus::Completed,
+            TurnItemKind::Reasoning {
+                text: "think".into(),
+                streaming: false,
+            },
+        ),
+        assistant_item(1, 2, "Let me look."),
+        tool_item(1, 3, "c1", Some("A"), None),
+        tool_item(1, 4, "c2", None, Some("boom")),
+        assistant_item(1, 5, "Done."),
+        item(
+            1,
+            6,
+            TurnItemStatus::Completed,
+            TurnItemKind::Error {
+                error: RunError::new("runtime", "x"),
+            },
+        ),
+        user_item(2, "q2"),
+    ];
+    let messages = knife_agent::messages::build_messages("sys", &history, "q3");
+    let call = |id: &str| ToolCallRequest {
+        id: id.into(),
+        name: "read".into(),
+        arguments: r#"{"path":"a"}"#.into(),
+    };
+    assert_eq!(
+        messages,
+        [
+            ChatMessage::System { text: "sys".into() },
+            ChatMessage::User { text: "q1".into() },
+            ChatMessage::Assistant {
+                text: Some("Let me look.".into()),
+                tool_calls: vec![call("c1"), call("c2")]
+            },
+            ChatMessage::Tool {
+                call_id: "c1".into(),
+                content: "A".into()
+            },
+            ChatMessage::Tool {
+                call_id: "c2".into(),
+                content: "Error: boom".into()
+            },
+            ChatMessage::Assistant {
+                text: Some("Done.".into()),
+                tool_calls: vec![]
+            },
+            ChatMessage::User { text: "q2".into() },
+            ChatMessage::User { text: "q3".into() },
+        ]
+    );
+}

@@ -1,0 +1,380 @@
+//! Tests of the read-only tools on temp-dir projects: behaviour, confinement to
+//! the project root (`..`, absolute paths, symlinks), `.gitignore` and output caps.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::Path;
+
+use knife_agent::tools::{ToolContext, ToolError, ToolSet};
+use serde_json::{Value, json};
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("src/nested")).unwrap();
+    fs::write(root.join("Cargo.toml"), "[package]\nname = \"demo\"\n").unwrap();
+    fs::write(
+        root.join("src/main.rs"),
+        "fn main() {\n    println!(\"hello\");\n}\n",
+    )
+    .unwrap();
+    fs::write(
+        root.join("src/lib.rs"),
+        "pub fn hello() -> &'static str {\n    \"Hello\"\n}\n",
+    )
+    .unwrap();
+    fs::write(root.join("src/nested/deep.rs"), "// deep hello\n").unwrap();
+    fs::write(root.join(".gitignore"), "target/\n*.log\n").unwrap();
+    fs::create_dir_all(root.join("target/debug")).unwrap();
+    fs::write(
+        root.join("target/debug/out.rs"),
+        "hello from build output\n",
+    )
+    .unwrap();
+    fs::write(root.join("debug.log"), "hello log\n").unwrap();
+    dir
+}
+
+async fn run(root: &Path, tool: &str, args: Value) -> Result<String, ToolError> {
+    let ctx = ToolContext::new(root).unwrap();
+    ToolSet::read_only().execute(tool, args, &ctx).await
+}
+
+#[tokio::test]
+async fn specs_name_the_four_tools_with_object_schemas() {
+    let specs = ToolSet::read_only().specs();
+    let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["glob", "grep", "list", "read"]);
+    for spec in specs {
+        assert_eq!(spec.parameters["type"], "object", "{}", spec.name);
+        assert!(!spec.description.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn read_returns_numbered_lines() {
+    let p = project();
+    let out = run(p.path(), "read", json!({"path": "src/main.rs"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        "     1\tfn main() {\n     2\t    println!(\"hello\");\n     3\t}\n"
+    );
+}
+
+#[tokio::test]
+async fn read_honours_offset_and_limit_and_says_what_it_left_out() {
+    let p = project();
+    let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    fs::write(p.path().join("ten.txt"), text).unwrap();
+    let out = run(
+        p.path(),
+        "read",
+        json!({"path": "ten.txt", "offset": 3, "limit": 2}),
+    )
+    .await
+    .unwrap();
+    assert!(out.starts_with("     3\tline 3\n     4\tline 4\n"), "{out}");
+    assert!(out.contains("truncated: showed lines 3-4 of 10"), "{out}");
+    assert!(out.contains("offset=5"), "{out}");
+    let past = run(p.path(), "read", json!({"path": "ten.txt", "offset": 50}))
+        .await
+        .unwrap();
+    assert!(past.contains("past the end"), "{past}");
+}
+
+#[tokio::test]
+async fn read_caps_lines_and_bytes() {
+    let p = project();
+    let many: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    fs::write(p.path().join("many.txt"), many).unwrap();
+    let out = run(p.path(), "read", json!({"path": "many.txt"}))
+        .await
+        .unwrap();
+    assert!(out.contains("  2000\t2000\n"));
+    assert!(!out.contains("  2001\t"));
+    assert!(
+        out.contains("showed lines 1-2000 of 3000"),
+        "{}",
+        &out[out.len() - 200..]
+    );
+
+    let wide: String = (0..1000)
+        .map(|_| format!("{}\n", "x".repeat(200)))
+        .collect();
+    fs::write(p.path().join("wide.txt"), wide).unwrap();
+    let out = run(p.path(), "read", json!({"path": "wide.txt"}))
+        .await
+        .unwrap();
+    assert!(out.len() <= 50 * 1024 + 300, "output {} bytes", out.len());
+    assert!(
+        out.contains("because the output reached 50 KiB"),
+        "{}",
+        &out[out.len() - 200..]
+    );
+}
+
+#[tokio::test]
+async fn read_refuses_directories_binaries_and_missing_files() {
+    let p = project();
+    fs::write(p.path().join("blob.bin"), [0u8, 1, 2, 3]).unwrap();
+    assert!(matches!(
+        run(p.path(), "read", json!({"path": "src"})).await,
+        Err(ToolError::IsDirectory { .. })
+    ));
+    assert!(matches!(
+        run(p.path(), "read", json!({"path": "blob.bin"})).await,
+        Err(ToolError::Binary { .. })
+    ));
+    let missing = run(p.path(), "read", json!({"path": "nope.rs"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, ToolError::NotFound { .. }));
+    assert!(missing.to_string().contains("nope.rs"));
+    assert!(matches!(
+        run(p.path(), "read", json!({"offset": 1})).await,
+        Err(ToolError::InvalidArguments { .. })
+    ));
+}
+
+#[tokio::test]
+async fn parent_dir_escape_is_a_tool_error() {
+    let p = project();
+    let root = fs::canonicalize(p.path()).unwrap();
+    let err = run(p.path(), "read", json!({"path": "../secret.txt"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::OutsideRoot { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("path ../secret.txt is outside the project root")
+            && msg.contains(&root.display().to_string())
+            && msg.contains("use a path inside the project"),
+        "{msg}"
+    );
+    // Existing directories outside the root, via `..` inside a longer path.
+    let err = run(p.path(), "list", json!({"path": "src/../.."}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::OutsideRoot { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn absolute_paths_outside_are_refused_inside_accepted() {
+    let p = project();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("secret.txt"), "top secret\n").unwrap();
+    let abs = outside.path().join("secret.txt").display().to_string();
+    for tool in ["read", "list", "glob", "grep"] {
+        let args = match tool {
+            "read" | "list" => json!({"path": abs}),
+            "glob" => json!({"pattern": "*", "path": outside.path()}),
+            _ => json!({"pattern": "secret", "path": abs}),
+        };
+        let err = run(p.path(), tool, args).await.unwrap_err();
+        assert!(
+            matches!(err, ToolError::OutsideRoot { .. }),
+            "{tool}: {err:?}"
+        );
+    }
+    assert!(matches!(
+        run(p.path(), "read", json!({"path": "/etc/passwd"})).await,
+        Err(ToolError::OutsideRoot { .. })
+    ));
+    let inside = p.path().join("src/main.rs").display().to_string();
+    let out = run(p.path(), "read", json!({"path": inside}))
+        .await
+        .unwrap();
+    assert!(out.contains("fn main"));
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn symlink_pointing_outside_is_refused_and_never_walked() {
+    let p = project();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("secret.txt"), "top secret hello\n").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), p.path().join("link.txt"))
+        .unwrap();
+    std::os::unix::fs::symlink(outside.path(), p.path().join("linkdir")).unwrap();
+
+    let err = run(p.path(), "read", json!({"path": "link.txt"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::OutsideRoot { .. }), "{err:?}");
+    let err = run(p.path(), "read", json!({"path": "linkdir/secret.txt"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::OutsideRoot { .. }), "{err:?}");
+    let err = run(p.path(), "list", json!({"path": "linkdir"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::OutsideRoot { .. }), "{err:?}");
+
+    // Walks do not follow links out of the root.
+    let grep = run(p.path(), "grep", json!({"pattern": "top secret"}))
+        .await
+        .unwrap();
+    assert!(grep.starts_with("No matches"), "{grep}");
+    let glob = run(p.path(), "glob", json!({"pattern": "**/secret.txt"}))
+        .await
+        .unwrap();
+    assert!(glob.starts_with("No files match"), "{glob}");
+
+    // A symlink that stays inside the root is fine.
+    std::os::unix::fs::symlink(p.path().join("src/lib.rs"), p.path().join("inner.rs")).unwrap();
+    let out = run(p.path(), "read", json!({"path": "inner.rs"}))
+        .await
+        .unwrap();
+    assert!(out.contains("pub fn hello"));
+}
+
+#[tokio::test]
+async fn list_respects_gitignore_and_depth() {
+    let p = project();
+    let out = run(p.path(), "list", json!({})).await.unwrap();
+    let lines: Vec<_> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            ".gitignore",
+            "Cargo.toml",
+            "src/",
+            "src/lib.rs",
+            "src/main.rs",
+            "src/nested/"
+        ],
+        "{out}"
+    );
+    let deep = run(p.path(), "list", json!({"path": "src", "depth": 3}))
+        .await
+        .unwrap();
+    assert!(deep.lines().any(|l| l == "src/nested/deep.rs"), "{deep}");
+    assert!(matches!(
+        run(p.path(), "list", json!({"path": "Cargo.toml"})).await,
+        Err(ToolError::NotADirectory { .. })
+    ));
+}
+
+#[tokio::test]
+async fn list_caps_entries() {
+    let p = project();
+    fs::create_dir(p.path().join("big")).unwrap();
+    for i in 0..1100 {
+        fs::write(p.path().join(format!("big/f{i:04}.txt")), "").unwrap();
+    }
+    let out = run(p.path(), "list", json!({"path": "big"})).await.unwrap();
+    assert_eq!(out.lines().filter(|l| l.starts_with("big/")).count(), 1000);
+    assert!(out.contains("truncated at 1000 entries"));
+}
+
+#[tokio::test]
+async fn glob_matches_sorted_and_skips_ignored() {
+    let p = project();
+    let out = run(p.path(), "glob", json!({"pattern": "**/*.rs"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["src/lib.rs", "src/main.rs", "src/nested/deep.rs"]
+    );
+    let top = run(p.path(), "glob", json!({"pattern": "*.rs", "path": "src"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        top.lines().collect::<Vec<_>>(),
+        ["src/lib.rs", "src/main.rs"]
+    );
+    let none = run(p.path(), "glob", json!({"pattern": "*.log"}))
+        .await
+        .unwrap();
+    assert!(none.starts_with("No files match"), "{none}");
+    assert!(matches!(
+        run(p.path(), "glob", json!({"pattern": "a[b"})).await,
+        Err(ToolError::InvalidPattern { .. })
+    ));
+}
+
+#[tokio::test]
+async fn glob_caps_matches() {
+    let p = project();
+    fs::create_dir(p.path().join("big")).unwrap();
+    for i in 0..1050 {
+        fs::write(p.path().join(format!("big/f{i:04}.txt")), "").unwrap();
+    }
+    let out = run(p.path(), "glob", json!({"pattern": "big/*.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(out.lines().filter(|l| l.starts_with("big/")).count(), 1000);
+    assert!(out.contains("truncated at 1000 paths"));
+}
+
+#[tokio::test]
+async fn grep_finds_lines_and_skips_ignored_files() {
+    let p = project();
+    let out = run(p.path(), "grep", json!({"pattern": "hello"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "src/lib.rs:1:pub fn hello() -> &'static str {",
+            "src/main.rs:2:    println!(\"hello\");",
+            "src/nested/deep.rs:1:// deep hello"
+        ],
+        "{out}"
+    );
+    let ci = run(
+        p.path(),
+        "grep",
+        json!({"pattern": "hello", "case_insensitive": true, "include": "lib.rs"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ci,
+        "src/lib.rs:1:pub fn hello() -> &'static str {\nsrc/lib.rs:2:    \"Hello\""
+    );
+    let one = run(
+        p.path(),
+        "grep",
+        json!({"pattern": "fn", "path": "src/main.rs"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(one, "src/main.rs:1:fn main() {");
+    let none = run(p.path(), "grep", json!({"pattern": "zzz"}))
+        .await
+        .unwrap();
+    assert!(none.starts_with("No matches"));
+    assert!(matches!(
+        run(p.path(), "grep", json!({"pattern": "("})).await,
+        Err(ToolError::InvalidPattern { .. })
+    ));
+}
+
+#[tokio::test]
+async fn grep_caps_matches() {
+    let p = project();
+    let text: String = (0..800).map(|i| format!("needle {i}\n")).collect();
+    fs::write(p.path().join("hay.txt"), text).unwrap();
+    let out = run(p.path(), "grep", json!({"pattern": "needle"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("hay.txt:")).count(),
+        500
+    );
+    assert!(out.contains("truncated after 500 matching lines"));
+}
+
+#[tokio::test]
+async fn unknown_tool_lists_the_available_ones() {
+    let p = project();
+    let err = run(p.path(), "write", json!({})).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown tool write; available tools: glob, grep, list, read"
+    );
+}
