@@ -213,10 +213,21 @@ impl ChatCompletionsMapper {
 
     fn map_tool_call_delta(&mut self, position: u64, call: &Value, out: &mut Vec<MappedEvent>) {
         // Some servers omit `index` when each chunk carries whole calls.
-        let index = call
+        let mut index = call
             .get("index")
             .and_then(Value::as_u64)
             .unwrap_or(position);
+        let new_id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        // Some servers (Gemini's OpenAI layer) send each complete call at index
+        // 0: a different id at a used index is a new call, keyed after the rest.
+        if let (Some(new_id), Some(existing)) = (new_id, self.tools.get(&index))
+            && existing.id != new_id
+        {
+            index = self.tools.keys().next_back().map_or(0, |k| k + 1);
+        }
         let function = call.get("function");
         let arguments = function
             .and_then(|f| f.get("arguments"))
@@ -227,11 +238,7 @@ impl ChatCompletionsMapper {
             // A fragment for an index already closed by finish_reason: ignore.
             Some(_) => return,
             None => {
-                let id = call
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map_or_else(|| format!("call-{index}"), str::to_owned);
+                let id = new_id.map_or_else(|| format!("call-{index}"), str::to_owned);
                 let name = function
                     .and_then(|f| f.get("name"))
                     .and_then(Value::as_str)
@@ -441,6 +448,26 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    #[test]
+    fn complete_calls_reusing_index_zero_are_separate_calls() {
+        let out = run(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","function":{"name":"g","arguments":"{\"y\":2}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ]);
+        let calls: Vec<_> = out
+            .iter()
+            .filter_map(|e| match e {
+                Ok(LlmEvent::ToolCall { id, arguments, .. }) => {
+                    Some((id.as_str(), arguments.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls, vec![("a", "{}"), ("b", "{\"y\":2}")]);
     }
 
     #[test]
