@@ -17,7 +17,7 @@
 //!   when the script is exhausted, HTTP 500 with a JSON error saying so (or the
 //!   last response again with `repeat_last = true`).
 //! * [`MockMode::Replay`]: the exact bytes of a `.sse` file, for every request.
-//! * [`MockMode::Bench`]: K text deltas of write-time markers, no delay ([`bench`]).
+//! * [`MockMode::Bench`]: K text deltas of write-time markers, no delay ([`mod@bench`]).
 //!
 //! In every mode the body can be written in pieces of `split` bytes (each its own
 //! HTTP chunk), with `chunk_delay` before every chunk but the first, and *gated*:
@@ -140,7 +140,8 @@ pub struct MockLlmConfig {
     /// Applies within each event of a generated stream. Must not be 0.
     pub split: Option<usize>,
     /// Sleep before every HTTP chunk but the first (default 0); a script
-    /// response's `stream_deltas_ms` overrides it. Bench streams never wait.
+    /// response's `stream_deltas_ms` overrides it. Bench streams ignore it (a
+    /// `bench_deltas` response only waits its own `stream_deltas_ms`).
     pub chunk_delay: Duration,
     /// Hold every HTTP body chunk until [`Gate::release`]d (default false).
     pub gated: bool,

@@ -34,7 +34,7 @@ pub struct Script {
 /// | HTTP body | `status` and/or `body` (e.g. an error: `status = 500`) |
 /// | raw SSE | `raw` (bytes sent as they are), optional `cut` |
 /// | SSE file | `sse_file` (relative to the script file), optional `cut` |
-/// | bench | `bench_deltas = K` (see [`super::bench`]) |
+/// | bench | `bench_deltas = K` (see [`mod@super::bench`]) |
 ///
 /// `headers` and `stream_deltas_ms` apply to every kind.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
