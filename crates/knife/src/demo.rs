@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use knife_store::StreamFilter;
 use knife_testkit::demo::{demo_script, write_sample_project};
-use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, Script};
+use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, Script, ScriptResponse};
 
 use crate::app::{App, bind};
 use crate::client::ApiClient;
@@ -27,9 +27,10 @@ pub struct MockLlmArgs {
     /// Script file (TOML or JSON): one scripted response per request.
     #[arg(long, conflicts_with = "replay", required_unless_present = "replay")]
     pub script: Option<PathBuf>,
-    /// A `.sse` file replayed byte for byte for every request.
+    /// A `.sse` file replayed byte for byte. Repeat the flag to answer successive
+    /// requests with successive files (the last one answers any further request).
     #[arg(long)]
-    pub replay: Option<PathBuf>,
+    pub replay: Vec<PathBuf>,
     /// Delay between chunks, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub chunk_delay: u64,
@@ -39,20 +40,30 @@ pub struct MockLlmArgs {
 }
 
 pub async fn mock_llm(args: MockLlmArgs) -> anyhow::Result<ExitCode> {
-    let mut config = match (&args.script, &args.replay) {
+    for replay in &args.replay {
+        anyhow::ensure!(
+            replay.is_file(),
+            "replay file {} does not exist",
+            replay.display()
+        );
+    }
+    let mut config = match (&args.script, args.replay.as_slice()) {
         (Some(script), _) => MockLlmConfig::script(
             Script::load(script)
                 .with_context(|| format!("cannot load the script {}", script.display()))?,
         ),
-        (None, Some(replay)) => {
-            anyhow::ensure!(
-                replay.is_file(),
-                "replay file {} does not exist",
-                replay.display()
-            );
-            MockLlmConfig::replay_file(replay)
+        (None, [one]) => MockLlmConfig::replay_file(one),
+        (None, []) => anyhow::bail!("give --script FILE or --replay FILE.sse"),
+        (None, many) => {
+            let responses = many
+                .iter()
+                .map(|p| ScriptResponse {
+                    sse_file: Some(p.clone()),
+                    ..ScriptResponse::default()
+                })
+                .collect();
+            MockLlmConfig::script(Script::new(responses).repeat_last(true))
         }
-        (None, None) => anyhow::bail!("give --script FILE or --replay FILE.sse"),
     };
     config = config
         .with_listen(args.listen)
