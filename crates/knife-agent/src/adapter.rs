@@ -133,7 +133,9 @@ impl ProviderAdapter for BuiltinAgentAdapter {
     }
 
     /// Opens a session rooted at `input.cwd` (canonicalized; tools cannot leave it).
-    /// Emits `ProviderSessionUpdated` (ready) on the session's event stream.
+    /// Nothing is spawned until a turn starts. The session entity itself
+    /// (`ProviderSessionUpdated`) is the session manager's to write, so the
+    /// session's event stream carries turn events only.
     ///
     /// Errors: [`AdapterError::Open`] when the project root cannot be resolved.
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
@@ -143,26 +145,13 @@ impl ProviderAdapter for BuiltinAgentAdapter {
                 input.cwd.display()
             ))
         })?;
-        let now = self.config.clock.now();
-        let session = ProviderSession {
-            id: input.provider_session_id.clone(),
-            driver: DRIVER.to_owned(),
-            provider_instance_id: input.provider_instance_id.clone(),
-            status: SessionStatus::Ready,
-            cwd: tool_ctx.root().display().to_string(),
-            model: input.model.clone(),
-            capabilities: self.capabilities(),
-            created_at: now,
-            updated_at: now,
-            last_error: None,
-        };
         let (tx, rx) = mpsc::unbounded_channel();
-        let _ = tx.send(Ok(AdapterEvent::ProviderSessionUpdated(session.clone())));
         Ok(Arc::new(BuiltinSession {
             config: Arc::clone(&self.config),
             tools: self.tools.clone(),
             tool_ctx,
-            session: Mutex::new(session),
+            provider_session_id: input.provider_session_id,
+            model: input.model,
             events_tx: Mutex::new(Some(tx)),
             events_rx: Mutex::new(Some(rx)),
             active: Arc::new(Mutex::new(None)),
@@ -188,7 +177,9 @@ struct BuiltinSession {
     config: Arc<BuiltinAgentConfig>,
     tools: ToolSet,
     tool_ctx: ToolContext,
-    session: Mutex<ProviderSession>,
+    provider_session_id: ProviderSessionId,
+    /// Session-level model override (from `OpenSessionInput::model`).
+    model: Option<String>,
     /// `None` once closed. Turn tasks hold clones, so the stream ends when the
     /// session is closed AND the last turn task has finished.
     events_tx: Mutex<Option<EventSender>>,
@@ -235,11 +226,10 @@ impl SessionRuntime for BuiltinSession {
             *next
         };
 
-        let session_model = self.session.lock().ok().and_then(|s| s.model.clone());
         let model = input
             .model
             .clone()
-            .or(session_model)
+            .or_else(|| self.model.clone())
             .unwrap_or_else(|| self.config.default_model.clone());
         let system =
             self.config.system_prompt.clone().unwrap_or_else(|| {
@@ -263,24 +253,21 @@ impl SessionRuntime for BuiltinSession {
                 *active = None;
             }
         });
-        let recorder =
-            TurnRecorder::new(
-                events,
-                Arc::clone(&self.config.clock),
-                TurnIdentity {
-                    thread_id: input.thread_id.clone(),
-                    run_id: input.run_id.clone(),
-                    run_ordinal: input.run_ordinal,
-                    provider_turn_id: input.provider_turn_id.clone(),
-                    provider_session_id: self.session.lock().map(|s| s.id.clone()).map_err(
-                        |_| AdapterError::Runtime("the session state is poisoned".into()),
-                    )?,
-                    attempt: input.attempt,
-                },
-                self.config.effective_flush_interval(),
-                self.config.flush_bytes,
-                on_finish,
-            );
+        let recorder = TurnRecorder::new(
+            events,
+            Arc::clone(&self.config.clock),
+            TurnIdentity {
+                thread_id: input.thread_id.clone(),
+                run_id: input.run_id.clone(),
+                run_ordinal: input.run_ordinal,
+                provider_turn_id: input.provider_turn_id.clone(),
+                provider_session_id: self.provider_session_id.clone(),
+                attempt: input.attempt,
+            },
+            self.config.effective_flush_interval(),
+            self.config.flush_bytes,
+            on_finish,
+        );
         let reason = Arc::new(Mutex::new(None));
         // Spawned, not awaited: start_turn returns once the turn is accepted. The
         // slot lock is held across the spawn so the task cannot free the slot
@@ -340,8 +327,7 @@ impl SessionRuntime for BuiltinSession {
 
     /// Cancels the running turn (reason `shutdown`), waits up to
     /// [`CLOSE_TURN_GRACE`] for it to settle its items (then aborts it; the
-    /// recorder still settles them on drop), emits the session as stopped and
-    /// ends the event stream. Idempotent.
+    /// recorder still settles them on drop) and ends the event stream. Idempotent.
     async fn close(&self) -> Result<(), AdapterError> {
         let Some(events) = self.events_tx.lock().ok().and_then(|mut tx| tx.take()) else {
             return Ok(());
@@ -364,14 +350,9 @@ impl SessionRuntime for BuiltinSession {
             }
         }
         self.cancel.cancel();
-        let stopped = self.session.lock().ok().map(|mut s| {
-            s.status = SessionStatus::Stopped;
-            s.updated_at = self.config.clock.now();
-            s.clone()
-        });
-        if let Some(session) = stopped {
-            let _ = events.send(Ok(AdapterEvent::ProviderSessionUpdated(session)));
-        }
+        // `events` (the session's own sender) drops here; the stream ends once
+        // the turn task, which holds the only other sender, has finished.
+        drop(events);
         Ok(())
     }
 }

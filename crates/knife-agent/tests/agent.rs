@@ -164,14 +164,8 @@ async fn open(
     assert_eq!(adapter.driver(), "builtin");
     assert!(!adapter.capabilities().shared_sessions && !adapter.capabilities().steer);
     let session = adapter.open(open_input(project.path())).await.unwrap();
-    let mut events = session.take_events().unwrap();
+    let events = session.take_events().unwrap();
     assert!(session.take_events().is_none());
-    match events.next().await {
-        Some(Ok(AdapterEvent::ProviderSessionUpdated(s))) => {
-            assert_eq!(s.status, SessionStatus::Ready)
-        }
-        other => panic!("expected the session event first, got {other:?}"),
-    }
     Harness {
         session,
         events,
@@ -816,12 +810,6 @@ async fn close_interrupts_the_turn_and_ends_the_stream() {
         }
     );
     assert_nothing_pending(&events);
-    match h.events.next().await {
-        Some(Ok(AdapterEvent::ProviderSessionUpdated(s))) => {
-            assert_eq!(s.status, SessionStatus::Stopped)
-        }
-        other => panic!("{other:?}"),
-    }
     assert!(
         h.events.next().await.is_none(),
         "stream must end after close"
