@@ -194,6 +194,26 @@ impl BuiltinSession {
     fn sender(&self) -> Option<EventSender> {
         self.events_tx.lock().ok().and_then(|tx| tx.clone())
     }
+
+    /// Takes the running turn out of the slot (if any), records `reason` and
+    /// cancels it. The turn task then settles its items and emits its terminal.
+    fn cancel_active(&self, reason: InterruptReason) -> Option<ActiveTurn> {
+        let turn = self.active.lock().ok().and_then(|mut a| a.take())?;
+        if let Ok(mut slot) = turn.reason.lock() {
+            slot.get_or_insert_with(|| reason.as_str().to_owned());
+        }
+        turn.cancel.cancel();
+        Some(turn)
+    }
+}
+
+impl Drop for BuiltinSession {
+    /// A session dropped without `close` still stops its turn (reason `shutdown`),
+    /// so the turn task settles its items instead of running on unobserved.
+    fn drop(&mut self) {
+        let _ = self.cancel_active(InterruptReason::Shutdown);
+        self.cancel.cancel();
+    }
 }
 
 #[async_trait::async_trait]
@@ -332,12 +352,7 @@ impl SessionRuntime for BuiltinSession {
         let Some(events) = self.events_tx.lock().ok().and_then(|mut tx| tx.take()) else {
             return Ok(());
         };
-        let turn = self.active.lock().ok().and_then(|mut a| a.take());
-        if let Some(turn) = turn {
-            if let Ok(mut slot) = turn.reason.lock() {
-                slot.get_or_insert_with(|| InterruptReason::Shutdown.as_str().to_owned());
-            }
-            turn.cancel.cancel();
+        if let Some(turn) = self.cancel_active(InterruptReason::Shutdown) {
             let abort = turn.handle.abort_handle();
             if tokio::time::timeout(CLOSE_TURN_GRACE, turn.handle)
                 .await

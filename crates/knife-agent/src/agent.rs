@@ -240,3 +240,51 @@ fn body_error_code(body: &Value) -> Option<String> {
             _ => None,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use knife_llm::SseError;
+    use serde_json::json;
+
+    #[test]
+    fn llm_errors_map_to_typed_run_errors() {
+        let transport = run_error(&LlmError::Transport("connection refused".into()));
+        assert_eq!(transport.error_type, "provider.transport");
+        assert!(transport.message.contains("connection refused"));
+        assert_eq!(
+            run_error(&LlmError::Stream(SseError::Incomplete)).error_type,
+            "provider.stream"
+        );
+        let decode = run_error(&LlmError::Decode {
+            message: "bad".into(),
+            data: "{".into(),
+        });
+        assert_eq!(decode.error_type, "provider.decode");
+        let body = json!({"type": "error", "error": {"type": "overloaded_error"}});
+        let provider = run_error(&LlmError::Provider {
+            code: Some("overloaded_error".into()),
+            message: "Overloaded".into(),
+            body: Some(body.clone()),
+        });
+        assert_eq!(provider.error_type, "provider.error");
+        assert_eq!(provider.code.as_deref(), Some("overloaded_error"));
+        assert_eq!(provider.detail, Some(body));
+        let http = run_error(&LlmError::Http {
+            status: 500,
+            retry_after: None,
+            body: Some(json!({"error": {"type": "server_error"}})),
+            message: "boom".into(),
+        });
+        assert_eq!(http.code.as_deref(), Some("server_error"));
+        assert_eq!(http.http_status, Some(500));
+    }
+
+    #[test]
+    fn empty_arguments_are_an_empty_object() {
+        assert_eq!(parse_arguments(" "), Ok(json!({})));
+        assert_eq!(parse_arguments(r#"{"a":1}"#), Ok(json!({"a": 1})));
+        assert!(parse_arguments("{").is_err());
+    }
+}

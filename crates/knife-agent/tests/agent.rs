@@ -820,6 +820,36 @@ async fn close_interrupts_the_turn_and_ends_the_stream() {
     ));
 }
 
+#[tokio::test(start_paused = true)]
+async fn dropping_the_session_stops_the_turn_without_pending_items() {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let llm = FakeLlm::with(vec![Script::Gate(rx)], None);
+    let Harness {
+        session,
+        mut events,
+        _project,
+    } = open(llm, |_| {}, None).await;
+    session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    tx.send(Ok(LlmEvent::TextStart { id: "t".into() })).unwrap();
+    tx.send(Ok(LlmEvent::TextDelta {
+        id: "t".into(),
+        text: "par".into(),
+    }))
+    .unwrap();
+    tokio::task::yield_now().await;
+    drop(session);
+    let seen = collect_turn(&mut events).await;
+    assert_eq!(
+        outcome(&seen).0,
+        TurnOutcome::Interrupted {
+            reason: "shutdown".into()
+        }
+    );
+    assert_nothing_pending(&seen);
+    assert_eq!(text_of(&final_items(&seen)[0]), "par");
+    assert!(events.next().await.is_none());
+}
+
 // ---------------------------------------------------------------- history items
 
 fn item(run: u32, n: u64, status: TurnItemStatus, kind: TurnItemKind) -> TurnItem {
