@@ -62,10 +62,11 @@ impl Tool for GlobTool {
                 message: e.kind().to_string(),
             })?
             .compile_matcher();
-        let dir = ctx.resolve(args.path.as_deref().unwrap_or("."))?;
         let ctx = ctx.clone();
         let pattern = args.pattern;
+        let requested = args.path.unwrap_or_else(|| ".".to_owned());
         blocking(move || {
+            let dir = ctx.resolve(&requested)?;
             if !dir.is_dir() {
                 return Err(ToolError::NotADirectory {
                     path: ctx.display_path(&dir),

@@ -80,10 +80,14 @@ impl Tool for GrepTool {
             Some(glob) => Some(Include::new(glob)?),
             None => None,
         };
-        let start = ctx.resolve(args.path.as_deref().unwrap_or("."))?;
         let ctx = ctx.clone();
         let pattern = args.pattern;
-        blocking(move || search(&ctx, &start, &matcher, include.as_ref(), &pattern)).await
+        let requested = args.path.unwrap_or_else(|| ".".to_owned());
+        blocking(move || {
+            let start = ctx.resolve(&requested)?;
+            search(&ctx, &start, &matcher, include.as_ref(), &pattern)
+        })
+        .await
     }
 }
 

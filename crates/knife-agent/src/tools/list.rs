@@ -55,13 +55,14 @@ impl Tool for ListTool {
 
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let args: Args = parse_args(self.name(), args)?;
-        let dir = ctx.resolve(args.path.as_deref().unwrap_or("."))?;
         let depth = args
             .depth
             .map_or(DEFAULT_DEPTH, |d| usize::try_from(d).unwrap_or(MAX_DEPTH))
             .clamp(1, MAX_DEPTH);
         let ctx = ctx.clone();
+        let requested = args.path.unwrap_or_else(|| ".".to_owned());
         blocking(move || {
+            let dir = ctx.resolve(&requested)?;
             let shown = ctx.display_path(&dir);
             if !dir.is_dir() {
                 return Err(ToolError::NotADirectory { path: shown });

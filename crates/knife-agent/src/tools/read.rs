@@ -60,14 +60,19 @@ impl Tool for ReadTool {
 
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let args: Args = parse_args(self.name(), args)?;
-        let path = ctx.resolve(&args.path)?;
-        let shown = ctx.display_path(&path);
         let offset = args.offset.unwrap_or(1).max(1);
         let limit = args
             .limit
             .map_or(MAX_LINES, |l| usize::try_from(l).unwrap_or(MAX_LINES))
             .clamp(1, MAX_LINES);
-        blocking(move || read_lines(&path, &shown, offset, limit)).await
+        let ctx = ctx.clone();
+        blocking(move || {
+            // Canonicalizing touches the filesystem too, so it runs here as well.
+            let path = ctx.resolve(&args.path)?;
+            let shown = ctx.display_path(&path);
+            read_lines(&path, &shown, offset, limit)
+        })
+        .await
     }
 }
 
