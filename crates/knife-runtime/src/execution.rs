@@ -391,10 +391,12 @@ impl ExecutionService {
                     None => break,
                 }
             }
-            if !batch.is_empty()
-                && let Err(e) = inner.store.write(batch).await
-            {
-                return (failed("store", e.to_string()), None);
+            if !batch.is_empty() {
+                let n = batch.len() as u64;
+                if let Err(e) = inner.store.write(batch).await {
+                    return (failed("store", e.to_string()), None);
+                }
+                metrics::counter!("knife_events_ingested_total").increment(n);
             }
             if let Some(t) = terminal {
                 return t;
@@ -463,6 +465,8 @@ impl ExecutionService {
         events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
         store.write(events).await?;
         metrics::counter!("knife_runs_total", "outcome" => label).increment(1);
+        let seconds = (now - run.requested_at).num_milliseconds().max(0) as f64 / 1000.0;
+        metrics::histogram!("knife_run_duration_seconds", "outcome" => label).record(seconds);
         tracing::info!(thread = %ctx.thread.id, run = %run.id, outcome = label, "run finished");
         Ok(())
     }

@@ -415,3 +415,35 @@ async fn a_runtime_that_ends_its_stream_mid_turn_fails_the_run_and_keeps_its_ite
         |i| matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "partial")
     ));
 }
+
+/// MGR-07 (minimal manager): a workspace that is missing or is a file fails the open
+/// with `ProviderWorkspaceMissingError` naming the path; the adapter is not opened and
+/// no provider session is projected.
+#[tokio::test]
+async fn mgr_07_open_with_missing_workspace_fails_and_projects_nothing() {
+    let h = harness(Behaviour::default()).await;
+    let instance = ProviderInstanceId::from("fake");
+    let file = h.project_root.join("not-a-dir.txt");
+    std::fs::write(&file, "x").unwrap();
+    for cwd in [h.project_root.join("missing"), file] {
+        let err = h
+            .exec
+            .manager()
+            .open(&h.thread.id, &instance, &cwd, None)
+            .await
+            .err()
+            .unwrap();
+        let RuntimeError::WorkspaceMissing(e) = &err else {
+            panic!("unexpected {err}")
+        };
+        assert_eq!(e.path, cwd.display().to_string());
+        let message = err.to_string();
+        assert!(message.contains(&cwd.display().to_string()), "{message}");
+        assert!(
+            message.contains("Restore the folder at this path before retrying."),
+            "{message}"
+        );
+    }
+    assert_eq!(*h.opens.lock().unwrap(), 0);
+    assert!(h.store.list_provider_sessions().await.unwrap().is_empty());
+}

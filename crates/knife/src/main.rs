@@ -41,6 +41,9 @@ enum Command {
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,
+    /// Database maintenance: `db rebuild` recomputes every projection from the event log.
+    #[command(subcommand)]
+    Db(threads::DbCommand),
     /// Benchmarks: `bench store`, `bench stream`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
             Command::Demo => demo::demo().await,
+            Command::Db(cmd) => threads::db(config, cmd).await,
             Command::Bench(cmd) => bench::bench(cmd).await,
         }
     });

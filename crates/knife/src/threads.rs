@@ -29,6 +29,39 @@ pub enum ThreadsCommand {
     },
 }
 
+/// `knife db …`.
+#[derive(Subcommand)]
+pub enum DbCommand {
+    /// Drop and recompute every projection table from the `events` table alone.
+    /// Stop the server first: it runs against the database file directly.
+    Rebuild {
+        /// Data directory (default $XDG_DATA_HOME/knife).
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    match cmd {
+        DbCommand::Rebuild { data_dir } => {
+            let db = config.data_dir(data_dir.as_deref())?.join(DB_FILE);
+            if !db.is_file() {
+                anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
+            }
+            let store = Store::open(&db).await?;
+            let stats = store.rebuild().await?;
+            println!(
+                "rebuilt the projections of {} from {} events in {:.1} ms",
+                db.display(),
+                stats.events,
+                stats.elapsed.as_secs_f64() * 1000.0
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Where to read from.
 #[derive(Args)]
 pub struct Source {
