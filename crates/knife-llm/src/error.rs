@@ -28,7 +28,11 @@ pub enum LlmError {
     #[error("the model's event stream is malformed: {0}")]
     Stream(#[from] SseError),
     /// An SSE event carried data that is not the JSON the protocol promises.
-    #[error("the model sent an event that could not be parsed ({message}): {data}")]
+    /// The message shows at most [`DECODE_PREVIEW_CHARS`] characters of the data.
+    #[error(
+        "the model sent an event that could not be parsed ({message}): {}. Check that base_url points at an OpenAI-compatible endpoint",
+        preview(data)
+    )]
     Decode {
         /// What the JSON parser said.
         message: String,
@@ -62,4 +66,37 @@ pub enum SseError {
     /// The stream ended without the protocol's terminator (`[DONE]`, `message_stop`, …).
     #[error("stream ended before the model finished its response")]
     Incomplete,
+}
+
+/// Characters of undecodable event data quoted in [`LlmError::Decode`]'s message.
+pub const DECODE_PREVIEW_CHARS: usize = 200;
+
+/// `data` cut to [`DECODE_PREVIEW_CHARS`] characters, with the total size when cut.
+fn preview(data: &str) -> String {
+    if data.chars().count() <= DECODE_PREVIEW_CHARS {
+        return format!("{data:?}");
+    }
+    let head: String = data.chars().take(DECODE_PREVIEW_CHARS).collect();
+    format!("{head:?}… ({} bytes in all)", data.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_errors_quote_a_bounded_preview_of_the_data() {
+        let short = LlmError::Decode {
+            message: "expected value".into(),
+            data: "garbage".into(),
+        };
+        assert!(short.to_string().contains("\"garbage\""), "{short}");
+        let long = LlmError::Decode {
+            message: "x".into(),
+            data: "a".repeat(10_000),
+        };
+        let text = long.to_string();
+        assert!(text.len() < 600, "{}", text.len());
+        assert!(text.contains("10000 bytes in all"), "{text}");
+    }
 }
