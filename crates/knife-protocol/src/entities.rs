@@ -2,8 +2,8 @@
 //! (upsert by id, last write wins), never a diff. Shapes follow SPEC.md's glossary and
 //! `reference/t3code.md` §1.3, trimmed to what knife uses.
 
-use crate::ids::*;
 use crate::Timestamp;
+use crate::ids::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -286,8 +286,12 @@ pub enum RuntimeRequestStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ResponseCapability {
-    Live { provider_session_id: ProviderSessionId },
-    NotResumable { reason: String },
+    Live {
+        provider_session_id: ProviderSessionId,
+    },
+    NotResumable {
+        reason: String,
+    },
 }
 
 /// A user's answer to an approval request.

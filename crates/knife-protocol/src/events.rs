@@ -1,9 +1,9 @@
 //! The domain event log: what knife appends to SQLite and streams to clients.
 //! Each event carries a whole entity (upsert by id); projections are a fold of them.
 
+use crate::Timestamp;
 use crate::entities::*;
 use crate::ids::*;
-use crate::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// One entry of the event log, before it has a sequence number.
@@ -32,6 +32,15 @@ impl DomainEvent {
             occurred_at,
             body,
         }
+    }
+
+    /// Files the event under `thread` when its payload names no thread (session-level
+    /// events: `provider-session.*` bind to / unbind from this thread).
+    pub fn with_thread(mut self, thread: &ThreadId) -> Self {
+        if self.thread_id.is_none() {
+            self.thread_id = Some(thread.clone());
+        }
+        self
     }
 
     /// The event type string stored in the `events.type` column (`run.updated`, …).
@@ -115,7 +124,9 @@ impl EventBody {
             | EventBody::ProviderSessionUpdated(_)
             | EventBody::ProviderSessionDetached { .. } => (None, None),
             EventBody::ProviderThreadUpdated(p) => (p.app_thread_id.clone(), None),
-            EventBody::ProviderTurnUpdated(t) => (Some(t.thread_id.clone()), Some(t.run_id.clone())),
+            EventBody::ProviderTurnUpdated(t) => {
+                (Some(t.thread_id.clone()), Some(t.run_id.clone()))
+            }
             EventBody::RuntimeRequestUpdated(r) => (Some(r.thread_id.clone()), r.run_id.clone()),
             EventBody::TurnItemUpdated(i) => (Some(i.thread_id.clone()), i.run_id.clone()),
         }

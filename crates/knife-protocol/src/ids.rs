@@ -148,6 +148,9 @@ mod tests {
         assert_eq!(RunId::for_thread(&t, 3).as_str(), "run:thread_x:3");
         assert_eq!(RunId::for_thread(&t, 3), RunId::for_thread(&t, 3));
         let i = ProviderInstanceId::from("openai");
-        assert_eq!(ProviderSessionId::shared(&i).as_str(), "provider-session:openai:shared");
+        assert_eq!(
+            ProviderSessionId::shared(&i).as_str(),
+            "provider-session:openai:shared"
+        );
     }
 }

@@ -34,13 +34,9 @@ pub fn push_coalesced(
         last.occurred_at = at;
         return;
     }
-    let mut event = DomainEvent::new(at, body);
     // Session-level events name no thread themselves; file them under the thread
     // whose turn produced them so the thread's stream shows them.
-    if event.thread_id.is_none() {
-        event.thread_id = Some(thread.clone());
-    }
-    batch.push(event);
+    batch.push(DomainEvent::new(at, body).with_thread(thread));
 }
 
 #[cfg(test)]

@@ -180,8 +180,7 @@ impl SessionManager {
     }
 
     async fn write_session(&self, thread: &ThreadId, body: EventBody) -> Result<(), RuntimeError> {
-        let mut event = DomainEvent::new(self.clock.now(), body);
-        event.thread_id = Some(thread.clone());
+        let event = DomainEvent::new(self.clock.now(), body).with_thread(thread);
         self.store.write(vec![event]).await?;
         Ok(())
     }
