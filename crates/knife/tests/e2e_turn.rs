@@ -87,7 +87,12 @@ async fn e2e_tool_call_recording_end_to_end() {
             _ => None,
         })
         .collect();
-    assert_eq!(assistant.last().copied(), Some(answer), "items: {:#?}", p.turn_items);
+    assert_eq!(
+        assistant.last().copied(),
+        Some(answer),
+        "items: {:#?}",
+        p.turn_items
+    );
     // The user message is the first item of the run.
     match &p.turn_items.first().unwrap().kind {
         TurnItemKind::UserMessage { text, .. } => {
@@ -98,9 +103,9 @@ async fn e2e_tool_call_recording_end_to_end() {
     // The transcript is ordered by ordinal.
     assert!(p.turn_items.windows(2).all(|w| w[0].ordinal < w[1].ordinal));
 
-    let before = server.api.thread_json(&thread).await;
+    let before = server.api.settled_thread_json(&thread).await;
     server.restart().await;
-    let after = server.api.thread_json(&thread).await;
+    let after = server.api.settled_thread_json(&thread).await;
     assert_eq!(
         before,
         after,
@@ -209,7 +214,10 @@ async fn e2e_websocket_subscribe_after_replays_then_follows_live() {
 
     // Exactly the events with sequence > N, in order, no duplicates.
     let seqs: Vec<u64> = received.iter().map(|e| e.sequence).collect();
-    assert!(seqs.iter().all(|s| *s > n), "replayed an event <= {n}: {seqs:?}");
+    assert!(
+        seqs.iter().all(|s| *s > n),
+        "replayed an event <= {n}: {seqs:?}"
+    );
     assert!(
         seqs.windows(2).all(|w| w[0] < w[1]),
         "out of order or duplicated: {seqs:?}"
@@ -230,7 +238,11 @@ async fn e2e_websocket_subscribe_after_replays_then_follows_live() {
         .collect();
     assert_eq!(&seqs[..expected_replay.len()], expected_replay.as_slice());
     // Run 2's events arrived live and it completed with the scripted answer.
-    assert!(received.iter().any(|e| e.event.run_id.as_ref().map(RunId::as_str) == Some(&run2)));
+    assert!(
+        received
+            .iter()
+            .any(|e| e.event.run_id.as_ref().map(RunId::as_str) == Some(&run2))
+    );
     let p = server.api.projection(&thread).await;
     assert_eq!(p.runs.len(), 2);
     assert!(p.runs.iter().all(|r| r.status == RunStatus::Completed));

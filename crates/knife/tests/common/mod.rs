@@ -152,7 +152,10 @@ impl Proc {
 
     /// The OS process id.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().and_then(Child::id).expect("process still running")
+        self.child
+            .as_ref()
+            .and_then(Child::id)
+            .expect("process still running")
     }
 
     async fn wait_healthy(&self) {
@@ -379,7 +382,10 @@ impl Api {
     /// Creates a project on `root`; returns its id.
     pub async fn create_project(&self, root: &Path) -> String {
         let (status, body) = self
-            .post("/api/projects", &json!({ "root": root.display().to_string() }))
+            .post(
+                "/api/projects",
+                &json!({ "root": root.display().to_string() }),
+            )
             .await;
         assert_eq!(status, StatusCode::CREATED, "create project: {body}");
         body["id"].as_str().unwrap().to_owned()
@@ -416,6 +422,27 @@ impl Api {
         body
     }
 
+    /// `GET /api/threads/{id}` once the thread is quiet: no active run and the same
+    /// `latest_sequence` on two reads 100 ms apart (events written after a run's
+    /// terminal event, e.g. the thread's own update, have landed).
+    pub async fn settled_thread_json(&self, thread: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut prev = self.thread_json(thread).await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.thread_json(thread).await;
+            let idle = now["thread"]["active_run_id"].is_null();
+            if idle && prev["latest_sequence"] == now["latest_sequence"] {
+                return now;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "thread {thread} did not settle within 5 s: {now}"
+            );
+            prev = now;
+        }
+    }
+
     /// `GET /api/threads/{id}`, typed.
     pub async fn projection(&self, thread: &str) -> ThreadProjection {
         serde_json::from_value(self.thread_json(thread).await).unwrap()
@@ -427,7 +454,10 @@ impl Api {
         let fut = async {
             let resp = self
                 .http
-                .get(format!("{}/api/threads/{thread}/events?after={after}", self.base))
+                .get(format!(
+                    "{}/api/threads/{thread}/events?after={after}",
+                    self.base
+                ))
                 .timeout(RUN_TIMEOUT)
                 .send()
                 .await
@@ -442,7 +472,9 @@ impl Api {
                     .unwrap_or_else(|e| panic!("bad event JSON ({e}): {}", item.data));
                 assert_eq!(item.event, event.event.event_type(), "SSE event name");
                 let done = match &event.event.body {
-                    EventBody::RunUpdated(r) if r.id.to_string() == run && r.status.is_terminal() => {
+                    EventBody::RunUpdated(r)
+                        if r.id.to_string() == run && r.status.is_terminal() =>
+                    {
                         Some(r.clone())
                     }
                     _ => None,
@@ -493,7 +525,12 @@ pub async fn run_cli(cwd: &Path, args: &[&str]) -> CliOutput {
     let child = cmd.spawn().expect("spawn the knife binary");
     let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
         .await
-        .unwrap_or_else(|_| panic!("`knife {}` did not finish within {CLI_TIMEOUT:?}", args.join(" ")))
+        .unwrap_or_else(|_| {
+            panic!(
+                "`knife {}` did not finish within {CLI_TIMEOUT:?}",
+                args.join(" ")
+            )
+        })
         .unwrap();
     let result = CliOutput {
         status: out.status,

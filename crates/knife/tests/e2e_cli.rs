@@ -1,0 +1,201 @@
+// Process tests of the CLI against the real binary: `knife run`, `knife threads list|show`
+// (over HTTP and straight from the data dir) and the self-contained `knife demo`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use knife_protocol::*;
+use knife_testkit::demo::DEMO_ANSWER;
+
+const ANSWER: &str = "The project is a sample folder with nothing in it yet.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_run_then_threads_list_and_show() {
+    let mock = MockLlm::script(
+        &format!(
+            "[[response]]\ntext = \"{ANSWER}\"\nstream_deltas_ms = 5\n\n\
+             [[response]]\ntext = \"Second answer.\"\n"
+        ),
+        &[],
+    )
+    .await;
+    let mut server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.project_dir().display().to_string();
+    let cwd = server.path().to_owned();
+
+    let prompt = "What is in this project?";
+    let out = run_cli(
+        &cwd,
+        &["run", "--server", &url, "--project", &project, prompt],
+    )
+    .await;
+    assert!(out.status.success(), "knife run failed: {}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), ANSWER, "stdout of knife run");
+    assert!(out.stderr.contains("completed"), "stderr: {}", out.stderr);
+
+    // The thread the CLI created, through the API.
+    let (_, threads) = server.api.get("/api/threads").await;
+    let threads: Vec<Thread> = serde_json::from_value(threads).unwrap();
+    assert_eq!(threads.len(), 1, "{threads:?}");
+    let thread = threads[0].id.to_string();
+    assert_eq!(threads[0].title, prompt);
+    let (_, projects) = server.api.get("/api/projects").await;
+    let projects: Vec<Project> = serde_json::from_value(projects).unwrap();
+    let canonical = std::fs::canonicalize(&project).unwrap();
+    assert_eq!(projects.len(), 1);
+    assert_eq!(std::path::Path::new(&projects[0].root), canonical);
+
+    // A second `knife run` in the same folder reuses the project.
+    let again = run_cli(
+        &cwd,
+        &["run", "--server", &url, "--project", &project, "again"],
+    )
+    .await;
+    assert!(
+        again.status.success(),
+        "second knife run failed: {}",
+        again.stderr
+    );
+    assert_eq!(again.stdout.trim_end(), "Second answer.");
+    let (_, projects) = server.api.get("/api/projects").await;
+    assert_eq!(
+        projects.as_array().unwrap().len(),
+        1,
+        "project duplicated: {projects}"
+    );
+
+    let list = run_cli(&cwd, &["threads", "list", "--server", &url]).await;
+    assert!(
+        list.status.success(),
+        "threads list failed: {}",
+        list.stderr
+    );
+    let line = list
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&thread))
+        .unwrap_or_else(|| panic!("thread {thread} not listed:\n{}", list.stdout));
+    assert!(line.contains("idle") && line.contains("runs=1"), "{line}");
+    assert!(line.ends_with(prompt), "{line}");
+
+    let show = run_cli(&cwd, &["threads", "show", &thread, "--server", &url]).await;
+    assert!(
+        show.status.success(),
+        "threads show failed: {}",
+        show.stderr
+    );
+    for expected in [
+        format!("thread   {thread}"),
+        "status   idle".to_owned(),
+        "run 1 · completed".to_owned(),
+        format!("you: {prompt}"),
+        format!("assistant: {ANSWER}"),
+    ] {
+        assert!(
+            show.stdout.contains(&expected),
+            "`{expected}` missing from:\n{}",
+            show.stdout
+        );
+    }
+    let you = show.stdout.find("you: ").unwrap();
+    let assistant = show.stdout.find("assistant: ").unwrap();
+    assert!(you < assistant, "transcript out of order:\n{}", show.stdout);
+
+    // `--json` prints exactly the API projection.
+    let json = run_cli(
+        &cwd,
+        &["threads", "show", &thread, "--json", "--server", &url],
+    )
+    .await;
+    assert!(json.status.success(), "{}", json.stderr);
+    let printed: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(printed, server.api.thread_json(&thread).await);
+
+    // Unknown thread: non-zero, says so.
+    let missing = run_cli(&cwd, &["threads", "show", "thread_nope", "--server", &url]).await;
+    assert!(!missing.status.success());
+    assert!(missing.stderr.contains("thread_nope"), "{}", missing.stderr);
+
+    // With the server stopped, the CLI reads the data dir directly.
+    let status = server.proc.terminate().await;
+    assert!(status.success(), "serve exit: {status}");
+    let data = server.path().join("data").display().to_string();
+    let offline = run_cli(
+        &cwd,
+        &["threads", "list", "--server", &url, "--data-dir", &data],
+    )
+    .await;
+    assert!(offline.status.success(), "{}", offline.stderr);
+    assert!(offline.stdout.contains(&thread), "{}", offline.stdout);
+    let offline_show = run_cli(
+        &cwd,
+        &[
+            "threads",
+            "show",
+            &thread,
+            "--server",
+            &url,
+            "--data-dir",
+            &data,
+        ],
+    )
+    .await;
+    assert!(offline_show.status.success(), "{}", offline_show.stderr);
+    assert!(
+        offline_show
+            .stdout
+            .contains(&format!("assistant: {ANSWER}")),
+        "{}",
+        offline_show.stdout
+    );
+
+    // `knife run --server` with nothing listening: non-zero and a clear message.
+    let down = run_cli(
+        &cwd,
+        &["run", "--server", &url, "--project", &project, "hi"],
+    )
+    .await;
+    assert!(!down.status.success());
+    assert!(
+        down.stderr.contains("no knife server answers") && down.stderr.contains(&url),
+        "{}",
+        down.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_demo_prints_the_answer_and_the_event_log_summary() {
+    let cwd = tempfile::tempdir().unwrap();
+    let out = run_cli(cwd.path(), &["demo"]).await;
+    assert!(out.status.success(), "knife demo failed: {}", out.stderr);
+    assert!(
+        out.stdout.contains(DEMO_ANSWER),
+        "the demo answer is missing from stdout:\n{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("Let me look at the project files."));
+    let summary = out
+        .stdout
+        .find("event log (")
+        .unwrap_or_else(|| panic!("no event-log summary:\n{}", out.stdout));
+    assert!(summary > out.stdout.find(DEMO_ANSWER).unwrap());
+    let tail = &out.stdout[summary..];
+    for event_type in [
+        "run.created",
+        "run.updated",
+        "turn-item.updated",
+        "thread.created",
+    ] {
+        assert!(tail.contains(event_type), "`{event_type}` missing:\n{tail}");
+    }
+    assert!(tail.contains("model requests: 3"), "{tail}");
+    // The tool calls are shown on stderr.
+    assert!(
+        out.stderr.contains("list") && out.stderr.contains("read"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("completed"), "{}", out.stderr);
+}
