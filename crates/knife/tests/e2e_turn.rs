@@ -113,6 +113,14 @@ async fn e2e_tool_call_recording_end_to_end() {
         serde_json::to_string_pretty(&before).unwrap(),
         serde_json::to_string_pretty(&after).unwrap()
     );
+
+    // The restarted server runs the next turn of the same thread (the mock repeats
+    // the last recording for any further request).
+    let latest = after["latest_sequence"].as_u64().unwrap();
+    let run2 = server.api.post_message(&thread, "And again?").await;
+    let (_, done2) = server.api.follow_run(&thread, &run2, latest).await;
+    assert_eq!(done2.status, RunStatus::Completed, "run 2: {done2:?}");
+    assert_eq!(done2.ordinal, 2);
 }
 
 /// Terminal = not pending/running/waiting.

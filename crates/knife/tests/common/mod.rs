@@ -180,6 +180,19 @@ impl Proc {
         }
     }
 
+    /// Waits (up to 15 s) for the process to exit on its own (e.g. after a signal).
+    pub async fn wait(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("process already waited for");
+        match tokio::time::timeout(Duration::from_secs(15), child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!(
+                "{} did not exit within 15 s; stderr:\n{}",
+                self.label,
+                self.stderr()
+            ),
+        }
+    }
+
     /// Sends SIGTERM and waits (up to 15 s) for the process to exit.
     pub async fn terminate(&mut self) -> ExitStatus {
         let pid = self.pid();
@@ -188,15 +201,7 @@ impl Proc {
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -TERM {pid} failed");
-        let mut child = self.child.take().unwrap();
-        match tokio::time::timeout(Duration::from_secs(15), child.wait()).await {
-            Ok(status) => status.unwrap(),
-            Err(_) => panic!(
-                "{} did not exit within 15 s of SIGTERM; stderr:\n{}",
-                self.label,
-                self.stderr()
-            ),
-        }
+        self.wait().await
     }
 }
 
@@ -301,6 +306,11 @@ impl Server {
             "knife serve exited with {status} after SIGTERM; stderr:\n{}",
             self.proc.stderr()
         );
+        self.respawn().await;
+    }
+
+    /// Starts a new server on the same data dir (the old process must be gone).
+    pub async fn respawn(&mut self) {
         self.proc = Self::spawn_in(self.dir.path()).await;
         self.api = Api::new(&self.proc.url());
     }
@@ -458,7 +468,8 @@ impl Api {
                     "{}/api/threads/{thread}/events?after={after}",
                     self.base
                 ))
-                .timeout(RUN_TIMEOUT)
+                // Longer than the outer time box, so a stuck run reports as such.
+                .timeout(RUN_TIMEOUT + Duration::from_secs(5))
                 .send()
                 .await
                 .unwrap();
