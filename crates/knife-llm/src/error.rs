@@ -63,6 +63,10 @@ pub enum SseError {
         /// The cap that was exceeded (bytes).
         limit: usize,
     },
+    /// The connection broke while the response body was streaming (after a 2xx
+    /// answer): the endpoint was reached, the answer is incomplete. Usually transient.
+    #[error("the connection to the model dropped mid-answer ({0}); send the message again")]
+    ConnectionLost(String),
     /// The stream ended without the protocol's terminator (`[DONE]`, `message_stop`, …).
     #[error("stream ended before the model finished its response")]
     Incomplete,

@@ -280,7 +280,7 @@ where
 /// Decodes a byte stream into SSE events, capping each event at `max_event_bytes` bytes.
 ///
 /// Output: every dispatched event in order, then at most one `Err`, after which
-/// the stream ends. Errors: a byte-stream error becomes [`LlmError::Transport`]
+/// the stream ends. Errors: a byte-stream error becomes [`SseError::ConnectionLost`] inside [`LlmError::Stream`]
 /// (message with its source chain); [`SseError::EventTooLarge`] and, at EOF
 /// inside an event, [`SseError::EndedEarly`] become [`LlmError::Stream`].
 pub fn decode_stream_with_limit<S, E>(
@@ -325,7 +325,11 @@ where
                 }
                 Some(Err(err)) => {
                     st.decoder = None;
-                    st.error = Some(LlmError::Transport(crate::http::error_chain(&err)));
+                    // The response already started: this is a broken stream, not an
+                    // unreachable endpoint.
+                    st.error = Some(LlmError::Stream(SseError::ConnectionLost(
+                        crate::http::error_chain(&err),
+                    )));
                 }
                 None => {
                     if let Some(Err(err)) = st.decoder.take().map(SseDecoder::finish) {
@@ -477,6 +481,8 @@ mod tests {
         ];
         let items: Vec<_> = decode_stream(futures::stream::iter(chunks)).collect().await;
         assert_eq!(items.len(), 2);
-        assert!(matches!(&items[1], Err(LlmError::Transport(m)) if m.contains("connection reset")));
+        assert!(
+            matches!(&items[1], Err(LlmError::Stream(SseError::ConnectionLost(m))) if m.contains("connection reset"))
+        );
     }
 }

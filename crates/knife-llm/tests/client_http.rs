@@ -290,7 +290,10 @@ async fn client_body_error_mid_stream_is_transport() {
     .await
     .expect("test timed out");
     assert!(
-        matches!(&items[..], [Err(LlmError::Transport(_))]),
+        matches!(
+            &items[..],
+            [Err(LlmError::Stream(SseError::ConnectionLost(_)))]
+        ),
         "{items:?}"
     );
 }
