@@ -109,7 +109,9 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                 let task = tokio::spawn(async move {
                     while let Some(item) = stream.next().await {
                         let msg = match item {
-                            Ok(event) => WsServerMessage::Event { event: Box::new(event) },
+                            Ok(event) => WsServerMessage::Event {
+                                event: Box::new(event),
+                            },
                             Err(e) => WsServerMessage::Error {
                                 error: ApiError {
                                     code: "store".into(),
