@@ -158,6 +158,13 @@ impl ExecutionService {
             .get_thread(thread_id)
             .await?
             .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
+        if let Some(run) = &thread.active_run_id {
+            // Active in another process sharing this database (this one has no entry).
+            return Err(RuntimeError::RunInProgress {
+                thread: thread_id.clone(),
+                run: run.clone(),
+            });
+        }
         let project = store
             .get_project(&thread.project_id)
             .await?

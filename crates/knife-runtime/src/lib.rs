@@ -12,6 +12,7 @@ pub mod error;
 pub mod execution;
 pub mod ingest;
 pub mod manager;
+pub mod recovery;
 
 pub use adapter::*;
 pub use clock::*;

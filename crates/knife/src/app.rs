@@ -61,6 +61,17 @@ impl App {
             .await
             .with_context(|| format!("cannot open the knife database in {}", data_dir.display()))?;
         let clock: SharedClock = Arc::new(SystemClock);
+        // Before anything can start a run: settle what the previous process left active.
+        let report = knife_runtime::recovery::reconcile_after_restart(&store, clock.as_ref())
+            .await
+            .context("cannot reconcile the state left by the previous process")?;
+        if !report.runs_interrupted.is_empty() || report.sessions_stopped > 0 {
+            tracing::info!(
+                runs_interrupted = report.runs_interrupted.len(),
+                sessions_stopped = report.sessions_stopped,
+                "reconciled the previous process's state"
+            );
+        }
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
         for (id, p) in &config.providers {
             let api_key = p
