@@ -126,6 +126,46 @@ impl App {
     }
 }
 
+/// A knife server inside this process on a free loopback port (used by `knife run`
+/// without a server, `knife demo` and `knife bench stream`).
+pub struct InProcessServer {
+    pub addr: SocketAddr,
+    pub store: Store,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl InProcessServer {
+    /// Builds the app on `data_dir` and serves it on `127.0.0.1:0`.
+    pub async fn start(config: &Config, data_dir: &Path) -> anyhow::Result<Self> {
+        let app = App::build(config, data_dir, None).await?;
+        let store = app.store.clone();
+        let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(app.serve(listener, async move {
+            let _ = stop_rx.await;
+        }));
+        Ok(Self {
+            addr,
+            store,
+            stop,
+            task,
+        })
+    }
+
+    /// An API client of this server.
+    pub fn client(&self) -> anyhow::Result<crate::client::ApiClient> {
+        crate::client::ApiClient::new(format!("http://{}", self.addr), None)
+    }
+
+    /// Graceful stop: stops accepting, interrupts active runs, waits for them.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.context("the in-process server panicked")?
+    }
+}
+
 /// Binds `addr`, with a clear error when it is taken.
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr).await.with_context(|| {

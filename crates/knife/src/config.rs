@@ -78,6 +78,23 @@ impl Config {
         Ok(config)
     }
 
+    /// A config with one `openai-chat` instance `id` at `base_url` serving `model`
+    /// (no API key): what the demo and the benchmarks point at the mock LLM.
+    pub fn single_instance(id: &str, base_url: String, model: &str) -> Config {
+        let mut config = Config::default();
+        config.providers.insert(
+            id.to_owned(),
+            ProviderConfig {
+                driver: "openai-chat".into(),
+                base_url,
+                model: model.to_owned(),
+                api_key_env: None,
+                system_prompt: None,
+            },
+        );
+        config
+    }
+
     /// Parses one file. Errors name the file and the offending key.
     pub fn parse_file(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path).with_context(|| {

@@ -13,9 +13,8 @@ use knife_store::StreamFilter;
 use knife_testkit::demo::{demo_script, write_sample_project};
 use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, Script, ScriptResponse};
 
-use crate::app::{App, bind};
-use crate::client::ApiClient;
-use crate::config::{Config, ProviderConfig};
+use crate::app::InProcessServer;
+use crate::config::Config;
 use crate::run::{RunArgs, prompt_once};
 
 /// Flags of `knife mock-llm`.
@@ -93,33 +92,17 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
     )
     .await
     .context("cannot start the mock LLM")?;
-    let mut config = Config::default();
-    config.providers.insert(
-        "demo".into(),
-        ProviderConfig {
-            driver: "openai-chat".into(),
-            base_url: mock.base_url(),
-            model: "mock-model".into(),
-            api_key_env: None,
-            system_prompt: None,
-        },
-    );
+    let config = Config::single_instance("demo", mock.base_url(), "mock-model");
     let data_dir = tmp.path().join("data");
-    let app = App::build(&config, &data_dir, None).await?;
-    let store = app.store.clone();
-    let listener = bind("127.0.0.1:0".parse()?).await?;
-    let addr = listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.serve(listener, async move {
-        let _ = stop_rx.await;
-    }));
+    let server = InProcessServer::start(&config, &data_dir).await?;
+    let (addr, store) = (server.addr, server.store.clone());
     println!(
         "knife demo: mock model at {}, server at http://{addr}",
         mock.base_url()
     );
     println!("project: {} (a sample folder)\n", project.display());
     println!("you: {DEMO_PROMPT}\n");
-    let client = ApiClient::new(format!("http://{addr}"), None)?;
+    let client = server.client()?;
     let args = RunArgs {
         project: Some(project.clone()),
         model: None,
@@ -153,8 +136,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
         println!("  {n:>4}  {t}");
     }
     println!("model requests: {}", mock.chat_requests().len());
-    let _ = stop_tx.send(());
-    let _ = server.await;
+    server.stop().await?;
     mock.shutdown().await;
     Ok(code)
 }

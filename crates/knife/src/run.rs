@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use knife_protocol::*;
 
-use crate::app::{App, bind};
+use crate::app::InProcessServer;
 use crate::client::ApiClient;
 use crate::config::Config;
 use crate::render::follow_run;
@@ -46,31 +46,19 @@ pub async fn run(config_path: Option<&Path>, args: RunArgs) -> anyhow::Result<Ex
         None => format!("http://{}", config.listen(None)?),
     };
     let remote = ApiClient::new(base, token.clone())?;
-    let mut in_process = None;
-    let client = if remote.healthy(Duration::from_millis(500)).await {
-        remote
-    } else if args.server.is_some() {
+    if remote.healthy(Duration::from_millis(500)).await {
+        return prompt_once(&remote, &args).await;
+    }
+    if args.server.is_some() {
         anyhow::bail!(
             "no knife server answers at {}; start it with `knife serve`",
             remote.base()
         );
-    } else {
-        let data_dir = config.data_dir(args.data_dir.as_deref())?;
-        let app = App::build(&config, &data_dir, None).await?;
-        let listener = bind("127.0.0.1:0".parse()?).await?;
-        let addr = listener.local_addr()?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(app.serve(listener, async move {
-            let _ = stop_rx.await;
-        }));
-        in_process = Some((stop_tx, server));
-        ApiClient::new(format!("http://{addr}"), None)?
-    };
-    let code = prompt_once(&client, &args).await;
-    if let Some((stop, server)) = in_process {
-        let _ = stop.send(());
-        let _ = server.await;
     }
+    let data_dir = config.data_dir(args.data_dir.as_deref())?;
+    let server = InProcessServer::start(&config, &data_dir).await?;
+    let code = prompt_once(&server.client()?, &args).await;
+    server.stop().await?;
     code
 }
 

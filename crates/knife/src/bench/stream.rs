@@ -11,9 +11,8 @@ use knife_protocol::*;
 use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, parse_write_times};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::app::{App, bind};
-use crate::client::ApiClient;
-use crate::config::{Config, ProviderConfig};
+use crate::app::InProcessServer;
+use crate::config::Config;
 
 use super::quantile;
 
@@ -27,25 +26,10 @@ fn unix_micros() -> u64 {
 pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let mock = MockLlm::start(MockLlmConfig::bench(deltas)).await?;
-    let mut config = Config::default();
-    config.providers.insert(
-        "bench".into(),
-        ProviderConfig {
-            driver: "openai-chat".into(),
-            base_url: mock.base_url(),
-            model: "mock-model".into(),
-            api_key_env: None,
-            system_prompt: None,
-        },
-    );
-    let app = App::build(&config, &tmp.path().join("data"), None).await?;
-    let listener = bind("127.0.0.1:0".parse()?).await?;
-    let addr = listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.serve(listener, async move {
-        let _ = stop_rx.await;
-    }));
-    let client = ApiClient::new(format!("http://{addr}"), None)?;
+    let config = Config::single_instance("bench", mock.base_url(), "mock-model");
+    let server = InProcessServer::start(&config, &tmp.path().join("data")).await?;
+    let addr = server.addr;
+    let client = server.client()?;
     let root = tmp.path().join("project");
     std::fs::create_dir_all(&root)?;
     let project: Project = client
@@ -151,8 +135,7 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
     if failed > 0 {
         println!("{failed} run(s) did not complete");
     }
-    let _ = stop_tx.send(());
-    let _ = server.await;
+    server.stop().await?;
     mock.shutdown().await;
     Ok(())
 }
