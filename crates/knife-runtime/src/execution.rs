@@ -209,6 +209,10 @@ impl ExecutionService {
         thread.updated_at = now;
         let events = vec![
             DomainEvent::new(now, EventBody::RunCreated(run.clone())),
+            DomainEvent::new(
+                now,
+                EventBody::NodeUpdated(root_node(&run, NodeStatus::Running, now)),
+            ),
             DomainEvent::new(now, EventBody::TurnItemUpdated(user_item)),
             DomainEvent::new(now, EventBody::ThreadUpdated(thread.clone())),
         ];
@@ -468,6 +472,18 @@ impl ExecutionService {
                 "failed"
             }
         };
+        let node_status = match run.status {
+            RunStatus::Completed => NodeStatus::Completed,
+            RunStatus::Interrupted => NodeStatus::Interrupted,
+            _ => NodeStatus::Failed,
+        };
+        events.insert(
+            0,
+            DomainEvent::new(
+                now,
+                EventBody::NodeUpdated(root_node(&run, node_status, now)),
+            ),
+        );
         events.insert(0, DomainEvent::new(now, EventBody::RunUpdated(run.clone())));
         events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
         store.write(events).await?;
@@ -514,6 +530,28 @@ impl Drop for Reservation {
         if self.armed {
             lock(&self.inner.active).remove(&self.thread);
         }
+    }
+}
+
+/// The root node of `run` (the tree of work the run produces; provider turns hang off it).
+pub(crate) fn root_node(run: &Run, status: NodeStatus, now: Timestamp) -> Node {
+    let id = NodeId::root_of(&run.id);
+    let finished = !matches!(
+        status,
+        NodeStatus::Pending | NodeStatus::Running | NodeStatus::Waiting
+    );
+    Node {
+        id: id.clone(),
+        thread_id: run.thread_id.clone(),
+        run_id: Some(run.id.clone()),
+        parent_node_id: None,
+        root_node_id: id,
+        kind: NodeKind::RootTurn,
+        status,
+        provider_turn_id: None,
+        runtime_request_id: None,
+        started_at: run.started_at,
+        completed_at: finished.then_some(now),
     }
 }
 

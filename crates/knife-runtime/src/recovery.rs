@@ -77,6 +77,14 @@ pub async fn reconcile_after_restart(
                     events.push(DomainEvent::new(now, EventBody::ProviderTurnUpdated(turn)));
                 }
             }
+            events.push(DomainEvent::new(
+                now,
+                EventBody::NodeUpdated(crate::execution::root_node(
+                    &run,
+                    NodeStatus::Interrupted,
+                    now,
+                )),
+            ));
             events.push(DomainEvent::new(now, EventBody::RunUpdated(run)));
         }
         let mut thread = thread;

@@ -262,6 +262,10 @@ async fn a_run_streams_items_completes_and_closes_its_session() {
     assert!(matches!(&texts[1], TurnItemKind::AssistantMessage { text, .. } if text == "Hello"));
     assert_eq!(p.provider_sessions.len(), 1);
     assert_eq!(p.provider_sessions[0].status, SessionStatus::Stopped);
+    assert_eq!(p.nodes.len(), 1, "one root node per run");
+    assert_eq!(p.nodes[0].id, NodeId::root_of(&run.id));
+    assert_eq!(p.nodes[0].kind, NodeKind::RootTurn);
+    assert_eq!(p.nodes[0].status, NodeStatus::Completed);
     assert!(h.exec.active().is_empty());
 }
 
