@@ -204,7 +204,8 @@ fn parse_arguments(arguments: &str) -> Result<Value, String> {
 /// Maps an LLM failure to the run error recorded on the turn (EXEC-01 types):
 /// `provider.http` (with `http_status`, `code` from the body's `error.code` or
 /// `error.type`, and the body as `detail`), `provider.transport`, `provider.stream`,
-/// `provider.decode` or `provider.error`. `message` is the error's Display text.
+/// `provider.timeout`, `provider.decode` or `provider.error`. `message` is the
+/// error's Display text.
 pub fn run_error(error: &LlmError) -> RunError {
     let message = error.to_string();
     match error {
@@ -216,6 +217,7 @@ pub fn run_error(error: &LlmError) -> RunError {
             detail: body.clone(),
         },
         LlmError::Transport(_) => RunError::new("provider.transport", message),
+        LlmError::Timeout { .. } => RunError::new("provider.timeout", message),
         LlmError::Stream(_) => RunError::new("provider.stream", message),
         LlmError::Decode { .. } => RunError::new("provider.decode", message),
         LlmError::Provider { code, body, .. } => RunError {

@@ -24,6 +24,16 @@ pub enum LlmError {
         "could not reach the model endpoint: {0}. Check the base_url in knife.toml and that the server is running"
     )]
     Transport(String),
+    /// The endpoint sent nothing for `after` (while connecting, waiting for the
+    /// answer, or between two chunks of a streaming answer).
+    #[error(
+        "the model endpoint sent nothing for {:.1} s; check that the model is loaded and the server is not stuck (or raise idle_timeout_secs for this provider in knife.toml)",
+        after.as_secs_f64()
+    )]
+    Timeout {
+        /// How long knife waited (the configured connect or idle timeout).
+        after: std::time::Duration,
+    },
     /// The byte stream was not valid SSE, or ended in the middle of an event.
     #[error("the model's event stream is malformed: {0}")]
     Stream(#[from] SseError),

@@ -193,3 +193,12 @@ mod tests {
         );
     }
 }
+
+/// A response body went silent for `after`; [`crate::sse::decode_stream`] reports
+/// it as [`LlmError::Timeout`] instead of a lost connection.
+#[derive(Clone, Copy, Debug, thiserror::Error)]
+#[error("no data for {:.1} s", after.as_secs_f64())]
+pub struct IdleTimeout {
+    /// The idle time that elapsed.
+    pub after: std::time::Duration,
+}

@@ -9,11 +9,13 @@ mod mapper;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
 use crate::error::LlmError;
+use crate::http::IdleTimeout;
 use crate::sse::{SseEvent, decode_stream};
 use crate::types::{ChatMessage, LlmClient, LlmRequest, LlmStream};
 
@@ -152,16 +154,28 @@ pub struct OpenAiChatClient {
     pub api_key: Option<String>,
     /// The HTTP client (timeouts, proxies, TLS are its configuration).
     pub http: reqwest::Client,
+    /// The timeouts `http` was built with (reported in [`LlmError::Timeout`]).
+    pub timeouts: HttpTimeouts,
 }
 
 impl OpenAiChatClient {
-    /// A client with a default `reqwest::Client` (no overall timeout: streams
-    /// may legitimately run for minutes; cancellation is the caller's).
+    /// A client with the default [`HttpTimeouts`] (10 s to connect, 300 s of
+    /// silence at most; no overall limit: a long answer may stream for minutes).
     pub fn new(base_url: impl Into<String>, api_key: Option<String>) -> Self {
+        Self::with_timeouts(base_url, api_key, HttpTimeouts::default())
+    }
+
+    /// A client whose HTTP connection uses `timeouts`.
+    pub fn with_timeouts(
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+        timeouts: HttpTimeouts,
+    ) -> Self {
         Self {
             base_url: base_url.into(),
             api_key,
-            http: reqwest::Client::new(),
+            http: timeouts.client(),
+            timeouts,
         }
     }
 
@@ -191,10 +205,18 @@ impl LlmClient for OpenAiChatClient {
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
-        let response = builder
-            .send()
-            .await
-            .map_err(|err| LlmError::Transport(crate::http::error_chain(&err)))?;
+        let response = builder.send().await.map_err(|err| {
+            if err.is_timeout() {
+                let after = if err.is_connect() {
+                    self.timeouts.connect
+                } else {
+                    self.timeouts.idle
+                };
+                LlmError::Timeout { after }
+            } else {
+                LlmError::Transport(crate::http::error_chain(&err))
+            }
+        })?;
         if !response.status().is_success() {
             return Err(crate::http::http_error_from_response(response).await);
         }
@@ -202,8 +224,63 @@ impl LlmClient for OpenAiChatClient {
             status = response.status().as_u16(),
             "chat completions stream opened"
         );
-        Ok(map_chat_stream(decode_stream(response.bytes_stream())))
+        let idle = self.timeouts.idle;
+        // A body read that times out becomes an IdleTimeout the decoder reports as
+        // LlmError::Timeout, not as a dropped connection.
+        let bytes = response.bytes_stream().map(move |chunk| {
+            chunk.map_err(|err| {
+                if err.is_timeout() {
+                    BodyReadError::Idle(IdleTimeout { after: idle })
+                } else {
+                    BodyReadError::Other(err)
+                }
+            })
+        });
+        Ok(map_chat_stream(decode_stream(bytes)))
     }
+}
+
+/// Connection timeouts of a provider's HTTP client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpTimeouts {
+    /// Most time to establish the TCP/TLS connection (default 10 s).
+    pub connect: Duration,
+    /// Most silence between two reads, headers included (default 300 s: reasoning
+    /// models may think for minutes before their first byte).
+    pub idle: Duration,
+}
+
+impl Default for HttpTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            idle: Duration::from_secs(300),
+        }
+    }
+}
+
+impl HttpTimeouts {
+    fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .connect_timeout(self.connect)
+            .read_timeout(self.idle)
+            .build()
+            .unwrap_or_else(|err| {
+                tracing::warn!(error = %err, "could not configure HTTP timeouts; using defaults");
+                reqwest::Client::new()
+            })
+    }
+}
+
+/// A body read error: an idle timeout or anything else reqwest reports.
+#[derive(Debug, thiserror::Error)]
+enum BodyReadError {
+    // `#[source]`, not `transparent`: the decoder finds the IdleTimeout by walking
+    // the source chain, and `transparent` would skip it.
+    #[error("the response body went silent")]
+    Idle(#[source] IdleTimeout),
+    #[error("reading the response body failed")]
+    Other(#[source] reqwest::Error),
 }
 
 #[cfg(test)]

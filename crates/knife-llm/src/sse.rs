@@ -325,11 +325,7 @@ where
                 }
                 Some(Err(err)) => {
                     st.decoder = None;
-                    // The response already started: this is a broken stream, not an
-                    // unreachable endpoint.
-                    st.error = Some(LlmError::Stream(SseError::ConnectionLost(
-                        crate::http::error_chain(&err),
-                    )));
+                    st.error = Some(body_error(&err));
                 }
                 None => {
                     if let Some(Err(err)) = st.decoder.take().map(SseDecoder::finish) {
@@ -339,6 +335,23 @@ where
             }
         }
     })
+}
+
+/// Maps a body read error: an [`IdleTimeout`](crate::http::IdleTimeout) anywhere in
+/// its source chain is [`LlmError::Timeout`]; anything else means the response had
+/// started, so it is a broken stream ([`SseError::ConnectionLost`]), not an
+/// unreachable endpoint.
+fn body_error(err: &(dyn std::error::Error + 'static)) -> LlmError {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if let Some(timeout) = e.downcast_ref::<crate::http::IdleTimeout>() {
+            return LlmError::Timeout {
+                after: timeout.after,
+            };
+        }
+        cause = e.source();
+    }
+    LlmError::Stream(SseError::ConnectionLost(crate::http::error_chain(err)))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::StreamExt;
-use knife_llm::openai_chat::OpenAiChatClient;
+use knife_llm::openai_chat::{HttpTimeouts, OpenAiChatClient};
 use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest, SseError};
 use serde_json::{Value, json};
 
@@ -108,6 +108,22 @@ async fn body_error(State(seen): State<Seen>) -> Response {
         .unwrap()
 }
 
+/// Sends one chunk, then keeps the connection open and silent.
+async fn silent_after_first_chunk() -> Response {
+    let first = futures::stream::once(async {
+        Ok::<_, std::io::Error>(Bytes::from_static(b": hello\n\n"))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(first.chain(futures::stream::pending())))
+        .unwrap()
+}
+
+/// Never sends the response headers.
+async fn never_answers() -> Response {
+    futures::future::pending().await
+}
+
 async fn start_server() -> (SocketAddr, Seen) {
     let seen = Seen::default();
     let app = Router::new()
@@ -118,6 +134,11 @@ async fn start_server() -> (SocketAddr, Seen) {
         .route("/cut/v1/chat/completions", post(cut_mid_event))
         .route("/garbage/v1/chat/completions", post(garbage))
         .route("/bodyerror/v1/chat/completions", post(body_error))
+        .route(
+            "/silent/v1/chat/completions",
+            post(silent_after_first_chunk),
+        )
+        .route("/noanswer/v1/chat/completions", post(never_answers))
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -296,4 +317,31 @@ async fn client_body_error_mid_stream_is_transport() {
         ),
         "{items:?}"
     );
+}
+
+fn short_timeouts(addr: SocketAddr, prefix: &str) -> OpenAiChatClient {
+    let timeouts = HttpTimeouts {
+        connect: Duration::from_secs(5),
+        idle: Duration::from_millis(300),
+    };
+    OpenAiChatClient::with_timeouts(format!("http://{addr}/{prefix}/v1"), None, timeouts)
+}
+
+#[tokio::test]
+async fn client_silent_stream_times_out_instead_of_hanging() {
+    let (addr, _) = start_server().await;
+    let items = run(short_timeouts(addr, "silent")).await.unwrap();
+    assert!(
+        matches!(&items[..], [Err(LlmError::Timeout { after })] if *after == Duration::from_millis(300)),
+        "{items:?}"
+    );
+    let message = items[0].as_ref().unwrap_err().to_string();
+    assert!(message.contains("idle_timeout_secs"), "{message}");
+}
+
+#[tokio::test]
+async fn client_endpoint_that_never_answers_times_out() {
+    let (addr, _) = start_server().await;
+    let err = run(short_timeouts(addr, "noanswer")).await.unwrap_err();
+    assert!(matches!(err, LlmError::Timeout { .. }), "{err:?}");
 }

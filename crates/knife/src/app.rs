@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig};
-use knife_llm::openai_chat::OpenAiChatClient;
+use knife_llm::openai_chat::{HttpTimeouts, OpenAiChatClient};
 use knife_protocol::ProviderInstanceId;
 use knife_runtime::{ExecutionService, ProviderAdapter, SessionManager, SharedClock, SystemClock};
 use knife_server::AppState;
@@ -79,7 +79,14 @@ impl App {
                 .as_deref()
                 .and_then(|k| std::env::var(k).ok())
                 .filter(|k| !k.is_empty());
-            let llm = OpenAiChatClient::new(p.base_url.clone(), api_key);
+            let mut timeouts = HttpTimeouts::default();
+            if let Some(secs) = p.connect_timeout_secs {
+                timeouts.connect = Duration::from_secs(secs.max(1));
+            }
+            if let Some(secs) = p.idle_timeout_secs {
+                timeouts.idle = Duration::from_secs(secs.max(1));
+            }
+            let llm = OpenAiChatClient::with_timeouts(p.base_url.clone(), api_key, timeouts);
             let mut agent = BuiltinAgentConfig::new(
                 ProviderInstanceId::from(id.as_str()),
                 p.model.clone(),

@@ -50,6 +50,11 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     /// System prompt override for the built-in agent.
     pub system_prompt: Option<String>,
+    /// Seconds to establish a connection (default 10).
+    pub connect_timeout_secs: Option<u64>,
+    /// Seconds of silence from the endpoint before the run fails (default 300; reasoning
+    /// models may think for minutes before their first byte).
+    pub idle_timeout_secs: Option<u64>,
 }
 
 impl Config {
@@ -90,6 +95,8 @@ impl Config {
                 model: model.to_owned(),
                 api_key_env: None,
                 system_prompt: None,
+                connect_timeout_secs: None,
+                idle_timeout_secs: None,
             },
         );
         config
@@ -133,6 +140,8 @@ impl Config {
                     model: var("KNIFE_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
                     api_key_env: Some("OPENAI_API_KEY".into()),
                     system_prompt: None,
+                    connect_timeout_secs: None,
+                    idle_timeout_secs: None,
                 },
             );
         }
