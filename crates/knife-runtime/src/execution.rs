@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +25,9 @@ use crate::manager::{OpenedSession, SessionManager};
 /// recorded as interrupted anyway.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 
+/// Longest a new message waits for the previous run's terminal write.
+const FINISH_WAIT: Duration = Duration::from_secs(5);
+
 /// Most adapter events written in one store transaction.
 const MAX_BATCH: usize = 256;
 
@@ -32,6 +36,9 @@ struct ActiveRun {
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
     done: watch::Receiver<bool>,
+    /// Set once the turn ended and its terminal state is being written: a new
+    /// message then waits for that write instead of getting a spurious 409.
+    finishing: Arc<AtomicBool>,
 }
 
 struct Inner {
@@ -97,6 +104,8 @@ impl ExecutionService {
         let cancel = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
         let placeholder = RunId::from("starting");
+        let finishing = Arc::new(AtomicBool::new(false));
+        self.wait_if_finishing(thread_id).await;
         {
             let mut active = lock(&inner.active);
             if let Some(run) = active.get(thread_id) {
@@ -112,6 +121,7 @@ impl ExecutionService {
                     cancel: cancel.clone(),
                     reason: reason.clone(),
                     done: done_rx,
+                    finishing: finishing.clone(),
                 },
             );
         }
@@ -136,6 +146,7 @@ impl ExecutionService {
                 text,
                 cancel,
                 reason,
+                finishing,
             };
             let thread_id = ctx.thread.id.clone();
             this.drive(ctx).await;
@@ -158,12 +169,19 @@ impl ExecutionService {
             .get_thread(thread_id)
             .await?
             .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
-        if let Some(run) = &thread.active_run_id {
-            // Active in another process sharing this database (this one has no entry).
-            return Err(RuntimeError::RunInProgress {
-                thread: thread_id.clone(),
-                run: run.clone(),
-            });
+        if thread.active_run_id.is_some() {
+            // No entry in this process (checked by the caller) and the data directory
+            // is owned by this process: the run's end could not be recorded (its
+            // terminal write failed). Settle it now rather than refuse forever.
+            tracing::warn!(thread = %thread_id, "settling a run whose end was never recorded");
+            crate::recovery::settle_stale_runs(
+                store,
+                self.inner.clock.as_ref(),
+                thread,
+                "knife could not record how this run ended; send the message again to continue",
+            )
+            .await?;
+            return Box::pin(self.create_run(thread_id, text)).await;
         }
         let project = store
             .get_project(&thread.project_id)
@@ -277,8 +295,32 @@ impl ExecutionService {
 
     async fn drive(&self, ctx: RunContext) {
         let (outcome, usage) = self.run_turn(&ctx).await;
-        if let Err(e) = self.finalize(&ctx, outcome, usage).await {
-            tracing::error!(thread = %ctx.thread.id, run = %ctx.run.id, error = %e, "could not record the end of the run");
+        ctx.finishing.store(true, Ordering::SeqCst);
+        // The terminal write must land, or the thread stays "running" in the store
+        // until the next boot: retry a few times (a full disk may free up), then
+        // leave it to `create_run`, which settles a stale active run it finds.
+        for (attempt, backoff_ms) in [0u64, 200, 1000, 5000].into_iter().enumerate() {
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            match self.finalize(&ctx, outcome.clone(), usage.clone()).await {
+                Ok(()) => return,
+                Err(e) => tracing::error!(
+                    thread = %ctx.thread.id, run = %ctx.run.id, attempt = attempt + 1, error = %e,
+                    "could not record the end of the run"
+                ),
+            }
+        }
+    }
+
+    /// Waits (up to [`FINISH_WAIT`]) for a run of `thread` whose turn already ended
+    /// to write its terminal state, so a message sent right after a run's last
+    /// event is accepted rather than refused with `RunInProgress`.
+    async fn wait_if_finishing(&self, thread: &ThreadId) {
+        let done = lock(&self.inner.active)
+            .get(thread)
+            .filter(|r| r.finishing.load(Ordering::SeqCst))
+            .map(|r| r.done.clone());
+        if let Some(mut done) = done {
+            let _ = tokio::time::timeout(FINISH_WAIT, done.wait_for(|d| *d)).await;
         }
     }
 
@@ -407,7 +449,7 @@ impl ExecutionService {
                 if let Err(e) = inner.store.write(batch).await {
                     return (failed("store", e.to_string()), None);
                 }
-                metrics::counter!("knife_events_ingested_total").increment(n);
+                metrics::counter!("knife_adapter_events_total").increment(n);
             }
             if let Some(t) = terminal {
                 return t;
@@ -511,6 +553,7 @@ struct RunContext {
     text: String,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
+    finishing: Arc<AtomicBool>,
 }
 
 struct Reservation {

@@ -11,6 +11,10 @@ use crate::error::RuntimeError;
 /// Error text of a tool call that was running when its process died (PROC-08 wording).
 pub const TOOL_ABORTED: &str = "Tool execution aborted";
 
+/// Error message of a run the previous process left active.
+const STALE_AFTER_RESTART: &str =
+    "the server stopped while this run was active; send the message again to continue";
+
 /// What [`reconcile_after_restart`] changed.
 #[derive(Debug, Default)]
 pub struct ReconcileReport {
@@ -37,63 +41,12 @@ pub async fn reconcile_after_restart(
         if thread.active_run_id.is_none() && thread.status != ThreadStatus::Running {
             continue;
         }
-        let Some(projection) = store.thread_projection(&thread.id).await? else {
-            continue;
-        };
-        let now = clock.now();
-        let mut events = Vec::new();
-        for run in projection.runs.iter().filter(|r| !r.status.is_terminal()) {
-            let mut run = run.clone();
-            run.status = RunStatus::Interrupted;
-            run.completed_at = Some(now);
-            run.error = Some(RunError::new(
-                "interrupted",
-                "the server stopped while this run was active; send the message again to continue",
-            ));
-            report
-                .runs_interrupted
-                .push((thread.id.clone(), run.id.clone()));
-            for item in projection
-                .turn_items
-                .iter()
-                .filter(|i| i.run_id.as_ref() == Some(&run.id))
-            {
-                if let Some(item) = settle_item(item, now) {
-                    events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
-                }
-            }
-            for turn in projection
-                .provider_turns
-                .iter()
-                .filter(|t| t.run_id == run.id)
-            {
-                if matches!(
-                    turn.status,
-                    ProviderTurnStatus::Pending | ProviderTurnStatus::Running
-                ) {
-                    let mut turn = turn.clone();
-                    turn.status = ProviderTurnStatus::Interrupted;
-                    turn.completed_at = Some(now);
-                    events.push(DomainEvent::new(now, EventBody::ProviderTurnUpdated(turn)));
-                }
-            }
-            events.push(DomainEvent::new(
-                now,
-                EventBody::NodeUpdated(crate::execution::root_node(
-                    &run,
-                    NodeStatus::Interrupted,
-                    now,
-                )),
-            ));
-            events.push(DomainEvent::new(now, EventBody::RunUpdated(run)));
-        }
-        let mut thread = thread;
-        thread.status = ThreadStatus::Idle;
-        thread.active_run_id = None;
-        thread.updated_at = now;
-        tracing::info!(thread = %thread.id, "ended the run the previous process left active");
-        events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
-        store.write(events).await?;
+        let thread_id = thread.id.clone();
+        let ended = settle_stale_runs(store, clock, thread, STALE_AFTER_RESTART).await?;
+        tracing::info!(thread = %thread_id, runs = ended.len(), "ended the runs the previous process left active");
+        report
+            .runs_interrupted
+            .extend(ended.into_iter().map(|r| (thread_id.clone(), r)));
     }
     for mut session in store.list_provider_sessions().await? {
         if matches!(
@@ -113,6 +66,63 @@ pub async fn reconcile_after_restart(
         report.sessions_stopped += 1;
     }
     Ok(report)
+}
+
+/// Ends every unfinished run of `thread` as `interrupted` with `message`: its
+/// unfinished items end (tool calls `failed` with [`TOOL_ABORTED`]), its unfinished
+/// provider turns and root node become `interrupted`, and the thread goes idle — in
+/// one transaction. Returns the runs it ended (possibly none; the thread is still
+/// made idle). Used at boot and when a run's own end could not be recorded.
+pub async fn settle_stale_runs(
+    store: &Store,
+    clock: &dyn Clock,
+    mut thread: Thread,
+    message: &str,
+) -> Result<Vec<RunId>, RuntimeError> {
+    let Some(projection) = store.thread_projection(&thread.id).await? else {
+        return Ok(Vec::new());
+    };
+    let now = clock.now();
+    let mut events = Vec::new();
+    let mut ended = Vec::new();
+    for run in projection.runs.iter().filter(|r| !r.status.is_terminal()) {
+        let mut run = run.clone();
+        run.status = RunStatus::Interrupted;
+        run.completed_at = Some(now);
+        run.error = Some(RunError::new("interrupted", message));
+        ended.push(run.id.clone());
+        let items = projection
+            .turn_items
+            .iter()
+            .filter(|i| i.run_id.as_ref() == Some(&run.id));
+        for item in items.filter_map(|i| settle_item(i, now)) {
+            events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
+        }
+        for turn in projection
+            .provider_turns
+            .iter()
+            .filter(|t| t.run_id == run.id)
+        {
+            if matches!(
+                turn.status,
+                ProviderTurnStatus::Pending | ProviderTurnStatus::Running
+            ) {
+                let mut turn = turn.clone();
+                turn.status = ProviderTurnStatus::Interrupted;
+                turn.completed_at = Some(now);
+                events.push(DomainEvent::new(now, EventBody::ProviderTurnUpdated(turn)));
+            }
+        }
+        let node = crate::execution::root_node(&run, NodeStatus::Interrupted, now);
+        events.push(DomainEvent::new(now, EventBody::NodeUpdated(node)));
+        events.push(DomainEvent::new(now, EventBody::RunUpdated(run)));
+    }
+    thread.status = ThreadStatus::Idle;
+    thread.active_run_id = None;
+    thread.updated_at = now;
+    events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
+    store.write(events).await?;
+    Ok(ended)
 }
 
 /// The settled form of an unfinished item, or `None` when it already finished.

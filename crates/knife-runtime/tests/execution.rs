@@ -192,7 +192,7 @@ async fn harness_with_grace(behaviour: Behaviour, grace: Duration) -> Harness {
         ExecutionService::new(store.clone(), clock.clone(), manager).with_interrupt_grace(grace);
     let root = dir.path().join("project");
     std::fs::create_dir(&root).unwrap();
-    let project = create_project(
+    let (project, _created) = create_project(
         &store,
         clock.as_ref(),
         CreateProjectRequest {
@@ -450,4 +450,92 @@ async fn mgr_07_open_with_missing_workspace_fails_and_projects_nothing() {
     }
     assert_eq!(*h.opens.lock().unwrap(), 0);
     assert!(h.store.list_provider_sessions().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_message_sent_on_the_previous_runs_terminal_event_is_accepted() {
+    let h = harness(Behaviour {
+        snapshots: vec!["done".into()],
+        outcome: Some(TurnOutcome::Completed),
+        ..Default::default()
+    })
+    .await;
+    let after = h.store.latest_sequence(None).await.unwrap();
+    let mut events = h.store.stream(knife_store::StreamFilter {
+        thread_id: Some(h.thread.id.clone()),
+        after,
+        event_type: Some("run.updated".into()),
+    });
+    for round in 1..=5u32 {
+        let run = h
+            .exec
+            .start_run(&h.thread.id, format!("round {round}"))
+            .await
+            .unwrap();
+        assert_eq!(run.ordinal, round);
+        // React to the committed terminal event at once, as a client would.
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if let EventBody::RunUpdated(r) = &event.event.body
+                && r.id == run.id
+                && r.status.is_terminal()
+            {
+                break;
+            }
+        }
+    }
+    h.exec.await_idle(&h.thread.id).await;
+}
+
+#[tokio::test]
+async fn a_run_whose_end_was_never_recorded_is_settled_by_the_next_message() {
+    let h = harness(Behaviour {
+        outcome: Some(TurnOutcome::Completed),
+        ..Default::default()
+    })
+    .await;
+    // What a failed terminal write leaves behind: the store says run 1 is active,
+    // but no task in this process runs it.
+    let now = chrono::Utc::now();
+    let stale_id = RunId::for_thread(&h.thread.id, 1);
+    let mut thread = h.thread.clone();
+    thread.status = ThreadStatus::Running;
+    thread.active_run_id = Some(stale_id.clone());
+    thread.run_count = 1;
+    let stale = Run {
+        id: stale_id.clone(),
+        thread_id: h.thread.id.clone(),
+        ordinal: 1,
+        provider_instance_id: h.thread.provider_instance_id.clone(),
+        model: None,
+        status: RunStatus::Running,
+        user_message_id: TurnItemId::user_message_of(&stale_id),
+        requested_at: now,
+        started_at: Some(now),
+        completed_at: None,
+        error: None,
+        usage: None,
+    };
+    h.store
+        .write(vec![
+            DomainEvent::new(now, EventBody::RunCreated(stale)),
+            DomainEvent::new(now, EventBody::ThreadUpdated(thread)),
+        ])
+        .await
+        .unwrap();
+    let run = h
+        .exec
+        .start_run(&h.thread.id, "again".into())
+        .await
+        .unwrap();
+    assert_eq!(run.ordinal, 2);
+    let (run, p) = finished(&h, &run.id).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    let old = p.runs.iter().find(|r| r.id == stale_id).unwrap();
+    assert_eq!(old.status, RunStatus::Interrupted);
+    assert_eq!(p.thread.status, ThreadStatus::Idle);
 }
