@@ -49,6 +49,25 @@ impl DomainEvent {
     }
 }
 
+/// Every event `type` string ([`EventBody::event_type`]), in declaration order: the
+/// valid values of the `type` filter of the event stream API.
+pub const EVENT_TYPES: &[&str] = &[
+    "project.created",
+    "project.updated",
+    "thread.created",
+    "thread.updated",
+    "run.created",
+    "run.updated",
+    "node.updated",
+    "provider-session.attached",
+    "provider-session.updated",
+    "provider-session.detached",
+    "provider-thread.updated",
+    "provider-turn.updated",
+    "runtime-request.updated",
+    "turn-item.updated",
+];
+
 /// The payload of a domain event, tagged by its type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "payload")]

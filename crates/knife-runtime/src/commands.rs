@@ -1,21 +1,32 @@
 //! Commands that create projects and threads: validate input, then write the
-//! `*.created` event through the store's single write path.
+//! `*.created` event through the store's single write path (one project per folder).
 
 use std::path::Path;
 
 use knife_protocol::*;
-use knife_store::Store;
+use knife_store::{Store, StoreError};
 
 use crate::clock::Clock;
 use crate::error::RuntimeError;
 
-/// Creates a project rooted at `request.root` (must be an existing directory; stored
-/// canonicalised, symlinks resolved). Errors: [`RuntimeError::Invalid`] naming the path.
+/// Registers the folder `request.root` as a project, or returns the project that
+/// already has it: one project per folder.
+///
+/// `root` must be an existing directory; it is stored canonicalised (symlinks
+/// resolved), and two spellings of one folder are the same project. Returns the
+/// project and `true` when this call created it, `false` when the folder was already
+/// a project (its stored name is kept; `request.name` is ignored then).
+///
+/// Concurrency: two creates of the same folder may both miss it on the first read;
+/// the store refuses the second `project.created` ([`StoreError::ProjectRootTaken`],
+/// UNIQUE index on the root), and the loser re-reads and returns the winner's project.
+///
+/// Errors: [`RuntimeError::Invalid`] naming the path; [`RuntimeError::Store`].
 pub async fn create_project(
     store: &Store,
     clock: &dyn Clock,
     request: CreateProjectRequest,
-) -> Result<Project, RuntimeError> {
+) -> Result<(Project, bool), RuntimeError> {
     let raw = request.root.trim();
     if raw.is_empty() {
         return Err(RuntimeError::Invalid(
@@ -33,6 +44,10 @@ pub async fn create_project(
             root.display()
         )));
     }
+    let root_text = root.display().to_string();
+    if let Some(existing) = store.project_by_root(&root_text).await? {
+        return Ok((existing, false));
+    }
     let name = match request
         .name
         .map(|n| n.trim().to_owned())
@@ -48,17 +63,29 @@ pub async fn create_project(
     let project = Project {
         id: ProjectId::new(),
         name,
-        root: root.display().to_string(),
+        root: root_text,
         created_at: now,
         updated_at: now,
     };
-    store
+    let written = store
         .write(vec![DomainEvent::new(
             now,
             EventBody::ProjectCreated(project.clone()),
         )])
-        .await?;
-    Ok(project)
+        .await;
+    match written {
+        Ok(_) => Ok((project, true)),
+        // Lost the race to a concurrent create of the same folder: the winner's
+        // project is committed (the store refused ours inside the same write lock).
+        Err(StoreError::ProjectRootTaken { root, project_id }) => {
+            match store.get_project(&project_id).await? {
+                Some(winner) => Ok((winner, false)),
+                // Unreachable while projects are never deleted; report the refusal.
+                None => Err(StoreError::ProjectRootTaken { root, project_id }.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Creates an idle thread in an existing project. `provider_instance_id` defaults to
@@ -79,11 +106,15 @@ pub async fn create_thread(
     if !known_instances.contains(&instance) {
         return Err(RuntimeError::ProviderInstanceNotFound {
             instance,
-            known: known_instances
-                .iter()
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
+            known: if known_instances.is_empty() {
+                "(none)".into()
+            } else {
+                known_instances
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         });
     }
     let now = clock.now();

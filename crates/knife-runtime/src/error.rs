@@ -6,14 +6,20 @@ use knife_protocol::*;
 /// Failures of runtime operations (commands, execution, session manager).
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("project {0} does not exist; list projects with `knife projects` or GET /api/projects")]
+    #[error("project {0} does not exist; list projects with GET /api/projects")]
     ProjectNotFound(ProjectId),
-    #[error("thread {0} does not exist; list threads with `knife threads list`")]
+    #[error(
+        "thread {0} does not exist; list threads with `knife threads list` or GET /api/threads"
+    )]
     ThreadNotFound(ThreadId),
-    #[error("thread {thread} already has run {run} in progress; wait for it or interrupt it first")]
+    #[error(
+        "thread {thread} already has run {run} in progress; wait for it to finish or stop it \
+         with POST /api/threads/{thread}/interrupt"
+    )]
     RunInProgress { thread: ThreadId, run: RunId },
     #[error(
-        "provider instance `{instance}` is not configured; configured instances: {known}. Add it to knife.toml"
+        "provider instance `{instance}` is not configured; configured instances: {known}. \
+         Use one of them, or add it to knife.toml as [providers.{instance}] and restart knife"
     )]
     ProviderInstanceNotFound {
         instance: ProviderInstanceId,
@@ -45,6 +51,8 @@ pub struct ProviderWorkspaceMissingError {
 #[derive(Debug, thiserror::Error)]
 #[error("could not open provider session {provider_session_id}: {message}")]
 pub struct ProviderSessionOpenError {
+    /// The session that failed to open.
     pub provider_session_id: ProviderSessionId,
+    /// What failed and what to do, as reported by the adapter.
     pub message: String,
 }

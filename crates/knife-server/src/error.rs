@@ -1,5 +1,6 @@
 //! API errors: a stable machine code, a human message, and the HTTP status
-//! where it belongs (400 bad input, 404 unknown ids, 409 conflicts).
+//! where it belongs (400 bad input, 401 no token, 404 unknown ids or routes,
+//! 405 unknown method, 409 conflicts).
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -10,8 +11,11 @@ use knife_runtime::RuntimeError;
 /// An error answer of the API.
 #[derive(Debug)]
 pub struct ApiErr {
+    /// HTTP status of the answer.
     pub status: StatusCode,
+    /// Stable machine code (`not_found`, `invalid_request`, …): `error.code`.
     pub code: &'static str,
+    /// What happened and what to do: `error.message`.
     pub message: String,
 }
 
@@ -34,13 +38,30 @@ impl ApiErr {
         }
     }
 
-    /// 401 `unauthorized`.
-    pub fn unauthorized() -> Self {
+    /// 405 `method_not_allowed`: the path exists, the method does not (the `Allow`
+    /// header of the response lists the methods it has).
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: "method_not_allowed",
+            message: message.into(),
+        }
+    }
+
+    /// 401 `unauthorized`: no API token, or the wrong one. `query_allowed` says whether
+    /// the route also takes `?token=` (only the WebSocket route does).
+    pub fn unauthorized(query_allowed: bool) -> Self {
+        let message = if query_allowed {
+            "this server requires an API token: send `Authorization: Bearer <token>`, or \
+             `?token=<token>` in the URL where the client cannot set headers (browser WebSocket)"
+        } else {
+            "this server requires an API token: send `Authorization: Bearer <token>` \
+             (the token the server was started with, e.g. $KNIFE_API_TOKEN)"
+        };
         Self {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
-            message: "this server requires an API token: send `Authorization: Bearer <token>`"
-                .into(),
+            message: message.into(),
         }
     }
 }
@@ -71,6 +92,9 @@ impl From<RuntimeError> for ApiErr {
             RuntimeError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             RuntimeError::WorkspaceMissing(_) => (StatusCode::CONFLICT, "workspace_missing"),
             RuntimeError::SessionOpen(_) => (StatusCode::BAD_GATEWAY, "provider_session_open"),
+            RuntimeError::Store(knife_store::StoreError::ProjectRootTaken { .. }) => {
+                (StatusCode::CONFLICT, "conflict")
+            }
             RuntimeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -31,14 +32,27 @@ pub(crate) struct EventsQuery {
 }
 
 /// SSE: `id: <sequence>`, `event: <type>`, `data: <StoredEvent JSON>` per event.
+///
+/// Errors (JSON, before the stream starts): 400 `invalid_request` for a malformed
+/// query (`after` not a number) or an unknown `type` (the message lists
+/// [`EVENT_TYPES`]); 404 `not_found` for an unknown thread.
 pub(crate) async fn sse_events(
     State(s): State<AppState>,
     Path(id): Path<ThreadId>,
-    Query(q): Query<EventsQuery>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiErr> {
+    let Query(q) = query
+        .map_err(|e| ApiErr::bad_request(format!("invalid query string: {}", e.body_text())))?;
+    if let Some(t) = q.event_type.as_deref().filter(|t| !EVENT_TYPES.contains(t)) {
+        // A filter no event can match would stream nothing, forever: refuse it.
+        return Err(ApiErr::bad_request(format!(
+            "unknown event type `{t}`; valid types: {}",
+            EVENT_TYPES.join(", ")
+        )));
+    }
     if s.store.get_thread(&id).await?.is_none() {
-        return Err(ApiErr::not_found(format!("thread {id} does not exist")));
+        return Err(thread_not_found(&id));
     }
     let resume = headers
         .get("last-event-id")
@@ -62,7 +76,11 @@ pub(crate) async fn sse_events(
 }
 
 /// WebSocket: the client sends `{"type":"subscribe","thread_id":…,"after":N}` /
-/// `{"type":"unsubscribe",…}`; the server answers `subscribed`, then `event` messages.
+/// `{"type":"unsubscribe",…}`; the server answers `subscribed`, then `event` messages,
+/// or one `error` message (`not_found`) for a thread that does not exist.
+///
+/// Access: the only route that takes the API token as `?token=` besides the
+/// `Authorization` header (browsers cannot set headers on a WebSocket).
 pub(crate) async fn websocket(State(s): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
     upgrade.on_upgrade(move |socket| serve_socket(s, socket))
 }
@@ -90,6 +108,21 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
         };
         match serde_json::from_str::<WsClientMessage>(&text) {
             Ok(WsClientMessage::Subscribe { thread_id, after }) => {
+                // Like the SSE route's 404: an unknown thread would otherwise be a
+                // subscription that never yields anything.
+                let error = match state.store.get_thread(&thread_id).await {
+                    Ok(Some(_)) => None,
+                    Ok(None) => Some(thread_not_found(&thread_id)),
+                    Err(e) => Some(ApiErr::from(e)),
+                };
+                if let Some(e) = error {
+                    let error = ApiError {
+                        code: e.code.into(),
+                        message: e.message,
+                    };
+                    let _ = tx.send(WsServerMessage::Error { error }).await;
+                    continue;
+                }
                 if let Some(old) = subscriptions.remove(&thread_id) {
                     old.abort();
                 }
@@ -145,4 +178,10 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
     }
     drop(tx);
     let _ = writer.await;
+}
+
+fn thread_not_found(id: &ThreadId) -> ApiErr {
+    ApiErr::not_found(format!(
+        "thread {id} does not exist; list threads with GET /api/threads"
+    ))
 }

@@ -1,10 +1,18 @@
 //! knife-server: the HTTP + WebSocket API (axum) over the store and the runtime.
 //!
 //! Routes (JSON under `/api`, errors as `{"error":{"code","message"}}`):
-//! `POST/GET /api/projects`, `POST/GET /api/threads`, `GET /api/threads/{id}`,
+//! `POST/GET /api/projects` (POST: 201 new, 200 when the folder is already a project), `POST/GET /api/threads`, `GET /api/threads/{id}`,
 //! `POST /api/threads/{id}/messages` (202, starts a run), `POST /api/threads/{id}/interrupt`,
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
-//! `GET /healthz`, `GET /metrics` (Prometheus text).
+//! `GET /healthz`, `GET /metrics` (Prometheus text). Every error is JSON, including
+//! 404 for unknown paths (inside or outside `/api`), 405 for an unsupported method on a
+//! known path, and 400 for a malformed query string.
+//!
+//! Access: when [`AppState::api_token`] is set, `/api/*` and `/metrics` require
+//! `Authorization: Bearer <token>` (401 `unauthorized` otherwise). The token in the
+//! query string (`?token=<token>`) is accepted on `GET /api/ws` only, because a
+//! browser cannot set headers on a WebSocket; tokens in URLs end up in logs and
+//! history, so no other route takes them. `/healthz` is always open.
 
 mod error;
 mod events;
@@ -23,14 +31,17 @@ use metrics_exporter_prometheus::PrometheusHandle;
 /// Everything the handlers need. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
+    /// The event log and projections.
     pub store: Store,
+    /// Starts and interrupts runs.
     pub execution: ExecutionService,
+    /// Wall-clock timestamps of new entities.
     pub clock: SharedClock,
     /// Provider instance used when a new thread names none.
     pub default_instance: ProviderInstanceId,
     /// Renders `/metrics`; `None` serves an empty page.
     pub metrics: Option<PrometheusHandle>,
-    /// When set, every `/api` request must carry `Authorization: Bearer <token>`
-    /// (or `?token=` for EventSource / WebSocket clients).
+    /// When set, every `/api` and `/metrics` request must carry
+    /// `Authorization: Bearer <token>`; `GET /api/ws` may send `?token=` instead.
     pub api_token: Option<Arc<str>>,
 }

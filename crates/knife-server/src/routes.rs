@@ -1,9 +1,11 @@
 //! REST handlers: projects, threads, messages, interrupts, health and metrics.
 //! Handlers validate input and delegate to knife-runtime; they own no state.
 
+use std::sync::Arc;
+
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,8 +18,15 @@ use subtle::ConstantTimeEq;
 use crate::AppState;
 use crate::error::ApiErr;
 
-/// The full router: `/api/*`, `/healthz`, `/metrics`.
+/// The full router: `/api/*`, `/healthz`, `/metrics`; every other path answers a JSON
+/// 404 `not_found`, and a known path with an unsupported method a JSON 405
+/// `method_not_allowed` (with `Allow`).
+///
+/// Access (when [`AppState::api_token`] is set): `/api/*` and `/metrics` need
+/// `Authorization: Bearer <token>`; `/api/ws` alone also takes `?token=<token>`;
+/// `/healthz` is open.
 pub fn router(state: AppState) -> Router {
+    let header_only = || middleware::from_fn_with_state(state.clone(), require_token);
     let api = Router::new()
         .route("/projects", post(create_project).get(list_projects))
         .route("/threads", post(create_thread).get(list_threads))
@@ -25,41 +34,102 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/messages", post(post_message))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/events", get(crate::events::sse_events))
+        .route_layer(header_only());
+    // Layered apart from the other routes: a browser cannot set headers on a
+    // WebSocket, so only this route also accepts the token in the query string.
+    let ws = Router::new()
         .route("/ws", get(crate::events::websocket))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_token_or_query,
+        ));
+    let api = api
+        .merge(ws)
         .fallback(api_not_found)
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .method_not_allowed_fallback(method_not_allowed);
+    let metrics = Router::new()
+        .route("/metrics", get(render_metrics))
+        .route_layer(header_only());
     Router::new()
         .nest("/api", api)
+        .merge(metrics)
         .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(render_metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
 async fn api_not_found() -> ApiErr {
-    ApiErr::not_found("no such API route; see the README for the list of routes")
+    ApiErr::not_found("no such API route; the README's HTTP API table lists the routes")
 }
 
-/// Bearer-token check, active only when the server has an API token (non-loopback binds).
+async fn not_found() -> ApiErr {
+    ApiErr::not_found(
+        "no such page; the API is under /api (see the README), plus /healthz and /metrics",
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiErr {
+    ApiErr::method_not_allowed(format!(
+        "{method} is not supported on {}; the Allow header lists the methods it takes",
+        uri.path()
+    ))
+}
+
+/// Bearer-token check for every protected route but `/api/ws`: only the
+/// `Authorization` header counts. Active only when the server has an API token.
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(expected) = state.api_token.as_deref() else {
+    check_token(state.api_token, request, next, false).await
+}
+
+/// Token check of `/api/ws`: the `Authorization` header, or `?token=` (browsers
+/// cannot set headers on a WebSocket).
+async fn require_token_or_query(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    check_token(state.api_token, request, next, true).await
+}
+
+async fn check_token(
+    token: Option<Arc<str>>,
+    request: Request,
+    next: Next,
+    query_ok: bool,
+) -> Response {
+    let Some(expected) = token.as_deref() else {
         return next.run(request).await;
     };
+    let given = token_from(&request, query_ok);
+    match given {
+        // Constant-time compare: the answer time does not leak how much of a guess matched.
+        Some(given) if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) => {
+            next.run(request).await
+        }
+        _ => ApiErr::unauthorized(query_ok).into_response(),
+    }
+}
+
+/// The token a request presents: the `Authorization: Bearer` header, else (when
+/// `query_ok`) the `token=` query parameter. A plain function, so no borrow of the
+/// request (whose body is not `Sync`) lives across the middleware's `.await`.
+fn token_from(request: &Request, query_ok: bool) -> Option<String> {
     let from_header = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    let from_query = request
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")))
-        .map(str::to_owned);
-    match from_header.or(from_query) {
-        Some(given) if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) => {
-            next.run(request).await
-        }
-        _ => ApiErr::unauthorized().into_response(),
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let from_query = || {
+        request
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")))
+    };
+    match from_header {
+        Some(t) => Some(t.to_owned()),
+        None if query_ok => from_query().map(str::to_owned),
+        None => None,
     }
 }
 
@@ -70,12 +140,20 @@ fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
         .map_err(|e| ApiErr::bad_request(format!("invalid request body: {}", e.body_text())))
 }
 
+/// 201 with the new project, or 200 with the existing one when the folder is
+/// already a project (one project per folder).
 async fn create_project(
     State(s): State<AppState>,
     payload: Result<Json<CreateProjectRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Project>), ApiErr> {
-    let project = commands::create_project(&s.store, s.clock.as_ref(), body(payload)?).await?;
-    Ok((StatusCode::CREATED, Json(project)))
+    let (project, created) =
+        commands::create_project(&s.store, s.clock.as_ref(), body(payload)?).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(project)))
 }
 
 async fn list_projects(State(s): State<AppState>) -> Result<Json<Vec<Project>>, ApiErr> {
@@ -107,7 +185,8 @@ async fn list_threads(
     State(s): State<AppState>,
     query: Result<Query<ThreadListQuery>, QueryRejection>,
 ) -> Result<Json<Vec<Thread>>, ApiErr> {
-    let Query(q) = query.map_err(|e| ApiErr::bad_request(e.body_text()))?;
+    let Query(q) = query
+        .map_err(|e| ApiErr::bad_request(format!("invalid query string: {}", e.body_text())))?;
     Ok(Json(s.store.list_threads(q.project_id.as_ref()).await?))
 }
 
@@ -117,7 +196,9 @@ async fn get_thread(
 ) -> Result<Json<ThreadProjection>, ApiErr> {
     match s.store.thread_projection(&id).await? {
         Some(p) => Ok(Json(p)),
-        None => Err(ApiErr::not_found(format!("thread {id} does not exist"))),
+        None => Err(ApiErr::not_found(format!(
+            "thread {id} does not exist; list threads with GET /api/threads"
+        ))),
     }
 }
 

@@ -1,7 +1,7 @@
 // StoreError: every way a knife-store call can fail, each message saying what
 // happened and what the user (or the calling code) can do about it.
 
-use knife_protocol::EventId;
+use knife_protocol::{EventId, ProjectId};
 use std::path::PathBuf;
 
 /// Errors of the event store.
@@ -54,6 +54,19 @@ pub enum StoreError {
     DuplicateEvent {
         /// The id that was appended twice.
         event_id: EventId,
+    },
+    /// A `project.created` / `project.updated` names a root folder that another project
+    /// already has (one project per folder, migration 0002); the whole batch was
+    /// rolled back.
+    #[error(
+        "the folder {root} is already project {project_id}, so the batch was not written; \
+         use that project (GET /api/projects lists them)"
+    )]
+    ProjectRootTaken {
+        /// The canonical root folder, as stored on the project.
+        root: String,
+        /// The project that has this root.
+        project_id: ProjectId,
     },
     /// A SQLite error (I/O, lock timeout after 5 s, full disk, corrupt file, ...).
     /// For writes the transaction was rolled back.

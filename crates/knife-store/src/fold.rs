@@ -2,7 +2,7 @@
 // tables, used by both `write` (incrementally) and `rebuild` (from the whole log).
 
 use crate::error::StoreError;
-use knife_protocol::{DomainEvent, EventBody, StoredEvent};
+use knife_protocol::{DomainEvent, EventBody, ProjectId, StoredEvent};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use serde::Serialize;
@@ -30,6 +30,16 @@ pub(crate) fn seq_i64(sequence: u64) -> i64 {
 /// Converts an INTEGER read from SQLite back to a sequence (never negative).
 pub(crate) fn seq_u64(sequence: i64) -> u64 {
     u64::try_from(sequence).unwrap_or(0)
+}
+
+/// Where a fold runs: a live write (refuses new conflicts) or a rebuild of the whole
+/// log (must accept what was committed before a constraint existed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FoldMode {
+    /// [`crate::Store::write`] / [`crate::Store::write_if`].
+    Write,
+    /// [`crate::Store::rebuild`].
+    Rebuild,
 }
 
 /// Appends `event` to the `events` table and returns it with its sequence.
@@ -74,21 +84,53 @@ pub(crate) fn append_event(
 /// `provider-session.attached` upserts the session and binds it to that thread,
 /// `.updated` upserts only, `.detached` deletes only that binding. An attach or detach
 /// without a `thread_id` touches no binding.
-pub(crate) fn apply_event(conn: &Connection, stored: &StoredEvent) -> Result<(), StoreError> {
+///
+/// Projects: a project whose root another project already has is refused with
+/// [`StoreError::ProjectRootTaken`] in [`FoldMode::Write`]; in [`FoldMode::Rebuild`]
+/// it is kept with a NULL `root` column (logs written before migration 0002).
+pub(crate) fn apply_event(
+    conn: &Connection,
+    stored: &StoredEvent,
+    mode: FoldMode,
+) -> Result<(), StoreError> {
     let seq = seq_i64(stored.sequence);
     let thread = stored.event.thread_id.as_ref().map(|t| t.as_str());
     match &stored.event.body {
-        EventBody::ProjectCreated(p) | EventBody::ProjectUpdated(p) => upsert(
-            conn,
-            "projects",
-            p.id.as_str(),
-            &[(
-                "updated_at_us",
-                Value::Integer(p.updated_at.timestamp_micros()),
-            )],
-            p,
-            seq,
-        ),
+        EventBody::ProjectCreated(p) | EventBody::ProjectUpdated(p) => {
+            // One project per root folder (migration 0002). Checked here to name the
+            // holder in the error; the UNIQUE index `projects_root` is the backstop.
+            let holder: Option<String> = conn
+                .prepare_cached("SELECT id FROM projects WHERE root = ?1 AND id <> ?2")?
+                .query_row(params![p.root, p.id.as_str()], |row| row.get(0))
+                .optional()?;
+            let root = match (holder, mode) {
+                (None, _) => text(&p.root),
+                (Some(holder), FoldMode::Write) => {
+                    return Err(StoreError::ProjectRootTaken {
+                        root: p.root.clone(),
+                        project_id: ProjectId::from(holder.as_str()),
+                    });
+                }
+                // A log written before migration 0002 may hold several projects on one
+                // root: as the migration did, the first keeps it and later ones get NULL,
+                // so rebuild == the migrated incremental state.
+                (Some(_), FoldMode::Rebuild) => Value::Null,
+            };
+            upsert(
+                conn,
+                "projects",
+                p.id.as_str(),
+                &[
+                    (
+                        "updated_at_us",
+                        Value::Integer(p.updated_at.timestamp_micros()),
+                    ),
+                    ("root", root),
+                ],
+                p,
+                seq,
+            )
+        }
         EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => upsert(
             conn,
             "threads",

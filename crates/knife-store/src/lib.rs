@@ -130,7 +130,8 @@ impl Store {
     /// COMMIT publishes them to the live feed. Returns them with their sequences
     /// (consecutive, increasing). An empty batch writes nothing and returns `[]`.
     ///
-    /// Errors: [`StoreError::DuplicateEvent`], [`StoreError::Sqlite`],
+    /// Errors: [`StoreError::DuplicateEvent`], [`StoreError::ProjectRootTaken`] (a
+    /// project on a folder another project already has), [`StoreError::Sqlite`],
     /// [`StoreError::Serde`], [`StoreError::WriterGone`]; on error nothing of the batch
     /// is committed or published.
     ///
@@ -213,7 +214,9 @@ impl Store {
     /// Drops every projection row and recomputes all projection tables from `events`
     /// alone, with the same fold `write` uses, in one transaction (readers keep seeing
     /// the old projections until it commits). Returns the number of events folded and
-    /// the elapsed time.
+    /// the elapsed time. A log written before migration 0002 that holds several
+    /// projects on one root folder rebuilds as the migration left it: the first keeps
+    /// the root, later ones are kept without it.
     pub async fn rebuild(&self) -> Result<RebuildStats, StoreError> {
         let start = tokio::time::Instant::now();
         let events = self.inner.writer.run(writer::rebuild_projections).await?;
@@ -241,6 +244,21 @@ impl Store {
     /// The project `id`, if it exists.
     pub async fn get_project(&self, id: &ProjectId) -> Result<Option<Project>, StoreError> {
         self.get(EntityKind::Project, id.as_str()).await
+    }
+
+    /// The project whose canonical root folder is `root` (compared byte for byte with
+    /// [`Project::root`]), if any. At most one exists (UNIQUE index, migration 0002).
+    pub async fn project_by_root(&self, root: &str) -> Result<Option<Project>, StoreError> {
+        let root = root.to_owned();
+        self.read(move |c| {
+            queries::list_entities(
+                c,
+                "SELECT payload_json FROM projects WHERE root = ?1",
+                &[root.as_str()],
+            )
+        })
+        .await
+        .map(|mut found: Vec<Project>| found.pop())
     }
 
     /// Threads, newest `updated_at` first (ties: most recently written first),

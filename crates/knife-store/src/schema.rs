@@ -20,11 +20,18 @@ pub(crate) struct Migration {
 
 /// Every migration, in the order they apply. Versions must be unique and strictly
 /// increasing (checked by a unit test); never renumber or edit a released one.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("../migrations/0001_init.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "project_unique_root",
+        sql: include_str!("../migrations/0002_project_unique_root.sql"),
+    },
+];
 
 /// The schema version this build writes: the last migration's version.
 pub(crate) fn latest_version() -> i64 {

@@ -2,7 +2,7 @@
 // at a time (each its own `BEGIN IMMEDIATE` transaction) and publishes after COMMIT.
 
 use crate::error::StoreError;
-use crate::fold::{append_event, apply_event, clear_projections, read_version, seq_u64};
+use crate::fold::{FoldMode, append_event, apply_event, clear_projections, read_version, seq_u64};
 use crate::types::RowGuard;
 use knife_protocol::{DomainEvent, StoredEvent};
 use rusqlite::{Connection, TransactionBehavior};
@@ -88,7 +88,7 @@ pub(crate) fn write_batch(
     let mut stored = Vec::with_capacity(events.len());
     for event in events {
         let ev = append_event(&tx, event)?;
-        apply_event(&tx, &ev)?;
+        apply_event(&tx, &ev, FoldMode::Write)?;
         stored.push(ev);
     }
     tx.commit()?;
@@ -128,6 +128,7 @@ pub(crate) fn rebuild_projections(conn: &mut Connection) -> Result<u64, StoreErr
                     sequence: seq_u64(*sequence),
                     event,
                 },
+                FoldMode::Rebuild,
             )?;
             count += 1;
         }

@@ -1,0 +1,422 @@
+// The HTTP API over a real store on a tempdir, served on loopback: every error is JSON
+// (404/405/400, WebSocket errors), token access rules, and one project per folder.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use knife_protocol::*;
+use knife_runtime::commands::{create_project, create_thread};
+use knife_runtime::*;
+use knife_server::AppState;
+use knife_store::Store;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const TOKEN: &str = "s3cret-token";
+
+struct Server {
+    dir: tempfile::TempDir,
+    store: Store,
+    base: String,
+    http: reqwest::Client,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+/// Serves `knife_server::router` on 127.0.0.1:0 over a fresh store, with no adapters.
+async fn serve(token: Option<&str>) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let clock: SharedClock = Arc::new(SystemClock);
+    let manager = SessionManager::new(store.clone(), clock.clone(), HashMap::new());
+    let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+    let state = AppState {
+        store: store.clone(),
+        execution,
+        clock,
+        default_instance: ProviderInstanceId::from("fake"),
+        metrics: None,
+        api_token: token.map(Arc::from),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = knife_server::router(state);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Server {
+        dir,
+        store,
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+        _task: task,
+    }
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn ws_url(&self, query: &str) -> String {
+        format!("{}/api/ws{query}", self.base.replacen("http", "ws", 1))
+    }
+
+    /// A project and a thread written through the commands (the server has no adapter
+    /// to offer as a provider instance, so the thread is created below the API).
+    async fn thread(&self) -> Thread {
+        let clock = SystemClock;
+        let root = self.dir.path().join("proj");
+        std::fs::create_dir_all(&root).unwrap();
+        let (project, _) = create_project(
+            &self.store,
+            &clock,
+            CreateProjectRequest {
+                root: root.display().to_string(),
+                name: None,
+            },
+        )
+        .await
+        .unwrap();
+        let instance = ProviderInstanceId::from("fake");
+        create_thread(
+            &self.store,
+            &clock,
+            CreateThreadRequest {
+                project_id: project.id,
+                title: None,
+                provider_instance_id: None,
+                model: None,
+            },
+            &instance,
+            std::slice::from_ref(&instance),
+        )
+        .await
+        .unwrap()
+    }
+}
+
+/// Asserts a JSON error answer `{"error":{"code","message"}}`; returns the message.
+async fn json_error(resp: reqwest::Response, status: StatusCode, code: &str) -> String {
+    assert_eq!(resp.status(), status, "{:?}", resp.url().path());
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    assert!(ct.starts_with("application/json"), "content-type {ct:?}");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], code, "{body}");
+    let message = body["error"]["message"].as_str().unwrap().to_owned();
+    assert!(!message.is_empty());
+    message
+}
+
+#[tokio::test]
+async fn events_with_after_not_a_number_is_a_json_400() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let resp = s
+        .http
+        .get(s.url(&format!("/api/threads/{}/events?after=abc", t.id)))
+        .send()
+        .await
+        .unwrap();
+    let message = json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(message.contains("after"), "{message}");
+}
+
+#[tokio::test]
+async fn events_with_unknown_type_is_a_json_400_listing_the_valid_types() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let resp = s
+        .http
+        .get(s.url(&format!("/api/threads/{}/events?type=bogus", t.id)))
+        .send()
+        .await
+        .unwrap();
+    let message = json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(message.contains("bogus"), "{message}");
+    for t in EVENT_TYPES {
+        assert!(message.contains(t), "{message} lacks {t}");
+    }
+
+    // A valid type streams (replay of this thread's `thread.created`).
+    let resp = s
+        .http
+        .get(s.url(&format!("/api/threads/{}/events?type=thread.created", t.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.bytes_stream();
+    let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+        .await
+        .expect("a replayed event")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&chunk);
+    assert!(text.contains("event: thread.created"), "{text}");
+}
+
+#[tokio::test]
+async fn unsupported_method_is_a_json_405_with_allow() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let resp = s
+        .http
+        .delete(s.url(&format!("/api/threads/{}", t.id)))
+        .send()
+        .await
+        .unwrap();
+    let allow = resp
+        .headers()
+        .get("allow")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    assert!(allow.contains("GET"), "Allow: {allow:?}");
+    let message = json_error(resp, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
+    assert!(message.contains("DELETE"), "{message}");
+
+    // Outside /api too.
+    let resp = s.http.post(s.url("/healthz")).send().await.unwrap();
+    json_error(resp, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
+}
+
+#[tokio::test]
+async fn unknown_paths_are_json_404_inside_and_outside_api() {
+    let s = serve(None).await;
+    for path in ["/nope", "/", "/api/nope", "/api/threads/x/y/z"] {
+        let resp = s.http.get(s.url(path)).send().await.unwrap();
+        json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    }
+    let resp = s
+        .http
+        .get(s.url("/api/threads/thread_missing"))
+        .send()
+        .await
+        .unwrap();
+    let message = json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    assert!(message.contains("GET /api/threads"), "{message}");
+}
+
+async fn ws_next(
+    ws: &mut (impl StreamExt<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin),
+) -> Value {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("a WebSocket message within 5 s")
+            .unwrap()
+            .unwrap();
+        if let Message::Text(text) = msg {
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn websocket_subscribe_to_unknown_thread_answers_not_found() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(s.ws_url(""))
+        .await
+        .unwrap();
+
+    let subscribe = json!({"type": "subscribe", "thread_id": "thread_missing", "after": 0});
+    ws.send(Message::Text(subscribe.to_string().into()))
+        .await
+        .unwrap();
+    let answer = ws_next(&mut ws).await;
+    assert_eq!(answer["type"], "error", "{answer}");
+    assert_eq!(answer["error"]["code"], "not_found", "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("thread_missing")
+    );
+
+    // The socket stays usable: a known thread subscribes and replays.
+    let subscribe = json!({"type": "subscribe", "thread_id": t.id, "after": 0});
+    ws.send(Message::Text(subscribe.to_string().into()))
+        .await
+        .unwrap();
+    let answer = ws_next(&mut ws).await;
+    assert_eq!(answer["type"], "subscribed", "{answer}");
+    let answer = ws_next(&mut ws).await;
+    assert_eq!(answer["type"], "event", "{answer}");
+    assert_eq!(answer["event"]["type"], "thread.created", "{answer}");
+}
+
+#[tokio::test]
+async fn with_a_token_api_and_metrics_need_the_header_and_healthz_is_open() {
+    let s = serve(Some(TOKEN)).await;
+    let t = s.thread().await;
+    let protected = [
+        "/api/projects".to_owned(),
+        "/api/threads".to_owned(),
+        format!("/api/threads/{}", t.id),
+        "/metrics".to_owned(),
+    ];
+    for path in &protected {
+        let resp = s.http.get(s.url(path)).send().await.unwrap();
+        json_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+        let resp = s
+            .http
+            .get(s.url(path))
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .unwrap();
+        json_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+        let resp = s
+            .http
+            .get(s.url(path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path} with the header");
+        // The query form is refused everywhere but /api/ws.
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let resp = s
+            .http
+            .get(s.url(&format!("{path}{sep}token={TOKEN}")))
+            .send()
+            .await
+            .unwrap();
+        json_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    }
+    // SSE too: header yes, query no.
+    let events = format!("/api/threads/{}/events", t.id);
+    let resp = s
+        .http
+        .get(s.url(&format!("{events}?token={TOKEN}")))
+        .send()
+        .await
+        .unwrap();
+    json_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let resp = s
+        .http
+        .get(s.url(&events))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop(resp);
+
+    let resp = s.http.get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.text().await.unwrap(), "ok");
+}
+
+#[tokio::test]
+async fn with_a_token_the_websocket_takes_the_header_or_the_query() {
+    let s = serve(Some(TOKEN)).await;
+
+    let err = tokio_tungstenite::connect_async(s.ws_url(""))
+        .await
+        .unwrap_err();
+    match err {
+        tokio_tungstenite::tungstenite::Error::Http(resp) => {
+            assert_eq!(resp.status(), 401);
+        }
+        other => panic!("expected HTTP 401, got {other}"),
+    }
+    let err = tokio_tungstenite::connect_async(s.ws_url("?token=wrong"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, tokio_tungstenite::tungstenite::Error::Http(r) if r.status() == 401),
+        "{err}"
+    );
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(s.ws_url(&format!("?token={TOKEN}")))
+        .await
+        .unwrap();
+    ws.close(None).await.unwrap();
+
+    let mut request = s.ws_url("").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    ws.close(None).await.unwrap();
+}
+
+async fn post_project(s: &Server, root: &str) -> (StatusCode, Value) {
+    let resp = s
+        .http
+        .post(s.url("/api/projects"))
+        .json(&json!({ "root": root }))
+        .send()
+        .await
+        .unwrap();
+    (resp.status(), resp.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn posting_the_same_folder_twice_answers_201_then_200_with_one_id() {
+    let s = serve(None).await;
+    let root = s.dir.path().join("same");
+    std::fs::create_dir(&root).unwrap();
+
+    let (status, first) = post_project(&s, &root.display().to_string()).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (status, again) = post_project(&s, &format!("{}/", root.display())).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["id"], first["id"]);
+
+    let list: Vec<Value> = s
+        .http
+        .get(s.url("/api/projects"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_concurrent_posts_of_one_folder_make_one_project() {
+    let s = Arc::new(serve(None).await);
+    let root = s.dir.path().join("race");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.display().to_string();
+
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (s, root) = (s.clone(), root.clone());
+            tokio::spawn(async move { post_project(&s, &root).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    let ids: BTreeSet<String> = answers
+        .iter()
+        .map(|(_, body)| body["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "{answers:?}");
+    let created = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::CREATED)
+        .count();
+    assert_eq!(created, 1, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|(status, _)| *status == StatusCode::CREATED || *status == StatusCode::OK)
+    );
+    assert_eq!(s.store.list_projects().await.unwrap().len(), 1);
+}

@@ -1,0 +1,140 @@
+// One project per root folder in the store (migration 0002): the fold refuses a second
+// project on a root, rebuild folds unique-root logs unchanged, and old duplicate logs still open.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use knife_protocol::*;
+use knife_store::{Store, StoreError};
+
+fn project_on(id: &str, root: &str) -> Project {
+    Project {
+        root: root.to_owned(),
+        ..project(id, 1)
+    }
+}
+
+fn created(p: Project) -> DomainEvent {
+    DomainEvent::new(ts(1), EventBody::ProjectCreated(p))
+}
+
+#[tokio::test]
+async fn second_project_on_a_root_is_refused_and_nothing_of_its_batch_is_written() {
+    let (_dir, store) = temp_store().await;
+    store
+        .write(vec![created(project_on("p1", "/work/a"))])
+        .await
+        .unwrap();
+    let before = store.latest_sequence(None).await.unwrap();
+
+    let err = store
+        .write(vec![
+            created(project_on("p2", "/work/b")),
+            created(project_on("p3", "/work/a")),
+        ])
+        .await
+        .unwrap_err();
+    match &err {
+        StoreError::ProjectRootTaken { root, project_id } => {
+            assert_eq!(root, "/work/a");
+            assert_eq!(project_id.as_str(), "p1");
+        }
+        other => panic!("expected ProjectRootTaken, got {other}"),
+    }
+    assert!(err.to_string().contains("GET /api/projects"), "{err}");
+    assert_eq!(store.latest_sequence(None).await.unwrap(), before);
+    assert_eq!(store.list_projects().await.unwrap().len(), 1);
+
+    // The holder itself may be updated (same id, same root).
+    store
+        .write(vec![DomainEvent::new(
+            ts(2),
+            EventBody::ProjectUpdated(project_on("p1", "/work/a")),
+        )])
+        .await
+        .unwrap();
+    let found = store.project_by_root("/work/a").await.unwrap().unwrap();
+    assert_eq!(found.id.as_str(), "p1");
+    assert!(store.project_by_root("/work/b").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn rebuild_of_a_unique_root_log_keeps_every_project_and_its_root() {
+    let (_dir, store) = temp_store().await;
+    for (id, root) in [("p1", "/r/1"), ("p2", "/r/2"), ("p3", "/r/3")] {
+        store
+            .write(vec![created(project_on(id, root))])
+            .await
+            .unwrap();
+    }
+    let before = store.list_projects().await.unwrap();
+    let stats = store.rebuild().await.unwrap();
+    assert_eq!(stats.events, 3);
+    assert_eq!(store.list_projects().await.unwrap(), before);
+    assert_eq!(
+        store
+            .project_by_root("/r/2")
+            .await
+            .unwrap()
+            .unwrap()
+            .id
+            .as_str(),
+        "p2"
+    );
+    // The constraint still holds after the rebuild.
+    let err = store
+        .write(vec![created(project_on("p4", "/r/3"))])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ProjectRootTaken { .. }), "{err}");
+}
+
+/// A database written by schema 1 (before the constraint) with two projects on one
+/// folder: opening it migrates (the oldest keeps the root), and rebuild agrees.
+#[tokio::test]
+async fn schema_1_database_with_duplicate_roots_migrates_and_rebuilds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("knife.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!("../migrations/0001_init.sql"))
+            .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        for (seq, id) in [(1_i64, "old"), (2, "dup")] {
+            let p = project_on(id, "/same");
+            let event = created(p.clone());
+            conn.execute(
+                "INSERT INTO events (sequence, event_id, type, occurred_at, payload_json) \
+                 VALUES (?1, ?2, 'project.created', 'x', ?3)",
+                rusqlite::params![
+                    seq,
+                    event.id.as_str(),
+                    serde_json::to_string(&event).unwrap()
+                ],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO projects (id, updated_at_us, payload_json, version, \
+                 created_sequence, last_sequence) VALUES (?1, 0, ?2, 1, ?3, ?3)",
+                rusqlite::params![id, serde_json::to_string(&p).unwrap(), seq],
+            )
+            .unwrap();
+        }
+    }
+    let store = Store::open(&path).await.unwrap();
+    assert_eq!(store.list_projects().await.unwrap().len(), 2);
+    let holder = store.project_by_root("/same").await.unwrap().unwrap();
+    assert_eq!(holder.id.as_str(), "old");
+
+    store.rebuild().await.unwrap();
+    assert_eq!(store.list_projects().await.unwrap().len(), 2);
+    let holder = store.project_by_root("/same").await.unwrap().unwrap();
+    assert_eq!(holder.id.as_str(), "old");
+    // New projects on that folder are refused from now on.
+    let err = store
+        .write(vec![created(project_on("new", "/same"))])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ProjectRootTaken { .. }), "{err}");
+}
