@@ -63,7 +63,8 @@ pub(crate) async fn sse_events(
         after: resume.unwrap_or(q.after),
         event_type: q.event_type,
     };
-    let stream = s.store.stream(filter).map(|item| {
+    let closing = s.closing.clone().cancelled_owned();
+    let stream = s.store.stream(filter).take_until(closing).map(|item| {
         Ok(match item {
             Ok(ev) => Event::default()
                 .id(ev.sequence.to_string())
@@ -95,12 +96,20 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                 continue;
             };
             if sink.send(Message::Text(text.into())).await.is_err() {
-                break;
+                return;
             }
         }
+        // Every sender is gone (the client left or the server is shutting down).
+        let _ = sink.send(Message::Close(None)).await;
     });
     let mut subscriptions: HashMap<ThreadId, JoinHandle<()>> = HashMap::new();
-    while let Some(Ok(message)) = source.next().await {
+    loop {
+        let message = tokio::select! {
+            message = source.next() => message,
+            // Shutdown: stop reading; the writer sends a close frame below.
+            () = state.closing.cancelled() => break,
+        };
+        let Some(Ok(message)) = message else { break };
         let text = match message {
             Message::Text(t) => t,
             Message::Close(_) => break,

@@ -27,6 +27,7 @@ use knife_protocol::ProviderInstanceId;
 use knife_runtime::{ExecutionService, SharedClock};
 use knife_store::Store;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
 
 /// Everything the handlers need. Cheap to clone.
 #[derive(Clone)]
@@ -44,4 +45,8 @@ pub struct AppState {
     /// When set, every `/api` and `/metrics` request must carry
     /// `Authorization: Bearer <token>`; `GET /api/ws` may send `?token=` instead.
     pub api_token: Option<Arc<str>>,
+    /// Cancelled during shutdown once active runs have ended: event streams (SSE and
+    /// WebSocket) then finish so the HTTP server can drain instead of waiting on
+    /// clients that never disconnect.
+    pub closing: CancellationToken,
 }

@@ -41,6 +41,7 @@ async fn serve(token: Option<&str>) -> Server {
         default_instance: ProviderInstanceId::from("fake"),
         metrics: None,
         api_token: token.map(Arc::from),
+        closing: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -16,8 +16,10 @@ use knife_server::AppState;
 use knife_store::Store;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::lock::DataDirLock;
 
 /// Name of the SQLite file inside the data directory.
 pub const DB_FILE: &str = "knife.db";
@@ -27,6 +29,8 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A built knife: store, execution and the API state.
 pub struct App {
+    /// Held while this process owns the data directory.
+    pub lock: DataDirLock,
     pub store: Store,
     pub execution: ExecutionService,
     pub state: AppState,
@@ -36,8 +40,26 @@ pub struct App {
 pub fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
-        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new().install_recorder().ok()?;
+            describe_metrics();
+            Some(handle)
+        })
         .clone()
+}
+
+/// `# HELP` text of knife's own metrics.
+fn describe_metrics() {
+    metrics::describe_counter!("knife_runs_total", "Runs that ended, by outcome");
+    metrics::describe_histogram!(
+        "knife_run_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time from a run's request to its end, by outcome"
+    );
+    metrics::describe_counter!(
+        "knife_adapter_events_total",
+        "Adapter events written to the event log (after coalescing)"
+    );
 }
 
 impl App {
@@ -57,6 +79,9 @@ impl App {
             )
         })?;
         check_writable(data_dir)?;
+        // Before touching the database: two processes on one data directory would
+        // each take the other's runs for leftovers of a crash.
+        let lock = DataDirLock::acquire(data_dir)?;
         let store = Store::open(data_dir.join(DB_FILE))
             .await
             .with_context(|| format!("cannot open the knife database in {}", data_dir.display()))?;
@@ -108,28 +133,47 @@ impl App {
             default_instance,
             metrics: metrics_handle(),
             api_token: api_token.map(Arc::from),
+            closing: CancellationToken::new(),
         };
         Ok(App {
+            lock,
             store,
             execution,
             state,
         })
     }
 
-    /// Binds `addr` and serves until `shutdown` resolves, then interrupts active
-    /// runs (reason `shutdown`) and waits up to [`SHUTDOWN_TIMEOUT`] for them.
+    /// Serves on `listener` until `shutdown` resolves, then shuts down in order:
+    /// stop accepting connections; interrupt active runs (reason `shutdown`) and wait
+    /// up to [`SHUTDOWN_TIMEOUT`] for their terminal writes, so clients following them
+    /// see how they ended; then end every event stream so open SSE / WebSocket
+    /// clients do not hold the process; finally let the HTTP server drain.
     pub async fn serve(
-        self,
+        mut self,
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        let url = format!("http://{}", listener.local_addr()?);
+        self.lock.record_url(url)?;
         let router = knife_server::router(self.state.clone());
-        axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
+        let execution = self.execution.clone();
+        let closing = self.state.closing.clone();
+        let graceful = async move {
+            shutdown.await;
+            // Spawned: axum stops accepting as soon as this future returns, while
+            // runs wind down and streams are closed in the background.
+            tokio::spawn(async move {
+                execution.shutdown(SHUTDOWN_TIMEOUT).await;
+                closing.cancel();
+            });
+        };
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(graceful)
             .await
-            .context("the HTTP server failed")?;
+            .context("the HTTP server failed");
+        // Idempotent; covers a server that stopped for another reason.
         self.execution.shutdown(SHUTDOWN_TIMEOUT).await;
-        Ok(())
+        served
     }
 }
 

@@ -132,3 +132,75 @@ impl ApiClient {
         )
     }
 }
+
+/// How long a server gets to answer `/healthz` when looking for one.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The API token to send: `$KNIFE_API_TOKEN`, or the variable named by
+/// `[server].api_token_env`; empty values count as unset.
+pub fn api_token(config: &crate::config::Config) -> Option<String> {
+    let var = config
+        .server
+        .api_token_env
+        .as_deref()
+        .unwrap_or("KNIFE_API_TOKEN");
+    std::env::var(var).ok().filter(|t| !t.trim().is_empty())
+}
+
+/// Finds the knife server a client command should use, in this order:
+/// 1. `--server URL` (must answer, else an error — unless `--data-dir` was given too,
+///    which then is used without a server);
+/// 2. the server of the process holding the data directory's lock;
+/// 3. a server answering at the configured listen address, unless `--data-dir`
+///    was given (that server may serve another directory).
+///
+/// `Ok(None)`: no server; the caller may open the data directory itself.
+/// Errors: `--server` does not answer; the directory is held by a process without a
+/// server (e.g. another in-process `knife run`).
+pub async fn find_server(
+    config: &crate::config::Config,
+    server_flag: Option<&str>,
+    data_dir_flag: Option<&std::path::Path>,
+) -> anyhow::Result<Option<ApiClient>> {
+    let token = api_token(config);
+    if let Some(url) = server_flag {
+        let client = ApiClient::new(url, token.clone())?;
+        if client.healthy(PROBE_TIMEOUT).await {
+            return Ok(Some(client));
+        }
+        if data_dir_flag.is_none() {
+            bail!(
+                "no knife server answers at {url}; start it with `knife serve`, or pass --data-dir to work without one",
+                url = client.base()
+            );
+        }
+        // Both given and the server is down: fall through to the data directory.
+    }
+    let data_dir = config.data_dir(data_dir_flag)?;
+    if let Some(owner) = crate::lock::current_owner(&data_dir) {
+        let Some(url) = owner.url else {
+            bail!(
+                "another knife process (pid {}) is using {} without a server; wait for it or pass another --data-dir",
+                owner.pid,
+                data_dir.display()
+            );
+        };
+        let client = ApiClient::new(url, token)?;
+        if client.healthy(PROBE_TIMEOUT).await {
+            return Ok(Some(client));
+        }
+        bail!(
+            "knife process {} holds {} but its server at {} does not answer; wait for it to start or stop it",
+            owner.pid,
+            data_dir.display(),
+            client.base()
+        );
+    }
+    if data_dir_flag.is_none() {
+        let client = ApiClient::new(format!("http://{}", config.listen(None)?), token)?;
+        if client.healthy(PROBE_TIMEOUT).await {
+            return Ok(Some(client));
+        }
+    }
+    Ok(None)
+}

@@ -105,6 +105,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
     let client = server.client()?;
     let args = RunArgs {
         project: Some(project.clone()),
+        thread: None,
         model: None,
         provider: None,
         server: None,
@@ -128,7 +129,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
         *by_type.entry(e.event.event_type()).or_default() += 1;
     }
     println!(
-        "\nevent log ({} events in {}):",
+        "\nevent log: {} events in {} (a temporary SQLite file, removed when the demo exits):",
         events.len(),
         data_dir.join(crate::app::DB_FILE).display()
     );
@@ -136,6 +137,9 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
         println!("  {n:>4}  {t}");
     }
     println!("model requests: {}", mock.chat_requests().len());
+    println!(
+        "\nnext: point knife at a real model (README: \"Use it with a real model\"), then\n  knife serve    and    knife run --project DIR \"your question\""
+    );
     server.stop().await?;
     mock.shutdown().await;
     Ok(code)

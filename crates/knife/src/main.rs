@@ -6,6 +6,7 @@ mod bench;
 mod client;
 mod config;
 mod demo;
+mod lock;
 mod render;
 mod run;
 mod serve;
@@ -93,6 +94,7 @@ fn init_tracing(server: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }

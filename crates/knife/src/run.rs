@@ -3,14 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use knife_protocol::*;
 
 use crate::app::InProcessServer;
-use crate::client::ApiClient;
+use crate::client::{ApiClient, find_server};
 use crate::config::Config;
 use crate::render::follow_run;
 
@@ -18,8 +17,11 @@ use crate::render::follow_run;
 #[derive(Args)]
 pub struct RunArgs {
     /// Project folder (default: the current directory).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "thread")]
     pub project: Option<PathBuf>,
+    /// Continue this thread instead of starting a new one.
+    #[arg(long)]
+    pub thread: Option<String>,
     /// Model override (default: the provider instance's model).
     #[arg(long)]
     pub model: Option<String>,
@@ -38,32 +40,85 @@ pub struct RunArgs {
 
 pub async fn run(config_path: Option<&Path>, args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
-    let token = std::env::var("KNIFE_API_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
-    let base = match &args.server {
-        Some(s) => s.clone(),
-        None => format!("http://{}", config.listen(None)?),
-    };
-    let remote = ApiClient::new(base, token.clone())?;
-    if remote.healthy(Duration::from_millis(500)).await {
-        return prompt_once(&remote, &args).await;
-    }
-    if args.server.is_some() {
-        anyhow::bail!(
-            "no knife server answers at {}; start it with `knife serve`",
-            remote.base()
+    if let Some(server) =
+        find_server(&config, args.server.as_deref(), args.data_dir.as_deref()).await?
+    {
+        eprintln!(
+            "using the knife server at {} (its knife.toml and data directory apply)",
+            server.base()
         );
+        return prompt_once(&server, &args).await;
     }
     let data_dir = config.data_dir(args.data_dir.as_deref())?;
+    eprintln!(
+        "no knife server is running; serving in-process (data: {})",
+        data_dir.display()
+    );
     let server = InProcessServer::start(&config, &data_dir).await?;
     let code = prompt_once(&server.client()?, &args).await;
     server.stop().await?;
     code
 }
 
-/// Finds or creates the project, creates a thread, posts the prompt and renders the run.
+/// Posts the prompt to `--thread`, or to a new thread of the project (registered if
+/// new), and renders the run. Ctrl-C interrupts the run on the server (a second
+/// Ctrl-C exits at once); exit code 0 when the run completed, 1 otherwise, 130 when
+/// interrupted from the keyboard.
 pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let (thread, after) = match &args.thread {
+        Some(id) => {
+            let p: ThreadProjection = client.get(&format!("/api/threads/{id}")).await?;
+            (p.thread, p.latest_sequence)
+        }
+        None => (new_thread(client, args).await?, 0),
+    };
+    let posted: PostMessageResponse = client
+        .post(
+            &format!("/api/threads/{}/messages", thread.id),
+            &PostMessageRequest {
+                text: args.prompt.clone(),
+            },
+        )
+        .await?;
+    eprintln!("thread {} · {}", thread.id, posted.run_id);
+    let mut interrupted = false;
+    let follow = follow_run(client, &thread.id, &posted.run_id, after);
+    tokio::pin!(follow);
+    let run = tokio::select! {
+        run = &mut follow => run?,
+        _ = tokio::signal::ctrl_c() => {
+            interrupted = true;
+            eprintln!("\ninterrupting the run (Ctrl-C again to quit at once)…");
+            let _: InterruptResponse = client
+                .post(&format!("/api/threads/{}/interrupt", thread.id), &serde_json::json!({}))
+                .await?;
+            tokio::select! {
+                run = &mut follow => run?,
+                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::from(130)),
+            }
+        }
+    };
+    eprintln!(
+        "thread {} · run {} · {}",
+        thread.id,
+        run.ordinal,
+        format!("{:?}", run.status).to_lowercase()
+    );
+    match run.status {
+        RunStatus::Completed => Ok(ExitCode::SUCCESS),
+        _ if interrupted => Ok(ExitCode::from(130)),
+        _ => {
+            if let Some(e) = &run.error {
+                eprintln!("error: {} ({})", e.message, e.error_type);
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Registers the project folder (the server returns the existing project for a
+/// known root) and creates a thread titled after the prompt.
+async fn new_thread(client: &ApiClient, args: &RunArgs) -> anyhow::Result<Thread> {
     let dir = match &args.project {
         Some(p) => p.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -74,17 +129,11 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
             dir.display()
         )
     })?;
-    let projects: Vec<Project> = client.get("/api/projects").await?;
-    let project = match projects.into_iter().find(|p| Path::new(&p.root) == root) {
-        Some(p) => p,
-        None => {
-            let req = CreateProjectRequest {
-                root: root.display().to_string(),
-                name: None,
-            };
-            client.post("/api/projects", &req).await?
-        }
+    let req = CreateProjectRequest {
+        root: root.display().to_string(),
+        name: None,
     };
+    let project: Project = client.post("/api/projects", &req).await?;
     let title: String = args.prompt.chars().take(60).collect();
     let req = CreateThreadRequest {
         project_id: project.id.clone(),
@@ -92,29 +141,5 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
         provider_instance_id: args.provider.as_deref().map(ProviderInstanceId::from),
         model: args.model.clone(),
     };
-    let thread: Thread = client.post("/api/threads", &req).await?;
-    let posted: PostMessageResponse = client
-        .post(
-            &format!("/api/threads/{}/messages", thread.id),
-            &PostMessageRequest {
-                text: args.prompt.clone(),
-            },
-        )
-        .await?;
-    let run = follow_run(client, &thread.id, &posted.run_id, 0).await?;
-    eprintln!(
-        "thread {} · run {} · {}",
-        thread.id,
-        run.ordinal,
-        format!("{:?}", run.status).to_lowercase()
-    );
-    match run.status {
-        RunStatus::Completed => Ok(ExitCode::SUCCESS),
-        _ => {
-            if let Some(e) = &run.error {
-                eprintln!("error: {} ({})", e.message, e.error_type);
-            }
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    client.post("/api/threads", &req).await
 }

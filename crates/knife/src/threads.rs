@@ -3,14 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use knife_protocol::*;
 use knife_store::Store;
 
 use crate::app::DB_FILE;
-use crate::client::ApiClient;
+use crate::client::{ApiClient, find_server};
 use crate::config::Config;
 
 /// `knife threads …`.
@@ -49,6 +48,8 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
             if !db.is_file() {
                 anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
             }
+            // Rebuilding under a running server would race its writes.
+            let _lock = crate::lock::DataDirLock::acquire(db.parent().unwrap_or(Path::new(".")))?;
             let store = Store::open(&db).await?;
             let stats = store.rebuild().await?;
             println!(
@@ -79,21 +80,19 @@ enum Reader {
 }
 
 impl Reader {
+    /// A running server when there is one (see [`find_server`]), else the data
+    /// directory's database, read directly.
     async fn open(config: &Config, source: &Source) -> anyhow::Result<Reader> {
-        let base = match &source.server {
-            Some(s) => s.clone(),
-            None => format!("http://{}", config.listen(None)?),
-        };
-        let client = ApiClient::new(base, std::env::var("KNIFE_API_TOKEN").ok())?;
-        if client.healthy(Duration::from_millis(500)).await {
+        if let Some(client) =
+            find_server(config, source.server.as_deref(), source.data_dir.as_deref()).await?
+        {
             return Ok(Reader::Api(client));
         }
         let dir = config.data_dir(source.data_dir.as_deref())?;
         let db = dir.join(DB_FILE);
         if !db.is_file() {
             anyhow::bail!(
-                "no knife server answers at {} and there is no database at {}; run `knife serve` or pass --data-dir",
-                client.base(),
+                "no knife server is running and there is no database at {}; run `knife serve`, or pass --server or --data-dir",
                 db.display()
             );
         }

@@ -178,7 +178,7 @@ async fn e2e_demo_prints_the_answer_and_the_event_log_summary() {
     assert!(out.stdout.contains("Let me look at the project files."));
     let summary = out
         .stdout
-        .find("event log (")
+        .find("event log:")
         .unwrap_or_else(|| panic!("no event-log summary:\n{}", out.stdout));
     assert!(summary > out.stdout.find(DEMO_ANSWER).unwrap());
     let tail = &out.stdout[summary..];
@@ -198,4 +198,71 @@ async fn e2e_demo_prints_the_answer_and_the_event_log_summary() {
         out.stderr
     );
     assert!(out.stderr.contains("completed"), "{}", out.stderr);
+}
+
+/// One process owns a data directory: a second `knife serve` on it is refused with a
+/// message naming the owner's server, and `knife run --data-dir` on it (no --server)
+/// finds and uses that server instead of opening the database a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_data_dir_is_owned_by_one_process_and_clients_find_its_server() {
+    let mock = MockLlm::script("[[response]]\ntext = \"found it\"\n", &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let cwd = server.path().to_owned();
+    let data = server.path().join("data").display().to_string();
+    let config = server.path().join("knife.toml").display().to_string();
+
+    let second = run_cli(
+        &cwd,
+        &[
+            "serve",
+            "--config",
+            &config,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data,
+        ],
+    )
+    .await;
+    assert!(
+        !second.status.success(),
+        "a second server on one data dir must be refused"
+    );
+    assert!(
+        second.stderr.contains(&url),
+        "the refusal names the owner's server: {}",
+        second.stderr
+    );
+    assert!(second.stderr.contains("--data-dir"), "{}", second.stderr);
+
+    let project = server.project_dir().display().to_string();
+    let out = run_cli(
+        &cwd,
+        &[
+            "run",
+            "--config",
+            &config,
+            "--data-dir",
+            &data,
+            "--project",
+            &project,
+            "hello",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), "found it");
+    assert!(
+        out.stderr
+            .contains(&format!("using the knife server at {url}")),
+        "{}",
+        out.stderr
+    );
+    let (_, threads) = server.api.get("/api/threads").await;
+    assert_eq!(
+        threads.as_array().unwrap().len(),
+        1,
+        "the run went through the owner's server"
+    );
 }

@@ -149,3 +149,67 @@ async fn e2e_sigkill_mid_run_restart_does_not_leave_the_run_running() {
         .await;
     assert_eq!(done2.status, RunStatus::Completed, "{done2:?}");
 }
+
+/// SIGTERM while clients follow the thread (SSE) and idle on another (SSE and
+/// WebSocket): the active run ends `interrupted` with reason `shutdown`, the
+/// followers see that terminal event, their streams end, and the process exits 0
+/// promptly instead of waiting for clients that never disconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_sigterm_with_open_streams_interrupts_runs_then_closes_streams() {
+    use futures::StreamExt;
+    let mock = MockLlm::script(SLOW_THEN_FAST, &[]).await;
+    let mut server = Server::start(&mock.base_url()).await;
+    let (thread, run) = start_slow_run(&server).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let idle_thread = server.api.create_thread(&project).await;
+
+    // An SSE client on the idle thread and a WebSocket client: both would stay open forever.
+    let idle_sse = server
+        .api
+        .http
+        .get(format!(
+            "{}/api/threads/{idle_thread}/events?after=0",
+            server.api.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(idle_sse.status(), reqwest::StatusCode::OK);
+    let ws_url = format!("{}/api/ws", server.api.base.replacen("http", "ws", 1));
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await.unwrap();
+    let subscribe = serde_json::json!({"type": "subscribe", "thread_id": idle_thread, "after": 0});
+    futures::SinkExt::send(&mut ws, subscribe.to_string().into())
+        .await
+        .unwrap();
+
+    // Follow the running thread, then stop the server while it streams.
+    let api = server.api.clone();
+    let (t, r) = (thread.clone(), run.clone());
+    let follower = tokio::spawn(async move { api.follow_run(&t, &r, 0).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = tokio::time::Instant::now();
+    let status = server.proc.terminate().await;
+    let took = started.elapsed();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    assert!(
+        took < Duration::from_secs(8),
+        "shutdown with open streams took {took:?}"
+    );
+
+    let (_, ended) = follower.await.unwrap();
+    assert_eq!(ended.status, RunStatus::Interrupted, "{ended:?}");
+    let message = ended.error.map(|e| e.message).unwrap_or_default();
+    assert!(message.contains("shutdown"), "{message}");
+    // The idle clients' streams ended (they did not hold the process).
+    let rest = tokio::time::timeout(Duration::from_secs(5), idle_sse.bytes()).await;
+    assert!(rest.is_ok(), "the idle SSE stream was not closed");
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(msg)) = ws.next().await {
+            if msg.is_close() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the WebSocket was not closed");
+}

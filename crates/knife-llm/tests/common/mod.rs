@@ -2,25 +2,20 @@
 //! running the decoder / Chat Completions mapper over a body split into chunks.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use knife_llm::openai_chat::ChatCompletionsMapper;
 use knife_llm::sse::{DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseEvent};
 use knife_llm::{LlmError, LlmEvent, SseError};
 use serde_json::Value;
 
-/// `<shared>/fixtures/streams`, where `<shared>` is the sibling of the workspace
-/// root (`/work/main/../shared`). `KNIFE_SHARED_DIR` overrides `<shared>`.
+/// The stream fixtures directory (`knife_testkit::fixtures_dir`: `../shared/fixtures/streams`
+/// beside the workspace, or `$KNIFE_FIXTURES_DIR`).
 pub fn streams_dir() -> PathBuf {
-    let shared = match std::env::var_os("KNIFE_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        // CARGO_MANIFEST_DIR = <workspace>/crates/knife-llm
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let dir = shared.join("fixtures/streams");
+    let dir = knife_testkit::fixtures_dir();
     assert!(
         dir.is_dir(),
-        "stream fixtures not found at {}",
+        "stream fixtures not found at {}; set KNIFE_FIXTURES_DIR",
         dir.display()
     );
     dir
