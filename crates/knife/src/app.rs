@@ -104,6 +104,13 @@ impl App {
                 .as_deref()
                 .and_then(|k| std::env::var(k).ok())
                 .filter(|k| !k.is_empty());
+            if let (Some(var), None) = (&p.api_key_env, &api_key) {
+                tracing::warn!(
+                    provider = %id,
+                    "${var} is not set: requests to {} go without an API key (fine for local servers; hosted APIs will answer 401)",
+                    p.base_url
+                );
+            }
             let mut timeouts = HttpTimeouts::default();
             if let Some(secs) = p.connect_timeout_secs {
                 timeouts.connect = Duration::from_secs(secs.max(1));

@@ -59,6 +59,9 @@ impl ApiClient {
             .context("the knife server closed the connection")?;
         if !status.is_success() {
             match serde_json::from_str::<ApiErrorBody>(&text) {
+                Ok(body) if body.error.code == "unauthorized" => bail!(
+                    "the knife server requires an API token: set KNIFE_API_TOKEN (or the variable named by [server].api_token_env) to the server's token"
+                ),
                 Ok(body) => bail!("{} ({})", body.error.message, body.error.code),
                 Err(_) => bail!("the knife server answered HTTP {status}: {text}"),
             }
