@@ -213,7 +213,7 @@ pub fn run_error(error: &LlmError) -> RunError {
             error_type: "provider.http".to_owned(),
             message,
             http_status: Some(*status),
-            code: body.as_ref().and_then(body_error_code),
+            code: body.as_ref().and_then(knife_llm::error_code),
             detail: body.clone(),
         },
         LlmError::Transport(_) => RunError::new("provider.transport", message),
@@ -228,19 +228,6 @@ pub fn run_error(error: &LlmError) -> RunError {
             detail: body.clone(),
         },
     }
-}
-
-/// `error.code` (or `error.type`) of a provider error body, as a string.
-fn body_error_code(body: &Value) -> Option<String> {
-    let error = body.get("error").unwrap_or(body);
-    ["code", "type"]
-        .iter()
-        .filter_map(|key| error.get(*key))
-        .find_map(|v| match v {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        })
 }
 
 #[cfg(test)]

@@ -82,6 +82,22 @@ pub enum SseError {
     Incomplete,
 }
 
+/// The provider's error code in a JSON error body: `error.code`, else `error.type`
+/// (or the same keys at the top level when there is no `error` object), as a
+/// string. OpenAI-style bodies put a machine code in `code` and a class in `type`;
+/// the code is the more specific of the two.
+pub fn error_code(body: &serde_json::Value) -> Option<String> {
+    let error = body.get("error").filter(|e| e.is_object()).unwrap_or(body);
+    ["code", "type"]
+        .iter()
+        .filter_map(|key| error.get(*key))
+        .find_map(|v| match v {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+}
+
 /// Characters of undecodable event data quoted in [`LlmError::Decode`]'s message.
 pub const DECODE_PREVIEW_CHARS: usize = 200;
 

@@ -1,7 +1,7 @@
 // Locating and loading the shared LLM streaming fixtures (`fixtures/streams`).
 // Owns the fixtures directory lookup (env override, then the workspace's sibling `shared/`).
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Environment variable that overrides [`fixtures_dir`].
 pub const FIXTURES_DIR_ENV: &str = "KNIFE_FIXTURES_DIR";
@@ -9,32 +9,14 @@ pub const FIXTURES_DIR_ENV: &str = "KNIFE_FIXTURES_DIR";
 /// The streaming fixtures folder: `$KNIFE_FIXTURES_DIR` when set and non-empty,
 /// else `<workspace root>/../shared/fixtures/streams`, where the workspace root
 /// is two levels above this crate's `CARGO_MANIFEST_DIR` (so `/work/shared/fixtures/streams`
-/// for a workspace at `/work/main`). The path is normalised (no `..`); it is not
-/// checked for existence.
+/// for a workspace at `/work/main`). Canonicalised when it exists (so messages show
+/// a plain path); not checked for existence otherwise.
 pub fn fixtures_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(FIXTURES_DIR_ENV).filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
-    normalise(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join("../shared/fixtures/streams"),
-    )
-}
-
-/// Drops `.` and resolves `..` lexically.
-fn normalise(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/streams");
+    std::fs::canonicalize(&dir).unwrap_or(dir)
 }
 
 /// The bytes of fixture `rel` (e.g. `"sse/chat-completions/text-markdown.sse"`),
@@ -68,12 +50,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn normalise_resolves_parent_components() {
-        assert_eq!(
-            normalise(Path::new(
-                "/work/main/crates/knife-testkit/../../../shared/x"
-            )),
-            PathBuf::from("/work/shared/x")
-        );
+    fn the_fixtures_dir_is_a_plain_path_to_the_shared_streams() {
+        let dir = fixtures_dir();
+        if dir.exists() {
+            assert!(
+                !dir.components()
+                    .any(|c| c == std::path::Component::ParentDir)
+            );
+            assert!(
+                dir.ends_with("shared/fixtures/streams"),
+                "{}",
+                dir.display()
+            );
+        }
     }
 }

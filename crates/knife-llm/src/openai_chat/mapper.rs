@@ -83,14 +83,7 @@ impl ChatCompletionsMapper {
             }
         };
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            let code = ["type", "code"]
-                .iter()
-                .filter_map(|key| error.get(*key))
-                .find_map(|v| match v {
-                    Value::String(s) => Some(s.clone()),
-                    Value::Number(n) => Some(n.to_string()),
-                    _ => None,
-                });
+            let code = crate::error::error_code(&chunk);
             let message = error
                 .get("message")
                 .and_then(Value::as_str)
