@@ -214,7 +214,10 @@ fn print_item(item: &TurnItem) {
         } => {
             let result = match (output, error) {
                 (_, Some(e)) => format!("error: {e}"),
-                (Some(o), None) => format!("{} lines", o.lines().count()),
+                (Some(o), None) => match o.lines().count() {
+                    1 => "1 line".to_owned(),
+                    n => format!("{n} lines"),
+                },
                 _ => format!("{:?}", item.status).to_lowercase(),
             };
             println!("tool {tool} {input} → {result}");
