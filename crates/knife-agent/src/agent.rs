@@ -8,11 +8,12 @@
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest, ToolCallRequest};
+use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest};
 use knife_protocol::RunError;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::messages::{parse_arguments, wire_tool_call};
 use crate::recorder::{PartKind, TurnRecorder, TurnStop};
 use crate::tools::{ToolContext, ToolError, ToolSet};
 
@@ -151,11 +152,7 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
             text: (!text.is_empty()).then_some(text),
             tool_calls: calls
                 .iter()
-                .map(|c| ToolCallRequest {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                })
+                .map(|c| wire_tool_call(&c.id, &c.name, &c.arguments))
                 .collect(),
         });
         if calls.is_empty() {
@@ -190,15 +187,6 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
              ask a narrower question or raise max_steps for this provider instance"
         ),
     ))
-}
-
-/// Tool arguments as JSON; an empty string is an empty object (models send it
-/// for tools without parameters). Errors: the JSON parse error text.
-fn parse_arguments(arguments: &str) -> Result<Value, String> {
-    if arguments.trim().is_empty() {
-        return Ok(Value::Object(Default::default()));
-    }
-    serde_json::from_str(arguments).map_err(|e| format!("arguments are not valid JSON ({e})"))
 }
 
 /// Maps an LLM failure to the run error recorded on the turn (EXEC-01 types):

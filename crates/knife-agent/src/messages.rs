@@ -7,6 +7,12 @@ use knife_llm::{ChatMessage, ToolCallRequest};
 use knife_protocol::{TurnItem, TurnItemKind, TurnItemStatus};
 use serde_json::Value;
 
+use crate::tools::ToolError;
+
+/// The function name sent for a tool call whose name the model left empty (an
+/// empty name is rejected by servers that template the conversation).
+pub const UNKNOWN_TOOL_NAME: &str = "unknown_tool";
+
 /// The system prompt used when the config gives none: names the project root and the tools.
 pub fn default_system_prompt(root: &Path, tool_names: &[&str]) -> String {
     format!(
@@ -27,6 +33,12 @@ pub fn default_system_prompt(root: &Path, tool_names: &[&str]) -> String {
 /// follow it in the same model step become ONE assistant message, followed by one
 /// `Tool` message per call (output, or the error text, so no call is left
 /// unanswered). Reasoning and error items are skipped.
+///
+/// A tool call is replayed as [`wire_tool_call`] sends it: arguments that are not
+/// a JSON object (an interrupted call's partial input, invalid JSON) become `{}`
+/// and an empty name becomes [`UNKNOWN_TOOL_NAME`], because servers that parse
+/// arguments while templating reject the whole request otherwise. Its result then
+/// says why it did not run, in the words the turn used.
 pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<ChatMessage> {
     let mut messages = vec![ChatMessage::System {
         text: system.to_owned(),
@@ -55,20 +67,19 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
                 output,
                 error,
             } => {
-                let arguments = match input {
+                let raw = match input {
                     Value::String(raw) => raw.clone(),
                     other => other.to_string(),
                 };
-                pending.calls.push(ToolCallRequest {
-                    id: call_id.clone(),
-                    name: tool.clone(),
-                    arguments,
-                });
+                pending.calls.push(wire_tool_call(call_id, tool, &raw));
                 let content = match (output, error) {
                     (Some(out), _) => out.clone(),
                     (None, Some(err)) => format!("Error: {err}"),
-                    (None, None) if item.status == TurnItemStatus::Completed => String::new(),
-                    (None, None) => "Error: the tool call did not complete".to_owned(),
+                    (None, None) => match parse_arguments(&raw) {
+                        Err(message) => invalid_arguments_result(tool, message),
+                        Ok(_) if item.status == TurnItemStatus::Completed => String::new(),
+                        Ok(_) => "Error: the tool call did not complete".to_owned(),
+                    },
                 };
                 pending.results.push(ChatMessage::Tool {
                     call_id: call_id.clone(),
@@ -83,6 +94,51 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
         text: text.to_owned(),
     });
     messages
+}
+
+/// A tool call as sent back to the model (in the assistant message that made it).
+///
+/// `arguments` is the model's raw argument text: kept only when it parses to a
+/// JSON object, else sent as `{}`. An empty `name` is sent as [`UNKNOWN_TOOL_NAME`].
+pub fn wire_tool_call(id: &str, name: &str, arguments: &str) -> ToolCallRequest {
+    let arguments = match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(_)) => arguments.to_owned(),
+        _ => "{}".to_owned(),
+    };
+    let name = if name.is_empty() {
+        UNKNOWN_TOOL_NAME
+    } else {
+        name
+    };
+    ToolCallRequest {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments,
+    }
+}
+
+/// Tool arguments as JSON; an empty string is an empty object (models send it
+/// for tools without parameters). Errors: the JSON parse error text, or a note
+/// that the arguments are not an object.
+pub(crate) fn parse_arguments(arguments: &str) -> Result<Value, String> {
+    if arguments.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    match serde_json::from_str(arguments) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err("arguments are not a JSON object".to_owned()),
+        Err(e) => Err(format!("arguments are not valid JSON ({e})")),
+    }
+}
+
+/// The tool result of a call that did not run because its arguments were
+/// invalid: the text the turn itself sends (`Error: ` + [`ToolError::InvalidArguments`]).
+pub(crate) fn invalid_arguments_result(tool: &str, message: String) -> String {
+    let error = ToolError::InvalidArguments {
+        tool: tool.to_owned(),
+        message,
+    };
+    format!("Error: {error}")
 }
 
 /// An assistant message being assembled from consecutive transcript items.

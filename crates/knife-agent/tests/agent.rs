@@ -972,3 +972,128 @@ fn history_groups_tool_calls_and_skips_reasoning_and_errors() {
         ]
     );
 }
+
+fn raw_tool_item(n: u64, id: &str, tool: &str, input: Value, error: Option<&str>) -> TurnItem {
+    item(
+        1,
+        n,
+        if error.is_some() {
+            TurnItemStatus::Failed
+        } else {
+            TurnItemStatus::Interrupted
+        },
+        TurnItemKind::ToolCall {
+            call_id: id.into(),
+            tool: tool.into(),
+            input,
+            output: None,
+            error: error.map(Into::into),
+        },
+    )
+}
+
+/// Every tool call in `messages` has a non-empty name and arguments that parse
+/// to a JSON object, and every call is answered by exactly one tool result.
+fn assert_replayable(messages: &[ChatMessage]) {
+    let mut call_ids = Vec::new();
+    let mut result_ids = Vec::new();
+    for m in messages {
+        match m {
+            ChatMessage::Assistant { tool_calls, .. } => {
+                for c in tool_calls {
+                    assert!(!c.name.is_empty(), "empty tool name: {c:?}");
+                    let args: Value = serde_json::from_str(&c.arguments)
+                        .unwrap_or_else(|e| panic!("arguments of {c:?} are not JSON: {e}"));
+                    assert!(args.is_object(), "arguments of {c:?} are not an object");
+                    call_ids.push(c.id.clone());
+                }
+            }
+            ChatMessage::Tool { call_id, .. } => result_ids.push(call_id.clone()),
+            _ => {}
+        }
+    }
+    assert_eq!(call_ids, result_ids);
+}
+
+#[test]
+fn history_replays_invalid_tool_arguments_as_an_empty_object() {
+    let history = vec![
+        user_item(1, "q1"),
+        raw_tool_item(1, "c1", "read", Value::String(String::new()), None),
+        raw_tool_item(
+            2,
+            "c2",
+            "read",
+            Value::String(r#"{"path":"src/ma"#.into()),
+            Some("the model's response ended before this tool call's input was complete"),
+        ),
+        raw_tool_item(3, "c3", "grep", Value::String("{not json".into()), None),
+        raw_tool_item(4, "c4", "read", json!([1, 2]), None),
+        raw_tool_item(
+            5,
+            "c5",
+            "read",
+            Value::String(r#"{"path":"a"}"#.into()),
+            None,
+        ),
+        raw_tool_item(6, "c6", "", json!({}), Some("unknown tool")),
+    ];
+    let messages = knife_agent::messages::build_messages("sys", &history, "q2");
+    assert_replayable(&messages);
+    let ChatMessage::Assistant { tool_calls, .. } = &messages[2] else {
+        panic!("{:?}", messages[2]);
+    };
+    let args: Vec<&str> = tool_calls.iter().map(|c| c.arguments.as_str()).collect();
+    assert_eq!(args, ["{}", "{}", "{}", "{}", r#"{"path":"a"}"#, "{}"]);
+    assert_eq!(tool_calls[5].name, "unknown_tool");
+    let results: Vec<&str> = messages[3..9]
+        .iter()
+        .map(|m| match m {
+            ChatMessage::Tool { content, .. } => content.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(results[1].contains("input was complete"), "{}", results[1]);
+    // The same wording as a call whose arguments were invalid within its turn.
+    assert!(
+        results[2]
+            .starts_with("Error: invalid arguments for tool grep: arguments are not valid JSON"),
+        "{}",
+        results[2]
+    );
+    assert!(
+        results[3].starts_with("Error: invalid arguments for tool read"),
+        "{}",
+        results[3]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_tool_arguments_and_empty_names_are_not_sent_back_verbatim() {
+    let llm = FakeLlm::new(vec![
+        tool_step("call_1", "grep", "{not json"),
+        tool_step("call_2", "", r#"{"path":"a"}"#),
+        text_step(&["Done."]),
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session.start_turn(turn(1, "look", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    assert_replayable(&requests[2].messages);
+    // The history of the finished turn replays just as cleanly.
+    let history = final_items(&events);
+    let messages = knife_agent::messages::build_messages("sys", &history, "next");
+    assert_replayable(&messages);
+    let tool_results: Vec<&ChatMessage> = messages
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::Tool { .. }))
+        .collect();
+    let in_turn: Vec<&ChatMessage> = requests[2]
+        .messages
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::Tool { .. }))
+        .collect();
+    assert_eq!(tool_results, in_turn);
+}
