@@ -19,9 +19,33 @@ pub type MappedEvent = Result<LlmEvent, LlmError>;
 #[derive(Debug)]
 struct ToolState {
     id: String,
+    /// `id` was made up (`call-{index}`): no fragment carried one yet.
+    id_synthesized: bool,
     name: String,
     arguments: String,
+    /// `ToolInputStart` was emitted (held back until the name is known).
+    started: bool,
     closed: bool,
+}
+
+impl ToolState {
+    /// Emits `ToolInputStart` (and, in one delta, the arguments held back so far).
+    fn start(&mut self, out: &mut Vec<MappedEvent>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.push(Ok(LlmEvent::ToolInputStart {
+            id: self.id.clone(),
+            name: self.name.clone(),
+        }));
+        if !self.arguments.is_empty() {
+            out.push(Ok(LlmEvent::ToolInputDelta {
+                id: self.id.clone(),
+                delta: self.arguments.clone(),
+            }));
+        }
+    }
 }
 
 /// Maps one Chat Completions streaming response, event by event.
@@ -30,8 +54,8 @@ struct ToolState {
 /// [`ChatCompletionsMapper::finish`] at a clean EOF. Output order for a step:
 /// `ReasoningStart/Delta*/End` (when the delta carries `reasoning_content` or
 /// `reasoning`), `TextStart/Delta*/End` (id [`TEXT_ID`]), per tool-call index
-/// `ToolInputStart` (first chunk of the index, with id and name),
-/// `ToolInputDelta*`, then at `finish_reason` `ToolInputEnd` + complete
+/// `ToolInputStart` (at the first chunk of the index that names the function;
+/// arguments that came before it follow as one delta), `ToolInputDelta*`, then at `finish_reason` `ToolInputEnd` + complete
 /// `ToolCall`; finally exactly one `StepFinish` after `data: [DONE]` (or at EOF
 /// when a `finish_reason` was seen). Only choice index 0 is mapped.
 ///
@@ -214,41 +238,61 @@ impl ChatCompletionsMapper {
             .get("id")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty());
-        // Some servers (Gemini's OpenAI layer) send each complete call at index
-        // 0: a different id at a used index is a new call, keyed after the rest.
-        if let (Some(new_id), Some(existing)) = (new_id, self.tools.get(&index))
-            && existing.id != new_id
-        {
-            index = self.tools.keys().next_back().map_or(0, |k| k + 1);
+        if let Some(new_id) = new_id {
+            // Some servers (Gemini's OpenAI layer) send each complete call at index
+            // 0, and some repeat the id on every fragment: a known id continues its
+            // call wherever it was keyed; an unseen id at an index whose call has
+            // another (real) id is a new call, keyed after the rest.
+            if let Some((&known, _)) = self.tools.iter().find(|(_, t)| t.id == new_id) {
+                index = known;
+            } else if self
+                .tools
+                .get(&index)
+                .is_some_and(|existing| !existing.id_synthesized)
+            {
+                index = self.tools.keys().next_back().map_or(0, |k| k + 1);
+            }
         }
         let function = call.get("function");
+        let name = function
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let arguments = function
             .and_then(|f| f.get("arguments"))
             .and_then(Value::as_str)
             .unwrap_or("");
-        let state = match self.tools.get_mut(&index) {
-            Some(state) if !state.closed => state,
-            // A fragment for an index already closed by finish_reason: ignore.
-            Some(_) => return,
-            None => {
-                let id = new_id.map_or_else(|| format!("call-{index}"), str::to_owned);
-                let name = function
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                out.push(Ok(LlmEvent::ToolInputStart {
-                    id: id.clone(),
-                    name: name.clone(),
-                }));
-                self.tools.entry(index).or_insert(ToolState {
-                    id,
-                    name,
-                    arguments: String::new(),
-                    closed: false,
-                })
+        let state = self.tools.entry(index).or_insert_with(|| ToolState {
+            id: new_id.map_or_else(|| format!("call-{index}"), str::to_owned),
+            id_synthesized: new_id.is_none(),
+            name: String::new(),
+            arguments: String::new(),
+            started: false,
+            closed: false,
+        });
+        // A fragment for an index already closed by finish_reason: ignore.
+        if state.closed {
+            return;
+        }
+        // The id and the name may arrive after the first fragment: fill them
+        // while they are missing (the id only before any event used it).
+        if let Some(new_id) = new_id
+            && state.id_synthesized
+            && !state.started
+        {
+            state.id = new_id.to_owned();
+            state.id_synthesized = false;
+        }
+        if state.name.is_empty() && !name.is_empty() {
+            state.name = name.to_owned();
+        }
+        if !state.started {
+            state.arguments.push_str(arguments);
+            if !state.name.is_empty() {
+                state.start(out);
             }
-        };
+            return;
+        }
         if !arguments.is_empty() {
             state.arguments.push_str(arguments);
             out.push(Ok(LlmEvent::ToolInputDelta {
@@ -291,6 +335,8 @@ impl ChatCompletionsMapper {
             out.push(Ok(LlmEvent::TextEnd { id: TEXT_ID.into() }));
         }
         for tool in self.tools.values_mut().filter(|t| !t.closed) {
+            // A call whose name never came is still delivered (with an empty name).
+            tool.start(out);
             tool.closed = true;
             out.push(Ok(LlmEvent::ToolInputEnd {
                 id: tool.id.clone(),
@@ -461,6 +507,86 @@ mod tests {
             })
             .collect();
         assert_eq!(calls, vec![("a", "{}"), ("b", "{\"y\":2}")]);
+    }
+
+    fn tool_calls(out: &[MappedEvent]) -> Vec<(String, String, String)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Ok(LlmEvent::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                }) => Some((id.clone(), name.clone(), arguments.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every `ToolInputDelta` of a call comes after its `ToolInputStart`, and the
+    /// deltas add up to the final arguments.
+    fn assert_input_events_consistent(out: &[MappedEvent]) {
+        let mut started: BTreeMap<String, (String, String)> = BTreeMap::new();
+        for e in out {
+            match e {
+                Ok(LlmEvent::ToolInputStart { id, name }) => {
+                    assert!(
+                        started
+                            .insert(id.clone(), (name.clone(), String::new()))
+                            .is_none()
+                    );
+                }
+                Ok(LlmEvent::ToolInputDelta { id, delta }) => {
+                    started
+                        .get_mut(id)
+                        .expect("delta before start")
+                        .1
+                        .push_str(delta);
+                }
+                Ok(LlmEvent::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                }) => {
+                    assert_eq!(started.get(id), Some(&(name.clone(), arguments.clone())));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn tool_name_from_a_later_fragment_is_filled() {
+        let out = run(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"arguments":"{\"x\""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":":1}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ]);
+        assert_input_events_consistent(&out);
+        assert_eq!(
+            tool_calls(&out),
+            vec![("a".into(), "f".into(), "{\"x\":1}".into())]
+        );
+    }
+
+    #[test]
+    fn repeated_id_on_every_fragment_of_a_reused_index_is_one_call() {
+        let out = run(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","function":{"name":"g","arguments":"{\"y\""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","function":{"arguments":":2}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","function":{"arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ]);
+        assert_input_events_consistent(&out);
+        assert_eq!(
+            tool_calls(&out),
+            vec![
+                ("a".into(), "f".into(), "{}".into()),
+                ("b".into(), "g".into(), "{\"y\":2}".into())
+            ]
+        );
     }
 
     #[test]
