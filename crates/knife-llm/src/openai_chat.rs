@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
-use crate::error::LlmError;
+use crate::error::{LlmError, SseError};
 use crate::http::IdleTimeout;
 use crate::sse::{SseEvent, decode_stream};
 use crate::types::{ChatMessage, LlmClient, LlmRequest, LlmStream};
@@ -101,6 +101,12 @@ fn message_json(message: &ChatMessage) -> Value {
 /// Output: the mapped events, ending after the `StepFinish` or with the first
 /// `Err` (input errors are passed through unchanged; a clean end of input runs
 /// [`ChatCompletionsMapper::finish`]). Input after the end is not polled.
+///
+/// One input error is forgiven: [`SseError::EndedEarly`] after a chunk carried a
+/// `finish_reason`. The answer is complete by then; only the last event (usually
+/// `data: [DONE]` sent without its closing blank line) was cut, and per the SSE
+/// spec that unterminated event is discarded, not dispatched. The stream then
+/// ends as at a clean EOF, with the `StepFinish`.
 pub fn map_chat_stream<S>(events: S) -> LlmStream
 where
     S: Stream<Item = Result<SseEvent, LlmError>> + Send + 'static,
@@ -132,6 +138,13 @@ where
             }
             match st.inner.next().await {
                 Some(Ok(event)) => st.queue.extend(st.mapper.push(&event)),
+                Some(Err(LlmError::Stream(SseError::EndedEarly)))
+                    if st.mapper.saw_finish_reason() =>
+                {
+                    tracing::debug!("stream ended inside an event after the finish reason");
+                    st.done = true;
+                    st.queue.extend(st.mapper.finish());
+                }
                 Some(Err(err)) => st.queue.push_back(Err(err)),
                 None => {
                     st.done = true;
@@ -364,6 +377,59 @@ mod tests {
         for key in ["tools", "max_tokens", "temperature"] {
             assert!(body.get(key).is_none(), "{key}");
         }
+    }
+
+    /// Decodes `body` (one chunk) and maps it, as the client does.
+    async fn map_body(body: &'static str) -> Vec<MappedEvent> {
+        let bytes = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(
+            body.as_bytes(),
+        ))]);
+        map_chat_stream(crate::sse::decode_stream(bytes))
+            .collect()
+            .await
+    }
+
+    const ANSWER: &str = concat!(
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    );
+
+    #[tokio::test]
+    async fn final_done_without_its_blank_line_after_a_finish_reason_completes() {
+        for tail in [
+            "data: [DONE]\n",
+            "data: [DONE]",
+            "data: {\"usage\":{\"prompt",
+        ] {
+            let body: &'static str = format!("{ANSWER}{tail}").leak();
+            let out = map_body(body).await;
+            assert!(out.iter().all(Result::is_ok), "{tail:?}: {:?}", out.last());
+            assert!(
+                matches!(
+                    out.last(),
+                    Some(Ok(crate::LlmEvent::StepFinish {
+                        reason: crate::FinishReason::Stop,
+                        ..
+                    }))
+                ),
+                "{tail:?}: {out:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn stream_cut_mid_event_without_a_finish_reason_still_fails() {
+        let out = map_body(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]",
+        )
+        .await;
+        assert!(
+            matches!(
+                out.last(),
+                Some(Err(LlmError::Stream(crate::SseError::EndedEarly)))
+            ),
+            "{out:?}"
+        );
     }
 
     #[test]

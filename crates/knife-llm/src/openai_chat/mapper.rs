@@ -165,6 +165,12 @@ impl ChatCompletionsMapper {
         self.fail(LlmError::Stream(SseError::Incomplete))
     }
 
+    /// True once a chunk carried a `finish_reason` for choice 0: the answer is
+    /// complete, only usage and `[DONE]` may follow.
+    pub fn saw_finish_reason(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
     /// The response id (`chatcmpl-…`) from the first chunk that had one.
     pub fn response_id(&self) -> Option<&str> {
         self.response_id.as_deref()
