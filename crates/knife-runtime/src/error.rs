@@ -33,6 +33,12 @@ pub enum RuntimeError {
     Invalid(String),
     #[error("the thread changed while this request was applied; retry it")]
     Conflict,
+    #[error(
+        "the server is shutting down and takes no new runs; send the message again once it has restarted"
+    )]
+    ShuttingDown,
+    #[error("internal error: {0}; this is a bug in knife, please report it")]
+    Internal(String),
     #[error(transparent)]
     Store(#[from] knife_store::StoreError),
 }

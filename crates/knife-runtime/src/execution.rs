@@ -25,6 +25,9 @@ use crate::manager::{OpenedSession, SessionManager};
 /// recorded as interrupted anyway.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 
+/// Longest `interrupt` waits for the id of a run that is still being created.
+const RUN_ID_WAIT: Duration = Duration::from_secs(2);
+
 /// Longest a new message waits for the previous run's terminal write.
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
@@ -32,7 +35,8 @@ const FINISH_WAIT: Duration = Duration::from_secs(5);
 const MAX_BATCH: usize = 256;
 
 struct ActiveRun {
-    run_id: RunId,
+    /// `None` while the run is being created.
+    run_id: watch::Receiver<Option<RunId>>,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
     done: watch::Receiver<bool>,
@@ -49,6 +53,8 @@ struct Inner {
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
     interrupt_grace: Duration,
+    /// Set by `shutdown`: no new runs.
+    closing: AtomicBool,
 }
 
 /// Runs turns. Cheap to clone.
@@ -68,6 +74,7 @@ impl ExecutionService {
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
+                closing: AtomicBool::new(false),
             }),
         }
     }
@@ -99,25 +106,31 @@ impl ExecutionService {
                 "the message text is empty; write what the agent should do".into(),
             ));
         }
+        self.wait_if_finishing(thread_id).await;
         let inner = &self.inner;
         let (done_tx, done_rx) = watch::channel(false);
+        let (run_tx, run_rx) = watch::channel(None);
         let cancel = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
-        let placeholder = RunId::from("starting");
         let finishing = Arc::new(AtomicBool::new(false));
-        self.wait_if_finishing(thread_id).await;
         {
             let mut active = lock(&inner.active);
+            // Checked under the same lock `shutdown` sets it under: a run either is
+            // in shutdown's snapshot or is refused here.
+            if inner.closing.load(Ordering::SeqCst) {
+                return Err(RuntimeError::ShuttingDown);
+            }
             if let Some(run) = active.get(thread_id) {
+                let run = run.run_id.borrow().clone();
                 return Err(RuntimeError::RunInProgress {
                     thread: thread_id.clone(),
-                    run: run.run_id.clone(),
+                    run: run.unwrap_or_else(|| RunId::from("(starting)")),
                 });
             }
             active.insert(
                 thread_id.clone(),
                 ActiveRun {
-                    run_id: placeholder,
+                    run_id: run_rx,
                     cancel: cancel.clone(),
                     reason: reason.clone(),
                     done: done_rx,
@@ -125,35 +138,41 @@ impl ExecutionService {
                 },
             );
         }
-        // Reservation guard: if anything below fails, the thread is free again.
-        let reservation = Reservation {
-            inner: inner.clone(),
-            thread: thread_id.clone(),
-            armed: true,
-        };
-        let (thread, project, run) = self.create_run(thread_id, &text).await?;
-        reservation.disarm();
-        if let Some(entry) = lock(&inner.active).get_mut(thread_id) {
-            entry.run_id = run.id.clone();
-        }
+        // The rest runs in its own task: if the caller goes away (an HTTP client
+        // disconnects) after the run's write was queued, the run must still be
+        // driven, not committed and left without an owner.
         let this = self.clone();
-        let started = run.clone();
-        inner.tracker.spawn(async move {
-            let ctx = RunContext {
-                thread,
-                root: PathBuf::from(&project.root),
-                run,
-                text,
-                cancel,
-                reason,
-                finishing,
+        let thread_id = thread_id.clone();
+        let task = tokio::spawn(async move {
+            // Reservation guard: if creating the run fails, the thread is free again.
+            let reservation = Reservation {
+                inner: this.inner.clone(),
+                thread: thread_id.clone(),
+                armed: true,
             };
-            let thread_id = ctx.thread.id.clone();
-            this.drive(ctx).await;
-            lock(&this.inner.active).remove(&thread_id);
-            let _ = done_tx.send(true);
+            let (thread, project, run) = this.create_run(&thread_id, &text).await?;
+            reservation.disarm();
+            let _ = run_tx.send(Some(run.id.clone()));
+            let started = run.clone();
+            let driver = this.clone();
+            this.inner.tracker.spawn(async move {
+                let ctx = RunContext {
+                    thread,
+                    root: PathBuf::from(&project.root),
+                    run,
+                    text,
+                    cancel,
+                    reason,
+                    finishing,
+                };
+                driver.drive(ctx).await;
+                lock(&driver.inner.active).remove(&thread_id);
+                let _ = done_tx.send(true);
+            });
+            Ok(started)
         });
-        Ok(started)
+        task.await
+            .map_err(|e| RuntimeError::Internal(format!("starting the run failed: {e}")))?
     }
 
     async fn create_run(
@@ -247,24 +266,39 @@ impl ExecutionService {
 
     /// Asks the active run of `thread` to stop. Returns the run asked, or `None` when
     /// the thread is idle. The run ends `interrupted` once the runtime confirms, or
-    /// after [`INTERRUPT_GRACE`]. Errors: `ThreadNotFound`.
+    /// after the interrupt grace. A run still being created is cancelled before its
+    /// turn starts. Errors: `ThreadNotFound`.
     pub async fn interrupt(
         &self,
         thread: &ThreadId,
         why: InterruptReason,
     ) -> Result<Option<RunId>, RuntimeError> {
-        {
-            let active = lock(&self.inner.active);
-            if let Some(run) = active.get(thread) {
-                *lock(&run.reason) = Some(why);
-                run.cancel.cancel();
-                return Ok(Some(run.run_id.clone()));
-            }
+        if let Some(mut run_id) = self.signal_interrupt(thread, why) {
+            // A run being created gets its id within milliseconds; if creating it
+            // fails, the sender is dropped and there is no run to report.
+            let known = tokio::time::timeout(RUN_ID_WAIT, run_id.wait_for(Option::is_some)).await;
+            return Ok(match known {
+                Ok(Ok(id)) => id.clone(),
+                _ => None,
+            });
         }
         match self.inner.store.get_thread(thread).await? {
             Some(_) => Ok(None),
             None => Err(RuntimeError::ThreadNotFound(thread.clone())),
         }
+    }
+
+    /// Cancels the active run of `thread`, if any; returns its run-id watch.
+    fn signal_interrupt(
+        &self,
+        thread: &ThreadId,
+        why: InterruptReason,
+    ) -> Option<watch::Receiver<Option<RunId>>> {
+        let active = lock(&self.inner.active);
+        let run = active.get(thread)?;
+        *lock(&run.reason) = Some(why);
+        run.cancel.cancel();
+        Some(run.run_id.clone())
     }
 
     /// Waits until `thread` has no active run in this process.
@@ -279,15 +313,22 @@ impl ExecutionService {
     pub fn active(&self) -> Vec<(ThreadId, RunId)> {
         lock(&self.inner.active)
             .iter()
-            .map(|(t, r)| (t.clone(), r.run_id.clone()))
+            .filter_map(|(t, r)| Some((t.clone(), r.run_id.borrow().clone()?)))
             .collect()
     }
 
-    /// Interrupts every active run with reason `shutdown` and waits (up to `timeout`)
-    /// for their tasks to finish.
+    /// Refuses new runs ([`RuntimeError::ShuttingDown`]), interrupts every active run
+    /// with reason `shutdown`, and waits (up to `timeout`) for their tasks to finish.
+    /// Idempotent.
     pub async fn shutdown(&self, timeout: Duration) {
-        for (thread, _) in self.active() {
-            let _ = self.interrupt(&thread, InterruptReason::Shutdown).await;
+        let threads: Vec<ThreadId> = {
+            let active = lock(&self.inner.active);
+            // From now on `start_run` refuses (checked under this same lock).
+            self.inner.closing.store(true, Ordering::SeqCst);
+            active.keys().cloned().collect()
+        };
+        for thread in threads {
+            self.signal_interrupt(&thread, InterruptReason::Shutdown);
         }
         self.inner.tracker.close();
         let _ = tokio::time::timeout(timeout, self.inner.tracker.wait()).await;
@@ -335,6 +376,10 @@ impl ExecutionService {
             Ok(None) => Vec::new(),
             Err(e) => return (failed("store", e.to_string()), None),
         };
+        // Interrupted while the run was being created: no session, no model call.
+        if ctx.cancel.is_cancelled() {
+            return (interrupted(ctx), None);
+        }
         let opened = match inner
             .manager
             .open(
@@ -363,9 +408,13 @@ impl ExecutionService {
             runtime,
             mut events,
         } = opened;
-        let result = match runtime.start_turn(input).await {
-            Ok(()) => self.pump(ctx, runtime.as_ref(), &mut events).await,
-            Err(e) => (failed("provider.runtime", e.to_string()), None),
+        let result = if ctx.cancel.is_cancelled() {
+            (interrupted(ctx), None)
+        } else {
+            match runtime.start_turn(input).await {
+                Ok(()) => self.pump(ctx, runtime.as_ref(), &mut events).await,
+                Err(e) => (failed("provider.runtime", e.to_string()), None),
+            }
         };
         drop(events);
         if let Err(e) = inner
@@ -403,8 +452,7 @@ impl ExecutionService {
                     continue;
                 }
                 _ = sleep_until_opt(grace_deadline) => {
-                    let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
-                    return (TurnOutcome::Interrupted { reason: why.as_str().to_owned() }, None);
+                    return (interrupted(ctx), None);
                 }
             };
             let mut next = first;
@@ -475,7 +523,12 @@ impl ExecutionService {
             .unwrap_or_else(|| ctx.thread.clone());
         thread.active_run_id = None;
         thread.updated_at = now;
-        let mut events = Vec::new();
+        // Whatever the runtime left unfinished ends with the run (a grace expiry, a
+        // broken event stream or a failed write means its own settlement never came).
+        let mut events = match store.thread_projection(&ctx.thread.id).await? {
+            Some(p) => crate::recovery::settle_unfinished(&p, &run.id, now),
+            None => Vec::new(),
+        };
         let label = match &outcome {
             TurnOutcome::Completed => {
                 run.status = RunStatus::Completed;
@@ -595,6 +648,14 @@ pub(crate) fn root_node(run: &Run, status: NodeStatus, now: Timestamp) -> Node {
         runtime_request_id: None,
         started_at: run.started_at,
         completed_at: finished.then_some(now),
+    }
+}
+
+/// The outcome of a run stopped by `interrupt` (reason from the request, default `user`).
+fn interrupted(ctx: &RunContext) -> TurnOutcome {
+    let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
+    TurnOutcome::Interrupted {
+        reason: why.as_str().to_owned(),
     }
 }
 

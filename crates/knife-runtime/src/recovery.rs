@@ -91,28 +91,7 @@ pub async fn settle_stale_runs(
         run.completed_at = Some(now);
         run.error = Some(RunError::new("interrupted", message));
         ended.push(run.id.clone());
-        let items = projection
-            .turn_items
-            .iter()
-            .filter(|i| i.run_id.as_ref() == Some(&run.id));
-        for item in items.filter_map(|i| settle_item(i, now)) {
-            events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
-        }
-        for turn in projection
-            .provider_turns
-            .iter()
-            .filter(|t| t.run_id == run.id)
-        {
-            if matches!(
-                turn.status,
-                ProviderTurnStatus::Pending | ProviderTurnStatus::Running
-            ) {
-                let mut turn = turn.clone();
-                turn.status = ProviderTurnStatus::Interrupted;
-                turn.completed_at = Some(now);
-                events.push(DomainEvent::new(now, EventBody::ProviderTurnUpdated(turn)));
-            }
-        }
+        events.extend(settle_unfinished(&projection, &run.id, now));
         let node = crate::execution::root_node(&run, NodeStatus::Interrupted, now);
         events.push(DomainEvent::new(now, EventBody::NodeUpdated(node)));
         events.push(DomainEvent::new(now, EventBody::RunUpdated(run)));
@@ -123,6 +102,41 @@ pub async fn settle_stale_runs(
     events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
     store.write(events).await?;
     Ok(ended)
+}
+
+/// Events that end what `run` left unfinished in `projection`: items still pending,
+/// running or waiting (tool calls `failed` with [`TOOL_ABORTED`], others
+/// `interrupted`) and provider turns still pending or running (`interrupted`).
+/// Empty when everything already finished.
+pub(crate) fn settle_unfinished(
+    projection: &ThreadProjection,
+    run: &RunId,
+    now: Timestamp,
+) -> Vec<DomainEvent> {
+    let mut events = Vec::new();
+    let items = projection
+        .turn_items
+        .iter()
+        .filter(|i| i.run_id.as_ref() == Some(run));
+    for item in items.filter_map(|i| settle_item(i, now)) {
+        events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
+    }
+    for turn in projection
+        .provider_turns
+        .iter()
+        .filter(|t| &t.run_id == run)
+    {
+        if matches!(
+            turn.status,
+            ProviderTurnStatus::Pending | ProviderTurnStatus::Running
+        ) {
+            let mut turn = turn.clone();
+            turn.status = ProviderTurnStatus::Interrupted;
+            turn.completed_at = Some(now);
+            events.push(DomainEvent::new(now, EventBody::ProviderTurnUpdated(turn)));
+        }
+    }
+    events
 }
 
 /// The settled form of an unfinished item, or `None` when it already finished.

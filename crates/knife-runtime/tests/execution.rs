@@ -299,23 +299,43 @@ async fn a_second_run_while_one_is_active_is_refused_and_ordinals_increase() {
         .await
         .unwrap();
     finished(&h, &second.id).await;
-    assert_eq!(
-        *h.opens.lock().unwrap(),
-        2,
-        "one session per run in the minimal manager"
-    );
 }
 
 // Real time with a short grace: the store does real I/O, so paused time would
 // auto-advance past the grace before the interrupt is even delivered.
 #[tokio::test]
 async fn an_interrupt_the_runtime_ignores_ends_the_run_after_the_grace_period() {
-    let h = harness_with_grace(Behaviour::default(), Duration::from_millis(200)).await;
+    let h = harness_with_grace(
+        Behaviour {
+            snapshots: vec!["still streaming".into()],
+            ..Default::default()
+        },
+        Duration::from_millis(200),
+    )
+    .await;
     let run = h
         .exec
         .start_run(&h.thread.id, "loop forever".into())
         .await
         .unwrap();
+    // Interrupt once the turn is really under way (an item is streaming).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !h
+        .store
+        .thread_projection(&h.thread.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .turn_items
+        .iter()
+        .any(|i| matches!(i.kind, TurnItemKind::AssistantMessage { .. }))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the turn never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     h.exec
         .interrupt(&h.thread.id, InterruptReason::User)
         .await
@@ -323,6 +343,8 @@ async fn an_interrupt_the_runtime_ignores_ends_the_run_after_the_grace_period() 
     let (run, p) = finished(&h, &run.id).await;
     assert_eq!(run.status, RunStatus::Interrupted);
     assert_eq!(p.thread.status, ThreadStatus::Idle);
+    // The runtime never settled its streaming item; the run's end did.
+    assert_all_settled(&p);
 }
 
 #[tokio::test]
@@ -418,6 +440,7 @@ async fn a_runtime_that_ends_its_stream_mid_turn_fails_the_run_and_keeps_its_ite
     assert!(p.turn_items.iter().any(
         |i| matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "partial")
     ));
+    assert_all_settled(&p);
 }
 
 /// MGR-07 (minimal manager): a workspace that is missing or is a file fails the open
@@ -538,4 +561,82 @@ async fn a_run_whose_end_was_never_recorded_is_settled_by_the_next_message() {
     let old = p.runs.iter().find(|r| r.id == stale_id).unwrap();
     assert_eq!(old.status, RunStatus::Interrupted);
     assert_eq!(p.thread.status, ThreadStatus::Idle);
+}
+
+/// Nothing of a finished run is left pending, running or waiting.
+fn assert_all_settled(p: &ThreadProjection) {
+    for item in &p.turn_items {
+        assert!(
+            !matches!(
+                item.status,
+                TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+            ),
+            "item left {:?}: {item:?}",
+            item.status
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_start_whose_caller_goes_away_still_runs_to_its_end() {
+    let h = harness(Behaviour {
+        snapshots: vec!["done".into()],
+        outcome: Some(TurnOutcome::Completed),
+        ..Default::default()
+    })
+    .await;
+    // Polled once (the run's write is queued), then dropped, as when an HTTP client
+    // disconnects mid-request.
+    let _ = tokio::time::timeout(
+        Duration::from_micros(1),
+        h.exec.start_run(&h.thread.id, "hi".into()),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = h
+            .store
+            .thread_projection(&h.thread.id)
+            .await
+            .unwrap()
+            .unwrap();
+        if p.runs.len() == 1 && p.runs[0].status.is_terminal() && p.thread.active_run_id.is_none() {
+            assert_eq!(p.runs[0].status, RunStatus::Completed);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run was left without an owner: {:?}",
+            p.thread
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.exec.await_idle(&h.thread.id).await;
+    assert!(h.exec.active().is_empty());
+}
+
+#[tokio::test]
+async fn after_shutdown_new_runs_are_refused_and_active_ones_end_interrupted() {
+    let h = harness(Behaviour {
+        honour_interrupt: true,
+        ..Default::default()
+    })
+    .await;
+    let run = h.exec.start_run(&h.thread.id, "long".into()).await.unwrap();
+    h.exec.shutdown(Duration::from_secs(10)).await;
+    let p = h
+        .store
+        .thread_projection(&h.thread.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let ended = p.runs.iter().find(|r| r.id == run.id).unwrap();
+    assert_eq!(ended.status, RunStatus::Interrupted);
+    assert!(ended.error.as_ref().unwrap().message.contains("shutdown"));
+    let err = h
+        .exec
+        .start_run(&h.thread.id, "more".into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::ShuttingDown), "{err}");
 }

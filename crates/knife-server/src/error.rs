@@ -95,6 +95,8 @@ impl From<RuntimeError> for ApiErr {
             RuntimeError::Store(knife_store::StoreError::ProjectRootTaken { .. }) => {
                 (StatusCode::CONFLICT, "conflict")
             }
+            RuntimeError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            RuntimeError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             RuntimeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {

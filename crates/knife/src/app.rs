@@ -81,7 +81,7 @@ impl App {
         check_writable(data_dir)?;
         // Before touching the database: two processes on one data directory would
         // each take the other's runs for leftovers of a crash.
-        let lock = DataDirLock::acquire(data_dir)?;
+        let lock = DataDirLock::acquire(data_dir).await?;
         let store = Store::open(data_dir.join(DB_FILE))
             .await
             .with_context(|| format!("cannot open the knife database in {}", data_dir.display()))?;

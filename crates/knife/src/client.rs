@@ -180,7 +180,7 @@ pub async fn find_server(
         // Both given and the server is down: fall through to the data directory.
     }
     let data_dir = config.data_dir(data_dir_flag)?;
-    if let Some(owner) = crate::lock::current_owner(&data_dir) {
+    if let Some(owner) = crate::lock::current_owner(&data_dir).await {
         let Some(url) = owner.url else {
             bail!(
                 "another knife process (pid {}) is using {} without a server; wait for it or pass another --data-dir",

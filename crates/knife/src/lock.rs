@@ -33,7 +33,7 @@ impl DataDirLock {
     ///
     /// Errors: the directory is in use by another knife process — the message names
     /// its pid and server URL and says what to do instead.
-    pub fn acquire(dir: &Path) -> anyhow::Result<DataDirLock> {
+    pub async fn acquire(dir: &Path) -> anyhow::Result<DataDirLock> {
         let path = dir.join(LOCK_FILE);
         let file = OpenOptions::new()
             .read(true)
@@ -42,7 +42,7 @@ impl DataDirLock {
             .truncate(false)
             .open(&path)
             .with_context(|| format!("cannot open the lock file {}", path.display()))?;
-        match file.try_lock() {
+        match try_lock_briefly(&file).await {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let owner = read_owner(&path).unwrap_or_default();
@@ -80,26 +80,56 @@ impl DataDirLock {
         self.write_owner()
     }
 
+    /// Overwrites the owner record in place, then trims the file to it, so a reader
+    /// never sees an empty file (at worst a record with trailing bytes of the old one,
+    /// which the JSON reader rejects and [`current_owner`] treats as "starting").
     fn write_owner(&mut self) -> anyhow::Result<()> {
         let json = serde_json::to_vec(&self.owner)?;
-        self.file.set_len(0)?;
         self.file.seek(SeekFrom::Start(0))?;
         self.file
             .write_all(&json)
+            .and_then(|()| self.file.set_len(json.len() as u64))
             .and_then(|()| self.file.flush())
             .with_context(|| format!("cannot write {}", self.path.display()))
     }
 }
 
+/// `try_lock`, retried for up to [`LOCK_RETRY`]: [`current_owner`] probes the lock with
+/// a brief shared lock, which must not make a starting server give up.
+async fn try_lock_briefly(file: &File) -> Result<(), TryLockError> {
+    let deadline = tokio::time::Instant::now() + LOCK_RETRY;
+    loop {
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long [`DataDirLock::acquire`] retries a lock that is held.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The owner of `dir`'s lock while some live process holds it; `None` when the
 /// directory is free (no lock file, or a file left by a process that is gone).
-pub fn current_owner(dir: &Path) -> Option<LockOwner> {
+pub async fn current_owner(dir: &Path) -> Option<LockOwner> {
     let path = dir.join(LOCK_FILE);
     let file = File::open(&path).ok()?;
     match file.try_lock_shared() {
         // We could lock it: nobody holds it. Dropping `file` releases our lock.
         Ok(()) => None,
-        Err(TryLockError::WouldBlock) => Some(read_owner(&path).unwrap_or_default()),
+        Err(TryLockError::WouldBlock) => {
+            drop(file);
+            // The owner may be writing its record right now: give it a moment.
+            for _ in 0..20 {
+                if let Some(owner) = read_owner(&path) {
+                    return Some(owner);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+            Some(LockOwner::default())
+        }
         Err(TryLockError::Error(_)) => None,
     }
 }
@@ -115,25 +145,28 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    #[test]
-    fn a_second_lock_is_refused_with_the_owner_and_freed_on_drop() {
+    #[tokio::test]
+    async fn a_second_lock_is_refused_with_the_owner_and_freed_on_drop() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(current_owner(dir.path()).is_none());
-        let mut lock = DataDirLock::acquire(dir.path()).unwrap();
+        assert!(current_owner(dir.path()).await.is_none());
+        let mut lock = DataDirLock::acquire(dir.path()).await.unwrap();
         lock.record_url("http://127.0.0.1:7878".into()).unwrap();
-        let owner = current_owner(dir.path()).unwrap();
+        let owner = current_owner(dir.path()).await.unwrap();
         assert_eq!(owner.pid, std::process::id());
         assert_eq!(owner.url.as_deref(), Some("http://127.0.0.1:7878"));
-        let err = DataDirLock::acquire(dir.path()).unwrap_err().to_string();
+        let err = DataDirLock::acquire(dir.path())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("knife run --server http://127.0.0.1:7878"),
             "{err}"
         );
         drop(lock);
         assert!(
-            current_owner(dir.path()).is_none(),
+            current_owner(dir.path()).await.is_none(),
             "a dropped lock frees the directory"
         );
-        DataDirLock::acquire(dir.path()).unwrap();
+        DataDirLock::acquire(dir.path()).await.unwrap();
     }
 }

@@ -94,7 +94,8 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
                 .await?;
             tokio::select! {
                 run = &mut follow => run?,
-                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::from(130)),
+                // At once: the store is crash-safe and the next start settles the run.
+                _ = tokio::signal::ctrl_c() => std::process::exit(130),
             }
         }
     };

@@ -49,7 +49,8 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
             }
             // Rebuilding under a running server would race its writes.
-            let _lock = crate::lock::DataDirLock::acquire(db.parent().unwrap_or(Path::new(".")))?;
+            let _lock =
+                crate::lock::DataDirLock::acquire(db.parent().unwrap_or(Path::new("."))).await?;
             let store = Store::open(&db).await?;
             let stats = store.rebuild().await?;
             println!(
