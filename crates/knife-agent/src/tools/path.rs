@@ -10,7 +10,9 @@ impl ToolContext {
     /// canonical path inside the root. An empty string or `.` is the root itself.
     ///
     /// Errors: [`ToolError::OutsideRoot`] when the path (after resolving `..` and
-    /// symlinks) leaves the root, [`ToolError::NotFound`] when nothing exists there,
+    /// symlinks) leaves the root — decided from its deepest existing ancestor when
+    /// the path itself does not exist, so missing and existing files outside look
+    /// the same — [`ToolError::NotFound`] when nothing exists there,
     /// [`ToolError::Io`] for other failures.
     pub fn resolve(&self, requested: &str) -> Result<PathBuf, ToolError> {
         let trimmed = requested.trim();
@@ -27,22 +29,33 @@ impl ToolContext {
         match std::fs::canonicalize(&joined) {
             Ok(canonical) if canonical.starts_with(self.root()) => Ok(canonical),
             Ok(_) => Err(outside()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // Nothing there: say "outside" when the path would leave the root
-                // even lexically, so the model does not go looking for it.
-                if normalize_lexically(&joined).starts_with(self.root()) {
-                    Err(ToolError::NotFound {
-                        path: trimmed.to_owned(),
-                    })
-                } else {
-                    Err(outside())
-                }
-            }
+            // Nothing there (or not reachable): decide "outside" exactly as for an
+            // existing path, from where the path really leads, so the answer for
+            // `link/nope` and `link/secret` (link -> /etc) is the same and the
+            // model cannot probe which files exist outside the root.
+            Err(_) if !self.resolves_inside(&joined) => Err(outside()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ToolError::NotFound {
+                path: trimmed.to_owned(),
+            }),
             Err(e) => Err(ToolError::Io {
                 path: trimmed.to_owned(),
                 message: e.to_string(),
             }),
         }
+    }
+
+    /// Whether `path`, which does not (fully) exist, would lie inside the root:
+    /// its deepest existing ancestor is canonicalized (symlinks resolved) and
+    /// the remaining components are folded onto it lexically.
+    fn resolves_inside(&self, path: &Path) -> bool {
+        for ancestor in path.ancestors().skip(1) {
+            let Ok(canonical) = std::fs::canonicalize(ancestor) else {
+                continue;
+            };
+            let rest = path.strip_prefix(ancestor).unwrap_or(Path::new(""));
+            return normalize_lexically(&canonical.join(rest)).starts_with(self.root());
+        }
+        false
     }
 
     /// `path` relative to the root with `/` separators (`.` for the root itself),
