@@ -378,3 +378,153 @@ async fn unknown_tool_lists_the_available_ones() {
         "unknown tool write; available tools: glob, grep, list, read"
     );
 }
+
+/// Runs a tool on `root`; if it has not answered within 10 s (blocked opening
+/// `fifo`), opens the FIFO for writing so the blocked reader returns, then fails.
+#[cfg(unix)]
+async fn run_unblocking(
+    root: &Path,
+    tool: &str,
+    args: Value,
+    fifo: &Path,
+) -> Result<String, ToolError> {
+    let call = run(root, tool, args);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), call).await {
+        Ok(result) => result,
+        Err(_) => {
+            drop(fs::OpenOptions::new().write(true).open(fifo));
+            panic!("{tool} blocked on the FIFO");
+        }
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_grep_refuse_a_fifo_instead_of_blocking() {
+    let p = project();
+    let fifo = p.path().join("pipe");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = run_unblocking(p.path(), "read", json!({"path": "pipe"}), &fifo)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::NotAFile { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("pipe is not a regular file"),
+        "{err}"
+    );
+    let err = run_unblocking(
+        p.path(),
+        "grep",
+        json!({"pattern": "x", "path": "pipe"}),
+        &fifo,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ToolError::NotAFile { .. }), "{err:?}");
+    // A search of the directory skips the FIFO and finds the rest.
+    let out = run_unblocking(p.path(), "grep", json!({"pattern": "fn main"}), &fifo)
+        .await
+        .unwrap();
+    assert_eq!(out, "src/main.rs:1:fn main() {");
+}
+
+#[tokio::test]
+async fn read_of_a_huge_single_line_file_returns_a_truncated_line_quickly() {
+    let p = project();
+    fs::write(p.path().join("one.txt"), "a".repeat(5_000_000)).unwrap();
+    let started = std::time::Instant::now();
+    let out = run(p.path(), "read", json!({"path": "one.txt", "limit": 1}))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(out.starts_with("     1\taaaa"), "{}", &out[..40]);
+    assert!(
+        out.contains("… (line truncated)"),
+        "{}",
+        &out[out.len() - 200..]
+    );
+    assert!(out.len() < 3000, "{} bytes", out.len());
+}
+
+#[tokio::test]
+async fn read_stops_counting_lines_after_its_scan_budget() {
+    let p = project();
+    let line = format!("{}\n", "x".repeat(99));
+    fs::write(p.path().join("big.txt"), line.repeat(200_000)).unwrap(); // 20 MB
+    let out = run(p.path(), "read", json!({"path": "big.txt", "limit": 2}))
+        .await
+        .unwrap();
+    assert!(out.starts_with("     1\txxx"), "{}", &out[..40]);
+    assert!(out.contains("showed lines 1-2; more lines follow"), "{out}");
+    assert!(out.contains("offset=3"), "{out}");
+    // A file within the budget still gets its total.
+    fs::write(p.path().join("small.txt"), line.repeat(1000)).unwrap();
+    let out = run(p.path(), "read", json!({"path": "small.txt", "limit": 2}))
+        .await
+        .unwrap();
+    assert!(out.contains("showed lines 1-2 of 1000"), "{out}");
+}
+
+#[tokio::test]
+async fn grep_skips_a_file_whose_line_exceeds_the_heap_limit_and_says_so() {
+    let p = project();
+    let huge = format!("needle {}", "a".repeat(6 * 1024 * 1024));
+    fs::write(p.path().join("huge.txt"), huge).unwrap();
+    fs::write(p.path().join("small.txt"), "a needle\n").unwrap();
+    let out = run(p.path(), "grep", json!({"pattern": "needle"}))
+        .await
+        .unwrap();
+    assert!(
+        out.starts_with("small.txt:1:a needle"),
+        "{}",
+        &out[..out.len().min(300)]
+    );
+    assert!(
+        !out.contains("huge.txt:1:"),
+        "{}",
+        &out[..out.len().min(300)]
+    );
+    assert!(out.contains("skipped 1 file"), "{out}");
+    assert!(out.contains("huge.txt"), "{out}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn missing_and_existing_files_behind_an_outside_symlink_give_the_same_error() {
+    let p = project();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("shadow"), "secret\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), p.path().join("link")).unwrap();
+    let root = fs::canonicalize(p.path()).unwrap();
+    for tool in ["read", "list", "grep"] {
+        for path in [
+            "link/shadow",
+            "link/nope",
+            "link/nope/deeper",
+            "link/../link/nope",
+        ] {
+            let args = match tool {
+                "grep" => json!({"pattern": "x", "path": path}),
+                _ => json!({"path": path}),
+            };
+            let err = run(p.path(), tool, args).await.unwrap_err();
+            assert_eq!(
+                err,
+                ToolError::OutsideRoot {
+                    path: path.into(),
+                    root: root.display().to_string()
+                },
+                "{tool} {path}"
+            );
+        }
+    }
+    // A missing file inside the root is still "not found".
+    assert!(matches!(
+        run(p.path(), "read", json!({"path": "src/nope.rs"})).await,
+        Err(ToolError::NotFound { .. })
+    ));
+}

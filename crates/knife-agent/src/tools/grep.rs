@@ -18,11 +18,19 @@ pub const MAX_MATCHES: usize = 500;
 pub const MAX_OUTPUT_BYTES: usize = 50 * 1024;
 /// Matching lines are cut at this many characters.
 pub const MAX_LINE_CHARS: usize = 300;
+/// Most heap one file's search may use (4 MiB): the searcher holds a whole line,
+/// so a file with a longer line is skipped (and named in the output) instead of
+/// being buffered whole.
+pub const HEAP_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+/// Most skipped files named in the output.
+const MAX_SKIPPED_SHOWN: usize = 5;
 
 /// Searches file contents: `{"pattern": regex, "path"?: str, "include"?: glob,
 /// "case_insensitive"?: bool}` → `path:line:text` per matching line (paths
 /// relative to the project root, files in sorted order), capped at
-/// [`MAX_MATCHES`] lines / [`MAX_OUTPUT_BYTES`]. Binary files are skipped.
+/// [`MAX_MATCHES`] lines / [`MAX_OUTPUT_BYTES`]. Binary files, files that are
+/// not regular (FIFOs, devices) and files with a line over [`HEAP_LIMIT_BYTES`]
+/// are skipped; `path` naming a FIFO or device is a [`ToolError::NotAFile`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GrepTool;
 
@@ -85,6 +93,12 @@ impl Tool for GrepTool {
         let requested = args.path.unwrap_or_else(|| ".".to_owned());
         blocking(move || {
             let start = ctx.resolve(&requested)?;
+            // Searching a FIFO blocks until a writer comes; a device may never end.
+            if !start.is_dir() && !start.is_file() {
+                return Err(ToolError::NotAFile {
+                    path: ctx.display_path(&start),
+                });
+            }
             search(&ctx, &start, &matcher, include.as_ref(), &pattern)
         })
         .await
@@ -134,10 +148,12 @@ fn search(
     let mut searcher: Searcher = SearcherBuilder::new()
         .line_number(true)
         .binary_detection(BinaryDetection::quit(b'\x00'))
+        .heap_limit(Some(HEAP_LIMIT_BYTES))
         .build();
     let mut out = String::new();
     let mut matches = 0usize;
     let mut truncated = false;
+    let mut skipped: Vec<String> = Vec::new();
     for entry in walker(start, None).flatten() {
         if ctx.is_cancelled() {
             return Err(ToolError::Aborted);
@@ -163,13 +179,16 @@ fn search(
             matches += 1;
             Ok(true)
         });
-        // An unreadable file is skipped rather than failing the whole search.
+        // An unreadable file (or one with a line over the heap limit) is skipped
+        // rather than failing the whole search; the output names it.
         if let Err(e) = searcher.search_path(matcher, entry.path(), sink) {
             tracing::debug!(path = %shown, error = %e, "grep skipped a file");
+            skipped.push(shown);
         }
     }
+    let skipped_note = skipped_note(&skipped);
     if matches == 0 {
-        return Ok(format!("No matches for {pattern:?}."));
+        return Ok(format!("No matches for {pattern:?}.{skipped_note}"));
     }
     if truncated {
         out.push_str(&format!(
@@ -178,5 +197,25 @@ fn search(
     } else {
         out.truncate(out.trim_end().len());
     }
+    out.push_str(&skipped_note);
     Ok(out)
+}
+
+/// The footer naming files that could not be searched ("" when none).
+fn skipped_note(skipped: &[String]) -> String {
+    if skipped.is_empty() {
+        return String::new();
+    }
+    let n = skipped.len();
+    let mut names = skipped[..n.min(MAX_SKIPPED_SHOWN)].join(", ");
+    if n > MAX_SKIPPED_SHOWN {
+        names.push_str(", …");
+    }
+    format!(
+        "\n(skipped {n} file{s} that could not be searched (unreadable, or a line longer \
+         than {} MiB): {names}; use read to look at {them})",
+        HEAP_LIMIT_BYTES / (1024 * 1024),
+        s = if n == 1 { "" } else { "s" },
+        them = if n == 1 { "it" } else { "them" },
+    )
 }

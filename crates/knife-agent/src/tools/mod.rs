@@ -46,6 +46,12 @@ pub enum ToolError {
     /// A directory was expected but the path is a file.
     #[error("path {path} is not a directory; use read to see a file")]
     NotADirectory { path: String },
+    /// The path is neither a regular file nor a directory (a FIFO, socket or
+    /// device): reading it could block or never end, so it is not opened.
+    #[error(
+        "path {path} is not a regular file (a FIFO, socket or device); only regular files can be read or searched"
+    )]
+    NotAFile { path: String },
     /// The file looks binary (it contains NUL bytes) and is not shown.
     #[error("path {path} looks like a binary file; read only shows text files")]
     Binary { path: String },
