@@ -63,8 +63,7 @@ pub(crate) async fn sse_events(
         after: resume.unwrap_or(q.after),
         event_type: q.event_type,
     };
-    let closing = s.closing.clone().cancelled_owned();
-    let stream = s.store.stream(filter).take_until(closing).map(|item| {
+    let stream = drain_on_close(&s, filter).map(|item| {
         Ok(match item {
             Ok(ev) => Event::default()
                 .id(ev.sequence.to_string())
@@ -146,7 +145,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                     after,
                     event_type: None,
                 };
-                let mut stream = state.store.stream(filter);
+                let mut stream = drain_on_close(&state, filter);
                 let tx = tx.clone();
                 let task = tokio::spawn(async move {
                     while let Some(item) = stream.next().await {
@@ -182,11 +181,81 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
             }
         }
     }
-    for (_, task) in subscriptions {
-        task.abort();
+    if state.closing.is_cancelled() {
+        // Shutdown: each subscription delivers what was committed, then ends.
+        let _ = tokio::time::timeout(
+            2 * DRAIN_IDLE,
+            futures::future::join_all(subscriptions.into_values()),
+        )
+        .await;
+    } else {
+        for (_, task) in subscriptions {
+            task.abort();
+        }
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// Longest a stream waits for its next committed event once the server is closing.
+const DRAIN_IDLE: Duration = Duration::from_millis(500);
+
+/// The store stream for `filter`, ending once the server is closing and the thread's
+/// events committed by then were delivered: a client following a run sees the run's
+/// terminal event, written just before the streams close. The end comes when the
+/// thread's high-water mark at closing time is reached, or after [`DRAIN_IDLE`]
+/// without an event (a type filter may skip the last events).
+fn drain_on_close(
+    state: &AppState,
+    filter: StreamFilter,
+) -> futures::stream::BoxStream<'static, Result<StoredEvent, knife_store::StoreError>> {
+    struct Drain {
+        inner: futures::stream::BoxStream<'static, Result<StoredEvent, knife_store::StoreError>>,
+        store: knife_store::Store,
+        thread: Option<ThreadId>,
+        closing: tokio_util::sync::CancellationToken,
+        /// Set at closing: the last sequence to deliver.
+        target: Option<u64>,
+        last: u64,
+    }
+    let st = Drain {
+        inner: state.store.stream(filter.clone()),
+        store: state.store.clone(),
+        thread: filter.thread_id.clone(),
+        closing: state.closing.clone(),
+        target: None,
+        last: filter.after,
+    };
+    futures::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(target) = st.target {
+                if st.last >= target {
+                    return None;
+                }
+                let item = tokio::time::timeout(DRAIN_IDLE, st.inner.next())
+                    .await
+                    .ok()??;
+                if let Ok(ev) = &item {
+                    st.last = ev.sequence;
+                }
+                return Some((item, st));
+            }
+            tokio::select! {
+                item = st.inner.next() => {
+                    let item = item?;
+                    if let Ok(ev) = &item {
+                        st.last = ev.sequence;
+                    }
+                    return Some((item, st));
+                }
+                () = st.closing.cancelled() => {
+                    let high = st.store.latest_sequence(st.thread.as_ref()).await.unwrap_or(0);
+                    st.target = Some(high);
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 fn thread_not_found(id: &ThreadId) -> ApiErr {
