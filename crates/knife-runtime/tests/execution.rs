@@ -319,23 +319,12 @@ async fn an_interrupt_the_runtime_ignores_ends_the_run_after_the_grace_period() 
         .await
         .unwrap();
     // Interrupt once the turn is really under way (an item is streaming).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !h
-        .store
-        .thread_projection(&h.thread.id)
-        .await
-        .unwrap()
-        .unwrap()
-        .turn_items
-        .iter()
-        .any(|i| matches!(i.kind, TurnItemKind::AssistantMessage { .. }))
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the turn never started"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    projection_until(&h, "the turn to start", |p| {
+        p.turn_items
+            .iter()
+            .any(|i| matches!(i.kind, TurnItemKind::AssistantMessage { .. }))
+    })
+    .await;
     h.exec
         .interrupt(&h.thread.id, InterruptReason::User)
         .await
@@ -592,25 +581,11 @@ async fn a_start_whose_caller_goes_away_still_runs_to_its_end() {
         h.exec.start_run(&h.thread.id, "hi".into()),
     )
     .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let p = h
-            .store
-            .thread_projection(&h.thread.id)
-            .await
-            .unwrap()
-            .unwrap();
-        if p.runs.len() == 1 && p.runs[0].status.is_terminal() && p.thread.active_run_id.is_none() {
-            assert_eq!(p.runs[0].status, RunStatus::Completed);
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run was left without an owner: {:?}",
-            p.thread
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let p = projection_until(&h, "the run to end (not left without an owner)", |p| {
+        p.runs.len() == 1 && p.runs[0].status.is_terminal() && p.thread.active_run_id.is_none()
+    })
+    .await;
+    assert_eq!(p.runs[0].status, RunStatus::Completed);
     h.exec.await_idle(&h.thread.id).await;
     assert!(h.exec.active().is_empty());
 }
@@ -639,4 +614,30 @@ async fn after_shutdown_new_runs_are_refused_and_active_ones_end_interrupted() {
         .await
         .unwrap_err();
     assert!(matches!(err, RuntimeError::ShuttingDown), "{err}");
+}
+
+/// Polls the thread's projection (real time, 10 s at most) until `done` holds.
+async fn projection_until(
+    h: &Harness,
+    what: &str,
+    done: impl Fn(&ThreadProjection) -> bool,
+) -> ThreadProjection {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = h
+            .store
+            .thread_projection(&h.thread.id)
+            .await
+            .unwrap()
+            .unwrap();
+        if done(&p) {
+            return p;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            p.thread
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
