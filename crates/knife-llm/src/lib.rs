@@ -9,6 +9,7 @@
 pub mod error;
 pub mod http;
 pub mod openai_chat;
+pub mod retry;
 pub mod sse;
 pub mod types;
 
