@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use knife_llm::LlmClient;
+use knife_llm::retry::RetryPolicy;
 use knife_protocol::*;
 use knife_runtime::{
     AdapterError, InterruptReason, OpenSessionInput, ProviderAdapter, SessionRuntime, SharedClock,
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{TurnPlan, run_turn};
 use crate::messages::{build_messages, default_system_prompt};
+use crate::processor::ContextLimits;
 use crate::recorder::{EventSender, TurnIdentity, TurnRecorder};
 use crate::tools::{ToolContext, ToolSet};
 
@@ -26,6 +28,10 @@ pub const DRIVER: &str = "builtin";
 pub const MAX_FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// How long `close` waits for a cancelled turn to settle its items before aborting it.
 pub const CLOSE_TURN_GRACE: Duration = Duration::from_secs(5);
+/// Default context window of a provider instance's model (tokens, PROC-02).
+pub const DEFAULT_CONTEXT_LIMIT: u64 = 128_000;
+/// Default output reserve of a provider instance's model (tokens, PROC-02).
+pub const DEFAULT_OUTPUT_LIMIT: u64 = 32_000;
 
 /// Configuration of one built-in agent provider instance.
 #[derive(Clone)]
@@ -49,6 +55,15 @@ pub struct BuiltinAgentConfig {
     pub flush_bytes: usize,
     /// Source of wall-clock timestamps for items and turns.
     pub clock: SharedClock,
+    /// Retry budget and backoff of model calls (PROC-10, PROC-11; default 8
+    /// attempts, 2 s doubling, capped at 30 s).
+    pub retry: RetryPolicy,
+    /// The model's context window in tokens (default [`DEFAULT_CONTEXT_LIMIT`]);
+    /// 0 turns the usage-based compaction check off (PROC-02).
+    pub context_limit: u64,
+    /// Tokens reserved for the model's answer (default [`DEFAULT_OUTPUT_LIMIT`]): a
+    /// step whose usage reaches `context_limit - output_limit` triggers compaction.
+    pub output_limit: u64,
 }
 
 impl std::fmt::Debug for BuiltinAgentConfig {
@@ -60,13 +75,17 @@ impl std::fmt::Debug for BuiltinAgentConfig {
             .field("max_steps", &self.max_steps)
             .field("flush_interval", &self.flush_interval)
             .field("flush_bytes", &self.flush_bytes)
+            .field("retry", &self.retry)
+            .field("context_limit", &self.context_limit)
+            .field("output_limit", &self.output_limit)
             .finish_non_exhaustive()
     }
 }
 
 impl BuiltinAgentConfig {
     /// A config with the defaults: default system prompt, 50 steps, 50 ms / 4096
-    /// bytes flush thresholds, the system clock.
+    /// bytes flush thresholds, the system clock, the default retry policy and
+    /// context limits.
     pub fn new(
         provider_instance_id: ProviderInstanceId,
         default_model: impl Into<String>,
@@ -81,6 +100,9 @@ impl BuiltinAgentConfig {
             flush_interval: Duration::from_millis(50),
             flush_bytes: 4096,
             clock: Arc::new(SystemClock),
+            retry: RetryPolicy::default(),
+            context_limit: DEFAULT_CONTEXT_LIMIT,
+            output_limit: DEFAULT_OUTPUT_LIMIT,
         }
     }
 
@@ -263,6 +285,12 @@ impl SessionRuntime for BuiltinSession {
             model,
             max_steps: self.config.max_steps.max(1),
             messages: build_messages(&system, &input.history, &input.text),
+            pending: input.text.clone(),
+            retry: self.config.retry,
+            limits: ContextLimits {
+                context_limit: self.config.context_limit,
+                output_limit: self.config.output_limit,
+            },
         };
         let slot = Arc::clone(&self.active);
         let on_finish = Box::new(move || {

@@ -7,14 +7,15 @@
 
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
-use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest};
-use knife_protocol::RunError;
-use serde_json::Value;
+use knife_llm::retry::{CONTEXT_OVERFLOW_ERROR, RetryPolicy};
+use knife_llm::{ChatMessage, LlmClient, LlmError, LlmRequest};
+use knife_protocol::{AgentError, RunError};
 use tokio_util::sync::CancellationToken;
 
-use crate::messages::{parse_arguments, wire_tool_call};
-use crate::recorder::{PartKind, TurnRecorder, TurnStop};
+use crate::compaction::compact;
+use crate::messages::wire_tool_call;
+use crate::processor::{Call, ContextLimits, ProcessResult, Processor};
+use crate::recorder::{TurnRecorder, TurnStop};
 use crate::tools::{ToolContext, ToolError, ToolSet};
 
 /// What a turn needs besides its recorder.
@@ -26,12 +27,18 @@ pub(crate) struct TurnPlan {
     pub max_steps: u32,
     /// System prompt, transcript and the new user message.
     pub messages: Vec<ChatMessage>,
+    /// The new user message (kept verbatim when the history is compacted).
+    pub pending: String,
+    pub retry: RetryPolicy,
+    pub limits: ContextLimits,
 }
 
 /// Runs one turn to its end and emits its terminal event.
 ///
 /// `reason` is read when `cancel` fires: the interrupt reason as stored
-/// (`user`, `superseded`, `shutdown`).
+/// (`user`, `superseded`, `shutdown`). Cancelling `cancel` or aborting the task
+/// drops `drive` at its current await point; the recorder then settles what was
+/// in flight (PROC-08, PROC-09).
 pub(crate) async fn run_turn(
     mut recorder: TurnRecorder,
     plan: TurnPlan,
@@ -39,7 +46,8 @@ pub(crate) async fn run_turn(
     reason: Arc<Mutex<Option<String>>>,
 ) {
     recorder.start();
-    // `biased`: an interrupt that is already requested wins over more model output.
+    // `biased`: an interrupt that is already requested wins over more model output,
+    // so a tool call that arrives after the abort is never executed (PROC-13).
     let result = tokio::select! {
         biased;
         () = cancel.cancelled() => {
@@ -55,16 +63,9 @@ pub(crate) async fn run_turn(
     recorder.finish(result);
 }
 
-/// One tool call of the current step, complete and ready to run.
-struct Call {
-    idx: usize,
-    id: String,
-    name: String,
-    arguments: String,
-    parsed: Result<Value, String>,
-}
-
 /// The loop: model step, tools, model step, … until a step without tool calls.
+/// A step that returns `Compact` has its tool calls run first, then the history
+/// is summarised and the turn continues from the summary (PROC-02, PROC-07).
 async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
     let TurnPlan {
         llm,
@@ -73,8 +74,19 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         model,
         max_steps,
         mut messages,
+        pending,
+        retry,
+        limits,
     } = plan;
     let specs = tools.specs();
+    let processor = Processor {
+        llm: llm.as_ref(),
+        retry,
+        limits,
+    };
+    // True right after a compaction: overflowing again at once means the summary
+    // plus the pending message do not fit either, and compacting again cannot help.
+    let mut just_compacted = false;
     for _ in 0..max_steps {
         let request = LlmRequest {
             model: model.clone(),
@@ -83,101 +95,52 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
             max_output_tokens: None,
             temperature: None,
         };
-        let mut stream = llm.stream(request).await.map_err(|e| run_error(&e))?;
-        let mut text = String::new();
-        let mut calls: Vec<Call> = Vec::new();
-        loop {
-            // Wait for the next event, or for the moment throttled text is due.
-            let next = match rec.next_flush_deadline() {
-                Some(deadline) => tokio::select! {
-                    biased;
-                    () = tokio::time::sleep_until(deadline) => {
-                        rec.flush_due();
-                        continue;
-                    }
-                    next = stream.next() => next,
-                },
-                None => stream.next().await,
-            };
-            let event = match next {
-                None => break,
-                Some(Ok(event)) => event,
-                Some(Err(e)) => return Err(run_error(&e)),
-            };
-            match event {
-                LlmEvent::TextStart { id } => rec.part_start(PartKind::Text, &id),
-                LlmEvent::TextDelta { id, text: delta } => {
-                    text.push_str(&delta);
-                    rec.part_delta(PartKind::Text, &id, &delta);
-                }
-                LlmEvent::TextEnd { id } => rec.part_end(PartKind::Text, &id),
-                LlmEvent::ReasoningStart { id } => rec.part_start(PartKind::Reasoning, &id),
-                LlmEvent::ReasoningDelta { id, text: delta } => {
-                    rec.part_delta(PartKind::Reasoning, &id, &delta)
-                }
-                LlmEvent::ReasoningEnd { id, .. } => rec.part_end(PartKind::Reasoning, &id),
-                LlmEvent::ToolInputStart { id, name } => rec.tool_input_start(&id, &name),
-                LlmEvent::ToolInputDelta { id, delta } => rec.tool_input_delta(&id, &delta),
-                LlmEvent::ToolInputEnd { .. } => {}
-                LlmEvent::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => {
-                    let parsed = parse_arguments(&arguments);
-                    let input = match &parsed {
-                        Ok(value) => value.clone(),
-                        Err(_) => Value::String(arguments.clone()),
-                    };
-                    let idx = rec.tool_call(&id, &name, input);
-                    calls.push(Call {
-                        idx,
-                        id,
-                        name,
-                        arguments,
-                        parsed,
-                    });
-                }
-                LlmEvent::StepFinish { usage, .. } => {
-                    if let Some(usage) = &usage {
-                        rec.add_usage(usage);
-                    }
-                    // The stream ends after StepFinish by contract; do not wait for it.
-                    break;
-                }
-            }
+        let (result, message) = processor.process(rec, &request).await;
+        if result == ProcessResult::Stop {
+            return Err(message
+                .error
+                .as_ref()
+                .map(run_error)
+                .unwrap_or_else(|| RunError::new("runtime", "the model step stopped")));
         }
-        rec.end_step();
-        messages.push(ChatMessage::Assistant {
-            text: (!text.is_empty()).then_some(text),
-            tool_calls: calls
-                .iter()
-                .map(|c| wire_tool_call(&c.id, &c.name, &c.arguments))
-                .collect(),
-        });
-        if calls.is_empty() {
-            return Ok(());
-        }
-        // Sequentially, in the order the model asked. A tool error is the tool's
-        // result (the model reads it and adapts); it never fails the turn.
-        for call in calls {
-            rec.tool_running(call.idx);
-            let result = match call.parsed {
-                Ok(args) => tools.execute(&call.name, args, &tool_ctx).await,
-                Err(message) => Err(ToolError::InvalidArguments {
-                    tool: call.name.clone(),
-                    message,
-                }),
-            };
-            rec.tool_finished(call.idx, &result);
-            let content = match result {
-                Ok(output) => output,
-                Err(e) => format!("Error: {e}"),
-            };
-            messages.push(ChatMessage::Tool {
-                call_id: call.id,
-                content,
+        let has_output = !message.text.is_empty() || !message.calls.is_empty();
+        if has_output {
+            messages.push(ChatMessage::Assistant {
+                text: (!message.text.is_empty()).then(|| message.text.clone()),
+                tool_calls: message
+                    .calls
+                    .iter()
+                    .map(|c| wire_tool_call(&c.id, &c.name, &c.arguments))
+                    .collect(),
             });
+        }
+        let calls = message.calls;
+        let had_calls = !calls.is_empty();
+        run_tools(rec, &tools, &tool_ctx, calls, &mut messages).await;
+        if result == ProcessResult::Compact {
+            if just_compacted && !has_output {
+                let error = RunError {
+                    code: Some("context_overflow".to_owned()),
+                    ..RunError::new(
+                        "provider.context_overflow",
+                        "the conversation does not fit the model's context even after \
+                         compaction; shorten the message, start a new thread, or check \
+                         context_limit / output_limit for this provider instance",
+                    )
+                };
+                rec.set_error(AgentError {
+                    name: CONTEXT_OVERFLOW_ERROR.to_owned(),
+                    message: error.message.clone(),
+                });
+                return Err(error);
+            }
+            messages = compact(llm.as_ref(), retry, &model, rec, &messages, &pending).await?;
+            just_compacted = true;
+            continue;
+        }
+        just_compacted = false;
+        if !had_calls {
+            return Ok(());
         }
     }
     Err(RunError::new(
@@ -187,6 +150,37 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
              ask a narrower question or raise max_steps for this provider instance"
         ),
     ))
+}
+
+/// Runs the step's tool calls sequentially, in the order the model asked, and
+/// appends their results to `messages`. A tool error is the tool's result (the
+/// model reads it and adapts); it never fails the turn.
+async fn run_tools(
+    rec: &mut TurnRecorder,
+    tools: &ToolSet,
+    tool_ctx: &ToolContext,
+    calls: Vec<Call>,
+    messages: &mut Vec<ChatMessage>,
+) {
+    for call in calls {
+        rec.tool_running(call.idx);
+        let result = match call.parsed {
+            Ok(args) => tools.execute(&call.name, args, tool_ctx).await,
+            Err(message) => Err(ToolError::InvalidArguments {
+                tool: call.name.clone(),
+                message,
+            }),
+        };
+        rec.tool_finished(call.idx, &result);
+        let content = match result {
+            Ok(output) => output,
+            Err(e) => format!("Error: {e}"),
+        };
+        messages.push(ChatMessage::Tool {
+            call_id: call.id,
+            content,
+        });
+    }
 }
 
 /// Maps an LLM failure to the run error recorded on the turn (EXEC-01 types):
@@ -260,6 +254,7 @@ mod tests {
 
     #[test]
     fn empty_arguments_are_an_empty_object() {
+        use crate::messages::parse_arguments;
         assert_eq!(parse_arguments(" "), Ok(json!({})));
         assert_eq!(parse_arguments(r#"{"a":1}"#), Ok(json!({"a": 1})));
         assert!(parse_arguments("{").is_err());

@@ -3,16 +3,23 @@
 //!
 //! - [`adapter`]: [`BuiltinAgentAdapter`] (driver `builtin`) and [`BuiltinAgentConfig`].
 //! - `agent`: the loop of one turn (model step → tools → model step …).
+//! - `processor`: one model step: stream → turn items, retries, `Continue | Stop | Compact`.
+//! - [`compaction`]: summarise the history when the context is full.
 //! - `recorder`: turn items of a turn, throttled snapshots, settlement on stop.
 //! - [`messages`]: transcript → chat messages, default system prompt.
 //! - [`tools`]: `read`, `list`, `glob`, `grep`, confined to the project root.
 
 pub mod adapter;
 mod agent;
+pub mod compaction;
 pub mod messages;
+mod processor;
 mod recorder;
 pub mod tools;
 
-pub use adapter::{BuiltinAgentAdapter, BuiltinAgentConfig, DRIVER, MAX_FLUSH_INTERVAL};
+pub use adapter::{
+    BuiltinAgentAdapter, BuiltinAgentConfig, DEFAULT_CONTEXT_LIMIT, DEFAULT_OUTPUT_LIMIT, DRIVER,
+    MAX_FLUSH_INTERVAL,
+};
 pub use agent::run_error;
 pub use tools::{Tool, ToolContext, ToolError, ToolSet};

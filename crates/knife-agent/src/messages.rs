@@ -32,7 +32,10 @@ pub fn default_system_prompt(root: &Path, tool_names: &[&str]) -> String {
 /// Mapping: user messages as they are; assistant text and the tool calls that
 /// follow it in the same model step become ONE assistant message, followed by one
 /// `Tool` message per call (output, or the error text, so no call is left
-/// unanswered). Reasoning and error items are skipped.
+/// unanswered). Reasoning, error and `cancelled` items (a retried call's
+/// discarded parts) are skipped. With a completed compaction item in `history`,
+/// the replay starts from it: its summary, the user message of its run, then
+/// the items after it (PROC-02).
 ///
 /// A tool call is replayed as [`wire_tool_call`] sends it: arguments that are not
 /// a JSON object (an interrupted call's partial input, invalid JSON) become `{}`
@@ -43,8 +46,13 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
     let mut messages = vec![ChatMessage::System {
         text: system.to_owned(),
     }];
+    let history = from_latest_compaction(history, &mut messages);
     let mut pending = PendingAssistant::default();
     for item in history {
+        if item.status == TurnItemStatus::Cancelled {
+            // Parts of a model call that failed and was retried (PROC-03).
+            continue;
+        }
         match &item.kind {
             TurnItemKind::UserMessage { text, .. } => {
                 pending.flush(&mut messages);
@@ -86,7 +94,9 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
                     content,
                 });
             }
-            TurnItemKind::Reasoning { .. } | TurnItemKind::Error { .. } => {}
+            TurnItemKind::Reasoning { .. }
+            | TurnItemKind::Error { .. }
+            | TurnItemKind::Compaction { .. } => {}
         }
     }
     pending.flush(&mut messages);
@@ -94,6 +104,37 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
         text: text.to_owned(),
     });
     messages
+}
+
+/// The part of `history` to replay after the latest completed compaction item,
+/// with the compaction's summary and the user message of its run (the turn went
+/// on from those two, PROC-02) pushed onto `messages`. Without a compaction:
+/// the whole history, `messages` unchanged.
+fn from_latest_compaction<'a>(
+    history: &'a [TurnItem],
+    messages: &mut Vec<ChatMessage>,
+) -> &'a [TurnItem] {
+    let latest = history.iter().rposition(|item| {
+        item.status == TurnItemStatus::Completed
+            && matches!(item.kind, TurnItemKind::Compaction { .. })
+    });
+    let Some(at) = latest else {
+        return history;
+    };
+    if let TurnItemKind::Compaction { summary } = &history[at].kind {
+        messages.push(crate::compaction::summary_message(summary));
+    }
+    let run_user = history[..at].iter().rev().find(|item| {
+        item.run_id == history[at].run_id && matches!(item.kind, TurnItemKind::UserMessage { .. })
+    });
+    if let Some(TurnItem {
+        kind: TurnItemKind::UserMessage { text, .. },
+        ..
+    }) = run_user
+    {
+        messages.push(ChatMessage::User { text: text.clone() });
+    }
+    &history[at + 1..]
 }
 
 /// A tool call as sent back to the model (in the assistant message that made it).

@@ -24,8 +24,15 @@ use crate::tools::ToolError;
 /// Sender side of a session's adapter event stream.
 pub(crate) type EventSender = UnboundedSender<Result<AdapterEvent, AdapterError>>;
 
-/// Error text of a tool call stopped by an interrupt.
+/// Error text of a tool call stopped by an interrupt (PROC-08).
 pub(crate) const TOOL_ABORTED: &str = "Tool execution aborted";
+/// Name of the error recorded on a turn's assistant message when the turn is
+/// cancelled (PROC-09).
+pub(crate) const MESSAGE_ABORTED: &str = "MessageAbortedError";
+
+/// Error text of a tool call whose model call failed and was retried (PROC-03).
+pub(crate) const DISCARDED: &str =
+    "the model call that produced this tool call failed and was retried; it was not executed";
 
 /// How a turn stopped early.
 #[derive(Debug)]
@@ -78,6 +85,8 @@ pub(crate) struct TurnRecorder {
     flush_interval: Duration,
     flush_bytes: usize,
     usage: Option<TokenUsage>,
+    /// The agent status last published (PROC-06); `None` before the first.
+    status: Option<AgentStatus>,
     finished: bool,
     /// Runs once, right before the terminal event (frees the session's turn slot).
     on_finish: Option<Box<dyn FnOnce() + Send>>,
@@ -105,6 +114,7 @@ impl TurnRecorder {
             started_at: now,
             completed_at: None,
             usage: None,
+            error: None,
         };
         Self {
             events,
@@ -117,6 +127,7 @@ impl TurnRecorder {
             flush_interval,
             flush_bytes: flush_bytes.max(1),
             usage: None,
+            status: None,
             finished: false,
             on_finish: Some(on_finish),
         }
@@ -131,6 +142,120 @@ impl TurnRecorder {
     /// Emits the provider turn as running.
     pub(crate) fn start(&self) {
         self.send(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
+    }
+
+    /// Wall-clock now, from the turn's clock.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Publishes the agent status (PROC-06) when it differs from the last one.
+    pub(crate) fn set_status(&mut self, status: AgentStatus) {
+        if self.status.as_ref() == Some(&status) {
+            return;
+        }
+        self.status = Some(status.clone());
+        self.send(AdapterEvent::AgentStatusChanged {
+            thread_id: self.id.thread_id.clone(),
+            run_id: Some(self.id.run_id.clone()),
+            status,
+        });
+    }
+
+    /// Records `error` on the turn's assistant message (the provider turn, emitted
+    /// with the turn's final state) and publishes it as an error event
+    /// (PROC-04, PROC-09). The first error recorded wins.
+    pub(crate) fn set_error(&mut self, error: AgentError) {
+        if self.turn.error.is_some() {
+            return;
+        }
+        self.turn.error = Some(error.clone());
+        self.send(AdapterEvent::AgentErrorRaised {
+            thread_id: self.id.thread_id.clone(),
+            run_id: Some(self.id.run_id.clone()),
+            error,
+        });
+    }
+
+    /// Position to come back to with [`Self::discard_since`]: the number of items so far.
+    pub(crate) fn mark(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Throws away the items created since `mark` (a failed model call that is
+    /// retried, PROC-03): each is emitted once more as `cancelled` with its text
+    /// and output cleared, then forgotten, so the retry's parts reuse the same
+    /// ids and overwrite them. The failed attempt's text is never concatenated
+    /// with the retry's.
+    pub(crate) fn discard_since(&mut self, mark: usize) {
+        for idx in mark..self.items.len() {
+            let state = &mut self.items[idx];
+            state.open = false;
+            state.dirty = false;
+            state.item.status = TurnItemStatus::Cancelled;
+            match &mut state.item.kind {
+                TurnItemKind::AssistantMessage { text, streaming }
+                | TurnItemKind::Reasoning { text, streaming } => {
+                    text.clear();
+                    *streaming = false;
+                }
+                TurnItemKind::ToolCall {
+                    input,
+                    output,
+                    error,
+                    ..
+                } => {
+                    *input = Value::String(String::new());
+                    *output = None;
+                    *error = Some(DISCARDED.to_owned());
+                }
+                _ => {}
+            }
+            self.emit(idx);
+        }
+        self.items.truncate(mark);
+        self.parts.retain(|_, idx| *idx < mark);
+        self.tools.retain(|_, idx| *idx < mark);
+    }
+
+    /// A model step finished with `usage`: adds it to the turn and emits the turn
+    /// with the new total, so a step's usage is durable as soon as it ends (PROC-02).
+    pub(crate) fn step_finished(&mut self, usage: Option<&Usage>) {
+        if let Some(usage) = usage {
+            self.add_usage(usage);
+        }
+        self.turn.usage = self.usage.clone();
+        self.send(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
+    }
+
+    /// A compaction starts: creates its item (running, empty summary) and emits it.
+    pub(crate) fn compaction_start(&mut self) -> usize {
+        let idx = self.new_item(
+            TurnItemKind::Compaction {
+                summary: String::new(),
+            },
+            TurnItemStatus::Running,
+        );
+        self.emit(idx);
+        idx
+    }
+
+    /// The compaction `idx` ended: completed with `summary`, or failed.
+    pub(crate) fn compaction_finished(&mut self, idx: usize, summary: Option<String>) {
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        state.open = false;
+        state.item.status = match &summary {
+            Some(_) => TurnItemStatus::Completed,
+            None => TurnItemStatus::Failed,
+        };
+        if let (TurnItemKind::Compaction { summary: slot }, Some(text)) =
+            (&mut state.item.kind, summary)
+        {
+            *slot = text;
+        }
+        self.emit(idx);
     }
 
     fn new_item(&mut self, kind: TurnItemKind, status: TurnItemStatus) -> usize {
@@ -408,7 +533,7 @@ impl TurnRecorder {
     }
 
     /// Adds one model step's usage to the turn's total.
-    pub(crate) fn add_usage(&mut self, usage: &Usage) {
+    fn add_usage(&mut self, usage: &Usage) {
         let step = TokenUsage {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
@@ -435,12 +560,20 @@ impl TurnRecorder {
                 ProviderTurnStatus::Completed,
                 TurnOutcome::Completed,
             ),
-            Err(TurnStop::Interrupted(reason)) => (
-                TurnItemStatus::Interrupted,
-                TOOL_ABORTED.to_owned(),
-                ProviderTurnStatus::Interrupted,
-                TurnOutcome::Interrupted { reason },
-            ),
+            Err(TurnStop::Interrupted(reason)) => {
+                // PROC-09: a cancelled turn's message ends in MessageAbortedError,
+                // recorded (and published) before the turn's final state is sent.
+                self.set_error(AgentError {
+                    name: MESSAGE_ABORTED.to_owned(),
+                    message: format!("the turn was aborted ({reason})"),
+                });
+                (
+                    TurnItemStatus::Interrupted,
+                    TOOL_ABORTED.to_owned(),
+                    ProviderTurnStatus::Interrupted,
+                    TurnOutcome::Interrupted { reason },
+                )
+            }
             Err(TurnStop::Failed(error)) => (
                 TurnItemStatus::Failed,
                 format!(
@@ -467,6 +600,7 @@ impl TurnRecorder {
         self.turn.completed_at = Some(now);
         self.turn.usage = self.usage.clone();
         self.send(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
+        self.set_status(AgentStatus::Idle);
         // Free the session's turn slot before the terminal event, so a caller that
         // reacts to the terminal can start the next turn at once.
         if let Some(on_finish) = self.on_finish.take() {

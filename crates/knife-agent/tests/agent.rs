@@ -60,7 +60,12 @@ async fn plain_reply_completes_with_the_full_text() {
     let (outcome, usage) = outcome(&events);
     assert_eq!(outcome, TurnOutcome::Completed);
     assert_eq!(usage.unwrap().total_tokens, 15);
-    match (&events[0], &events[events.len() - 2]) {
+    let last_turn = events
+        .iter()
+        .rev()
+        .find(|e| matches!(e, AdapterEvent::ProviderTurnUpdated(_)))
+        .unwrap();
+    match (&events[0], last_turn) {
         (AdapterEvent::ProviderTurnUpdated(start), AdapterEvent::ProviderTurnUpdated(end)) => {
             assert_eq!(start.status, ProviderTurnStatus::Running);
             assert_eq!(end.status, ProviderTurnStatus::Completed);
@@ -226,7 +231,8 @@ async fn http_error_fails_the_turn_with_provider_http() {
         body: Some(body.clone()),
         message: "slow down".into(),
     })]]);
-    let mut h = open(llm, |_| {}, None).await;
+    // One attempt: a rate limit is otherwise retried (PROC-05).
+    let mut h = open(llm, |c| c.retry.max_attempts = 1, None).await;
     h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
     let events = collect_turn(&mut h.events).await;
     let TurnOutcome::Failed { error } = outcome(&events).0 else {
@@ -263,7 +269,8 @@ async fn stream_error_keeps_partial_text_marked_failed() {
         }),
         Err(LlmError::Stream(SseError::EndedEarly)),
     ]]);
-    let mut h = open(llm, |_| {}, None).await;
+    // One attempt: a broken stream is otherwise retried (PROC-03).
+    let mut h = open(llm, |c| c.retry.max_attempts = 1, None).await;
     h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
     let events = collect_turn(&mut h.events).await;
 
@@ -471,7 +478,6 @@ async fn streamed_text_is_emitted_within_the_flush_interval() {
     let llm = FakeLlm::with(vec![Script::Gate(rx)], None);
     let mut h = open(llm, |c| c.flush_interval = Duration::from_millis(50), None).await;
     h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
-    next_item(&mut h.events).await; // nothing yet: provider turn first
     tx.send(Ok(LlmEvent::TextStart { id: "t".into() })).unwrap();
     let started = next_item(&mut h.events).await.unwrap();
     assert_eq!(text_of(&started), "");
@@ -528,11 +534,12 @@ async fn streamed_text_is_emitted_within_the_flush_interval() {
     assert_eq!(outcome(&events).0, TurnOutcome::Completed);
 }
 
-/// The next event; `Some(item)` for a turn item snapshot, `None` for others.
+/// The next turn item snapshot, skipping other events (turn and status updates).
 async fn next_item(events: &mut Events) -> Option<TurnItem> {
-    match events.next().await.unwrap().unwrap() {
-        AdapterEvent::TurnItemUpdated(item) => Some(item),
-        _ => None,
+    loop {
+        if let AdapterEvent::TurnItemUpdated(item) = events.next().await.unwrap().unwrap() {
+            return Some(item);
+        }
     }
 }
 

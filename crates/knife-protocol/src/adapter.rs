@@ -25,6 +25,18 @@ pub enum AdapterEvent {
     NodeUpdated(Node),
     TurnItemUpdated(TurnItem),
     RuntimeRequestUpdated(RuntimeRequest),
+    /// The agent's live status on a thread changed (PROC-06); becomes `thread.status`.
+    AgentStatusChanged {
+        thread_id: ThreadId,
+        run_id: Option<RunId>,
+        status: AgentStatus,
+    },
+    /// The agent hit a named error (PROC-04, PROC-09); becomes `thread.error`.
+    AgentErrorRaised {
+        thread_id: ThreadId,
+        run_id: Option<RunId>,
+        error: AgentError,
+    },
     /// The turn is over; no more items will come for it. Marks the turn idle (MGR-21).
     TurnTerminal {
         thread_id: ThreadId,

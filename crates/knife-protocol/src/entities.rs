@@ -49,6 +49,46 @@ pub struct Thread {
     pub last_error: Option<RunError>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// Live status of the agent working on the thread (`busy`, `retry{…}`, `idle`;
+    /// PROC-06), as last published by the runtime (`thread.status` events). `None`
+    /// for threads whose runtime publishes no status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_status: Option<AgentStatus>,
+}
+
+/// What the agent working on a thread is doing right now (PROC-06, PROC-09).
+///
+/// JSON: `{"type":"busy"}`, `{"type":"idle"}`,
+/// `{"type":"retry","attempt":1,"message":"Too Many Requests","next":"2026-…Z"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentStatus {
+    /// Nothing runs.
+    Idle,
+    /// A model call or tool is in progress.
+    Busy,
+    /// The last model call failed transiently; the next try starts at `next`.
+    Retry {
+        /// Retry number of the current model step, starting at 1 (PROC-10).
+        attempt: u32,
+        /// Why the call is retried (`Too Many Requests`, `Provider is overloaded`, …).
+        message: String,
+        /// Wall-clock time of the next try.
+        next: Timestamp,
+    },
+}
+
+/// A named agent error, as the built-in agent records it on a provider turn and
+/// publishes it in `thread.error` events (PROC-04, PROC-09, PROC-11).
+///
+/// `name` is one of `MessageAbortedError` (the turn was cancelled), `UnknownError`
+/// (an error body the agent does not recognise), `APIError` (an HTTP / transport /
+/// provider failure), `ContextOverflowError` (the conversation does not fit even
+/// after compaction).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentError {
+    pub name: String,
+    pub message: String,
 }
 
 /// Lifecycle of a run.
@@ -256,6 +296,11 @@ pub struct ProviderTurn {
     pub completed_at: Option<Timestamp>,
     #[serde(default)]
     pub usage: Option<TokenUsage>,
+    /// How the turn's assistant message ended in error, when it did
+    /// (`MessageAbortedError`, `UnknownError`, …; PROC-04, PROC-09). Set by the
+    /// built-in agent; `None` for a turn that completed or for other runtimes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<AgentError>,
 }
 
 /// Kind of a runtime request.
@@ -424,6 +469,14 @@ pub enum TurnItemKind {
     },
     Error {
         error: RunError,
+    },
+    /// The conversation so far, summarised because it no longer fit the model's
+    /// context (PROC-02, PROC-07). The built-in agent sends history from the latest
+    /// completed compaction on: the summary, then the user message of its run,
+    /// then the items after it.
+    Compaction {
+        /// The model's summary (empty while it is being written).
+        summary: String,
     },
 }
 

@@ -66,6 +66,8 @@ pub const EVENT_TYPES: &[&str] = &[
     "provider-turn.updated",
     "runtime-request.updated",
     "turn-item.updated",
+    "thread.status",
+    "thread.error",
 ];
 
 /// The payload of a domain event, tagged by its type.
@@ -107,6 +109,20 @@ pub enum EventBody {
     RuntimeRequestUpdated(RuntimeRequest),
     #[serde(rename = "turn-item.updated")]
     TurnItemUpdated(TurnItem),
+    /// The agent's live status on the thread (PROC-06); sets `Thread::agent_status`.
+    #[serde(rename = "thread.status")]
+    ThreadStatusChanged {
+        thread_id: ThreadId,
+        run_id: Option<RunId>,
+        status: AgentStatus,
+    },
+    /// A named agent error on the thread (PROC-04, PROC-09); changes no projection.
+    #[serde(rename = "thread.error")]
+    ThreadErrorRaised {
+        thread_id: ThreadId,
+        run_id: Option<RunId>,
+        error: AgentError,
+    },
 }
 
 impl EventBody {
@@ -127,6 +143,8 @@ impl EventBody {
             EventBody::ProviderTurnUpdated(_) => "provider-turn.updated",
             EventBody::RuntimeRequestUpdated(_) => "runtime-request.updated",
             EventBody::TurnItemUpdated(_) => "turn-item.updated",
+            EventBody::ThreadStatusChanged { .. } => "thread.status",
+            EventBody::ThreadErrorRaised { .. } => "thread.error",
         }
     }
 
@@ -148,6 +166,12 @@ impl EventBody {
             }
             EventBody::RuntimeRequestUpdated(r) => (Some(r.thread_id.clone()), r.run_id.clone()),
             EventBody::TurnItemUpdated(i) => (Some(i.thread_id.clone()), i.run_id.clone()),
+            EventBody::ThreadStatusChanged {
+                thread_id, run_id, ..
+            }
+            | EventBody::ThreadErrorRaised {
+                thread_id, run_id, ..
+            } => (Some(thread_id.clone()), run_id.clone()),
         }
     }
 }

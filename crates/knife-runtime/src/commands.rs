@@ -134,6 +134,7 @@ pub async fn create_thread(
         last_error: None,
         created_at: now,
         updated_at: now,
+        agent_status: None,
     };
     store
         .write(vec![DomainEvent::new(

@@ -523,6 +523,11 @@ impl ExecutionService {
             .unwrap_or_else(|| ctx.thread.clone());
         thread.active_run_id = None;
         thread.updated_at = now;
+        // A runtime that stopped without publishing `idle` (grace expiry, broken
+        // stream) must not leave the thread looking busy (PROC-09).
+        if thread.agent_status.is_some() {
+            thread.agent_status = Some(AgentStatus::Idle);
+        }
         // Whatever the runtime left unfinished ends with the run (a grace expiry, a
         // broken event stream or a failed write means its own settlement never came).
         let mut events = match store.thread_projection(&ctx.thread.id).await? {

@@ -12,6 +12,24 @@ pub fn to_domain(event: &AdapterEvent) -> Option<EventBody> {
         AdapterEvent::NodeUpdated(n) => EventBody::NodeUpdated(n.clone()),
         AdapterEvent::TurnItemUpdated(i) => EventBody::TurnItemUpdated(i.clone()),
         AdapterEvent::RuntimeRequestUpdated(r) => EventBody::RuntimeRequestUpdated(r.clone()),
+        AdapterEvent::AgentStatusChanged {
+            thread_id,
+            run_id,
+            status,
+        } => EventBody::ThreadStatusChanged {
+            thread_id: thread_id.clone(),
+            run_id: run_id.clone(),
+            status: status.clone(),
+        },
+        AdapterEvent::AgentErrorRaised {
+            thread_id,
+            run_id,
+            error,
+        } => EventBody::ThreadErrorRaised {
+            thread_id: thread_id.clone(),
+            run_id: run_id.clone(),
+            error: error.clone(),
+        },
         AdapterEvent::TurnTerminal { .. } => return None,
     })
 }

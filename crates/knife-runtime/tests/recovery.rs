@@ -48,6 +48,7 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         last_error: None,
         created_at: now,
         updated_at: now,
+        agent_status: None,
     };
     let run = Run {
         id: run_id.clone(),

@@ -280,6 +280,24 @@ pub(crate) fn apply_event(
             i,
             seq,
         ),
+        // Patches the thread row in place (the event carries no whole thread): the
+        // status is live state, last write wins. A thread not (yet) in the table is
+        // left alone.
+        EventBody::ThreadStatusChanged {
+            thread_id, status, ..
+        } => {
+            conn.prepare_cached(
+                "UPDATE threads SET payload_json = json_set(payload_json, '$.agent_status', json(?1)), \
+                 last_sequence = ?2, version = version + 1 WHERE id = ?3",
+            )?
+            .execute(params![
+                serde_json::to_string(status)?,
+                seq,
+                thread_id.as_str()
+            ])?;
+            Ok(())
+        }
+        EventBody::ThreadErrorRaised { .. } => Ok(()),
     }
 }
 

@@ -226,5 +226,8 @@ fn print_item(item: &TurnItem) {
         TurnItemKind::Error { error } => {
             println!("error: {} ({})", error.message, error.error_type)
         }
+        TurnItemKind::Compaction { summary } => {
+            println!("compaction: history summarised ({} chars)", summary.len())
+        }
     }
 }

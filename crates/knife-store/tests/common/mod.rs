@@ -46,6 +46,7 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         last_error: None,
         created_at: ts(0),
         updated_at: ts(at),
+        agent_status: None,
     }
 }
 
@@ -140,6 +141,7 @@ pub fn provider_turn(
         started_at: ts(2),
         completed_at: None,
         usage: None,
+        error: None,
     }
 }
 

@@ -1,0 +1,264 @@
+//! The stream processor: one model step of a turn (SPEC.md PROC-01..13). It sends
+//! one request, turns the normalised event stream into turn items through the
+//! [`TurnRecorder`], retries transient failures and says what the loop does next.
+//!
+//! [`Processor::process`] returns [`ProcessResult::Continue`] (the step ended; run
+//! its tool calls or finish), [`ProcessResult::Compact`] (the context is full:
+//! summarise, then go on) or [`ProcessResult::Stop`] (an error that retrying cannot
+//! fix, recorded on the turn's assistant message). Cancellation is dropping the
+//! future: the recorder, owned by the turn task, settles what was in flight.
+
+use futures::StreamExt;
+use knife_llm::retry::{RetryDecision, RetryPolicy};
+use knife_llm::{FinishReason, LlmClient, LlmError, LlmEvent, LlmRequest, Usage};
+use knife_protocol::{AgentError, AgentStatus};
+use serde_json::Value;
+
+use crate::messages::parse_arguments;
+use crate::recorder::{PartKind, TurnRecorder};
+
+/// What the agent loop does after a step (PROC-01..07, PROC-11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProcessResult {
+    /// The step ended normally: run its tool calls, or end the turn without any.
+    Continue,
+    /// An error that retrying cannot fix (or the retry budget is spent); it is
+    /// recorded on the turn's assistant message.
+    Stop,
+    /// The conversation overflows the model's context: compact, then continue.
+    Compact,
+}
+
+/// The model's usable context (tokens): a step whose usage reaches
+/// `context_limit - output_limit` asks for compaction (PROC-02). A `context_limit`
+/// of 0 disables the check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ContextLimits {
+    /// The model's context window (tokens).
+    pub context_limit: u64,
+    /// Tokens reserved for the model's answer (tokens).
+    pub output_limit: u64,
+}
+
+impl ContextLimits {
+    /// True when `usage` leaves less than `output_limit` tokens of the context.
+    /// Counts `total_tokens`, or input + output when the provider gave no total.
+    pub(crate) fn overflows(&self, usage: &Usage) -> bool {
+        if self.context_limit == 0 {
+            return false;
+        }
+        let count = if usage.total_tokens > 0 {
+            usage.total_tokens
+        } else {
+            usage.input_tokens + usage.output_tokens
+        };
+        count >= self.context_limit.saturating_sub(self.output_limit)
+    }
+}
+
+/// One complete tool call of the step, ready to run.
+pub(crate) struct Call {
+    pub idx: usize,
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+    pub parsed: Result<Value, String>,
+}
+
+/// The assistant message of one step, in memory: its text and tool calls, how it
+/// finished and, after `Stop`, the error that ended it.
+#[derive(Default)]
+pub(crate) struct AssistantMessage {
+    pub text: String,
+    pub calls: Vec<Call>,
+    pub finish: Option<FinishReason>,
+    pub error: Option<LlmError>,
+}
+
+/// Runs model steps for one turn.
+pub(crate) struct Processor<'a> {
+    pub llm: &'a dyn LlmClient,
+    pub retry: RetryPolicy,
+    pub limits: ContextLimits,
+}
+
+/// How one model call ended.
+enum Attempt {
+    /// The step finished (or the stream ended); `overflow` from its usage.
+    Finished {
+        overflow: bool,
+    },
+    Failed(LlmError),
+}
+
+impl Processor<'_> {
+    /// Runs one model step for `request`, retrying transient failures (PROC-03,
+    /// PROC-05, PROC-06, PROC-10, PROC-11).
+    ///
+    /// Status: `busy` before each call, `retry{attempt, message, next}` before each
+    /// wait. A retried call's items are discarded (PROC-03). After `Stop` the
+    /// error is on the recorder (named `UnknownError`, `APIError`, …) and in
+    /// [`AssistantMessage::error`].
+    pub(crate) async fn process(
+        &self,
+        rec: &mut TurnRecorder,
+        request: &LlmRequest,
+    ) -> (ProcessResult, AssistantMessage) {
+        let mark = rec.mark();
+        let mut calls_made = 0;
+        loop {
+            rec.set_status(AgentStatus::Busy);
+            calls_made += 1;
+            let mut message = AssistantMessage::default();
+            let error = match self.attempt(rec, request, &mut message).await {
+                Attempt::Finished { overflow } => {
+                    rec.end_step();
+                    let result = if overflow {
+                        ProcessResult::Compact
+                    } else {
+                        ProcessResult::Continue
+                    };
+                    return (result, message);
+                }
+                Attempt::Failed(error) => error,
+            };
+            match self.retry.decide(&error, calls_made) {
+                RetryDecision::Retry {
+                    attempt,
+                    delay,
+                    message: why,
+                } => {
+                    rec.discard_since(mark);
+                    let now = rec.now();
+                    let next = chrono::TimeDelta::from_std(delay)
+                        .ok()
+                        .and_then(|d| now.checked_add_signed(d))
+                        .unwrap_or(now);
+                    rec.set_status(AgentStatus::Retry {
+                        attempt,
+                        message: why,
+                        next,
+                    });
+                    tokio::time::sleep(delay).await;
+                }
+                // PROC-07: no error on the message; the failed call's parts are
+                // dropped and the loop compacts.
+                RetryDecision::Compact => {
+                    rec.discard_since(mark);
+                    return (ProcessResult::Compact, AssistantMessage::default());
+                }
+                RetryDecision::Stop { name } => {
+                    rec.set_error(AgentError {
+                        name: name.to_owned(),
+                        message: error.to_string(),
+                    });
+                    message.error = Some(error);
+                    return (ProcessResult::Stop, message);
+                }
+            }
+        }
+    }
+
+    /// One model call: streams its events into `rec` and `message` until the step
+    /// finishes, the stream ends or fails. Stops consuming at the step's finish, so
+    /// nothing after an overflowing finish is recorded (PROC-02).
+    async fn attempt(
+        &self,
+        rec: &mut TurnRecorder,
+        request: &LlmRequest,
+        message: &mut AssistantMessage,
+    ) -> Attempt {
+        let mut stream = match self.llm.stream(request.clone()).await {
+            Ok(stream) => stream,
+            Err(e) => return Attempt::Failed(e),
+        };
+        loop {
+            // Wait for the next event, or for the moment throttled text is due (PROC-12).
+            let next = match rec.next_flush_deadline() {
+                Some(deadline) => tokio::select! {
+                    biased;
+                    () = tokio::time::sleep_until(deadline) => {
+                        rec.flush_due();
+                        continue;
+                    }
+                    next = stream.next() => next,
+                },
+                None => stream.next().await,
+            };
+            let event = match next {
+                None => return Attempt::Finished { overflow: false },
+                Some(Ok(event)) => event,
+                Some(Err(e)) => return Attempt::Failed(e),
+            };
+            match event {
+                LlmEvent::TextStart { id } => rec.part_start(PartKind::Text, &id),
+                LlmEvent::TextDelta { id, text } => {
+                    message.text.push_str(&text);
+                    rec.part_delta(PartKind::Text, &id, &text);
+                }
+                LlmEvent::TextEnd { id } => rec.part_end(PartKind::Text, &id),
+                LlmEvent::ReasoningStart { id } => rec.part_start(PartKind::Reasoning, &id),
+                LlmEvent::ReasoningDelta { id, text } => {
+                    rec.part_delta(PartKind::Reasoning, &id, &text)
+                }
+                LlmEvent::ReasoningEnd { id, .. } => rec.part_end(PartKind::Reasoning, &id),
+                LlmEvent::ToolInputStart { id, name } => rec.tool_input_start(&id, &name),
+                LlmEvent::ToolInputDelta { id, delta } => rec.tool_input_delta(&id, &delta),
+                LlmEvent::ToolInputEnd { .. } => {}
+                LlmEvent::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    let parsed = parse_arguments(&arguments);
+                    let input = match &parsed {
+                        Ok(value) => value.clone(),
+                        Err(_) => Value::String(arguments.clone()),
+                    };
+                    let idx = rec.tool_call(&id, &name, input);
+                    message.calls.push(Call {
+                        idx,
+                        id,
+                        name,
+                        arguments,
+                        parsed,
+                    });
+                }
+                LlmEvent::StepFinish { reason, usage, .. } => {
+                    rec.step_finished(usage.as_ref());
+                    message.finish = Some(reason);
+                    let overflow = usage.as_ref().is_some_and(|u| self.limits.overflows(u));
+                    // The stream ends after StepFinish by contract; do not wait for it.
+                    return Attempt::Finished { overflow };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_counts_total_or_input_plus_output_against_the_usable_context() {
+        let limits = ContextLimits {
+            context_limit: 1000,
+            output_limit: 200,
+        };
+        let usage = |input, output, total| Usage {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: total,
+            ..Usage::default()
+        };
+        assert!(!limits.overflows(&usage(700, 99, 799)));
+        assert!(limits.overflows(&usage(700, 100, 800)));
+        assert!(limits.overflows(&usage(790, 10, 0)));
+        let off = ContextLimits {
+            context_limit: 0,
+            output_limit: 0,
+        };
+        assert!(!off.overflows(&usage(u64::MAX / 2, 0, 0)));
+    }
+}
