@@ -259,4 +259,101 @@ mod tests {
         assert_eq!(parse_arguments(r#"{"a":1}"#), Ok(json!({"a": 1})));
         assert!(parse_arguments("{").is_err());
     }
+
+    /// A model that accepts the request and then never says anything.
+    struct Silent;
+
+    #[async_trait::async_trait]
+    impl LlmClient for Silent {
+        async fn stream(&self, _request: LlmRequest) -> Result<knife_llm::LlmStream, LlmError> {
+            Ok(Box::pin(futures::stream::pending()))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn proc_09_aborting_the_turn_task_records_message_aborted_error() {
+        use crate::recorder::TurnIdentity;
+        use knife_protocol::*;
+
+        let project = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let run_id = RunId::from("run:t:1");
+        let recorder = TurnRecorder::new(
+            tx,
+            Arc::new(knife_runtime::SystemClock),
+            TurnIdentity {
+                thread_id: ThreadId::from("t"),
+                provider_turn_id: ProviderTurnId::for_run(&run_id, 1),
+                run_id,
+                run_ordinal: 1,
+                provider_session_id: ProviderSessionId::from("s"),
+                attempt: 1,
+            },
+            std::time::Duration::from_millis(50),
+            4096,
+            Box::new(|| {}),
+        );
+        let plan = TurnPlan {
+            llm: Arc::new(Silent),
+            tools: ToolSet::read_only(),
+            tool_ctx: ToolContext::new(project.path()).unwrap(),
+            model: "m".into(),
+            max_steps: 5,
+            messages: vec![ChatMessage::User { text: "hi".into() }],
+            pending: "hi".into(),
+            retry: RetryPolicy::default(),
+            limits: ContextLimits {
+                context_limit: 0,
+                output_limit: 0,
+            },
+        };
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(run_turn(
+            recorder,
+            plan,
+            cancel.clone(),
+            Arc::new(Mutex::new(None)),
+        ));
+        // The turn is busy waiting for the model.
+        let mut events = Vec::new();
+        while !events.iter().any(|e| {
+            matches!(
+                e,
+                AdapterEvent::AgentStatusChanged {
+                    status: AgentStatus::Busy,
+                    ..
+                }
+            )
+        }) {
+            events.push(rx.recv().await.unwrap().unwrap());
+        }
+        // Plain task cancellation: no token, no interrupt call.
+        handle.abort();
+        assert!(handle.await.unwrap_err().is_cancelled());
+        assert!(!cancel.is_cancelled());
+        while let Ok(e) = rx.try_recv() {
+            events.push(e.unwrap());
+        }
+        let turn = events
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                AdapterEvent::ProviderTurnUpdated(t) => Some(t.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(turn.status, ProviderTurnStatus::Interrupted);
+        assert_eq!(turn.error.unwrap().name, "MessageAbortedError");
+        assert!(events.iter().any(|e| matches!(e,
+            AdapterEvent::AgentErrorRaised { error, .. } if error.name == "MessageAbortedError")));
+        let last_status = events.iter().rev().find_map(|e| match e {
+            AdapterEvent::AgentStatusChanged { status, .. } => Some(status.clone()),
+            _ => None,
+        });
+        assert_eq!(last_status, Some(AgentStatus::Idle));
+        assert!(matches!(
+            events.last(),
+            Some(AdapterEvent::TurnTerminal { .. })
+        ));
+    }
 }
