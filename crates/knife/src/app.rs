@@ -125,6 +125,15 @@ impl App {
                 Arc::new(llm),
             );
             agent.system_prompt = p.system_prompt.clone();
+            if let Some(tokens) = p.context_limit {
+                agent.context_limit = tokens;
+            }
+            if let Some(tokens) = p.output_limit {
+                agent.output_limit = tokens;
+            }
+            if let Some(attempts) = p.max_retry_attempts {
+                agent.retry.max_attempts = attempts.max(1);
+            }
             adapters.insert(
                 ProviderInstanceId::from(id.as_str()),
                 Arc::new(BuiltinAgentAdapter::new(agent)),

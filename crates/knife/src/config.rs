@@ -55,6 +55,18 @@ pub struct ProviderConfig {
     /// Seconds of silence from the endpoint before the run fails (default 300; reasoning
     /// models may think for minutes before their first byte).
     pub idle_timeout_secs: Option<u64>,
+    /// The model's context window in tokens (default 128 000; 0 turns the
+    /// usage-based compaction check off; PROC-02).
+    #[serde(default)]
+    pub context_limit: Option<u64>,
+    /// Tokens reserved for the model's answer (default 32 000): the history is
+    /// compacted once a step's usage reaches `context_limit - output_limit`.
+    #[serde(default)]
+    pub output_limit: Option<u64>,
+    /// Model calls per step when the provider fails transiently, the first one
+    /// included (default 8; 1 = never retry; PROC-11).
+    #[serde(default)]
+    pub max_retry_attempts: Option<u32>,
 }
 
 impl Config {
@@ -97,6 +109,9 @@ impl Config {
                 system_prompt: None,
                 connect_timeout_secs: None,
                 idle_timeout_secs: None,
+                context_limit: None,
+                output_limit: None,
+                max_retry_attempts: None,
             },
         );
         config
@@ -142,6 +157,9 @@ impl Config {
                     system_prompt: None,
                     connect_timeout_secs: None,
                     idle_timeout_secs: None,
+                    context_limit: None,
+                    output_limit: None,
+                    max_retry_attempts: None,
                 },
             );
         }
@@ -242,6 +260,26 @@ mod tests {
             c.providers.len(),
             1,
             "no implicit openai instance when one is configured"
+        );
+    }
+
+    #[test]
+    fn context_limits_and_retry_budget_are_optional_per_instance() {
+        let c: Config = toml::from_str(
+            "[providers.a]\ndriver='openai-chat'\nbase_url='x'\nmodel='m'\n\
+             context_limit=8192\noutput_limit=1024\nmax_retry_attempts=3\n\
+             [providers.b]\ndriver='openai-chat'\nbase_url='y'\nmodel='m'",
+        )
+        .unwrap();
+        let a = &c.providers["a"];
+        assert_eq!(
+            (a.context_limit, a.output_limit, a.max_retry_attempts),
+            (Some(8192), Some(1024), Some(3))
+        );
+        let b = &c.providers["b"];
+        assert_eq!(
+            (b.context_limit, b.output_limit, b.max_retry_attempts),
+            (None, None, None)
         );
     }
 

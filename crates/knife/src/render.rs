@@ -74,6 +74,19 @@ impl RunView {
             EventBody::RunUpdated(r) if &r.id == run && r.status.is_terminal() => {
                 return Some(r.clone());
             }
+            EventBody::ThreadStatusChanged {
+                run_id: Some(r),
+                status,
+                ..
+            } if r == run => match status {
+                AgentStatus::Retry {
+                    attempt, message, ..
+                } => self
+                    .spinner
+                    .set_message(format!("{message}; retrying (attempt {attempt})…")),
+                AgentStatus::Busy => self.spinner.set_message("waiting for the model…"),
+                AgentStatus::Idle => {}
+            },
             _ => {}
         }
         None
@@ -141,6 +154,15 @@ impl RunView {
             TurnItemKind::Error { error } => {
                 self.spinner
                     .suspend(|| eprintln!("✗ {} ({})", error.message, error.error_type));
+            }
+            TurnItemKind::Compaction { .. } if item.status == TurnItemStatus::Completed => {
+                let mid = std::mem::take(&mut self.mid_line);
+                self.spinner.suspend(|| {
+                    if mid {
+                        println!();
+                    }
+                    eprintln!("… history compacted to fit the model's context");
+                });
             }
             _ => {}
         }
