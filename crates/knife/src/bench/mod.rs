@@ -1,6 +1,7 @@
 //! `knife bench`: measured numbers for the store and for live streaming.
 //! Prints tables; nothing here asserts a speed (benchmarks measure, tests prove).
 
+mod processor;
 mod store;
 mod stream;
 
@@ -17,6 +18,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 20_000)]
         events: usize,
     },
+    /// The built-in agent's stream processor on a synthetic stream: LlmEvents/s
+    /// alone and with every event persisted (the 250 ms / 4 KiB flush policy).
+    Processor {
+        /// Text deltas in the burst stream.
+        #[arg(long, default_value_t = 20_000)]
+        deltas: usize,
+    },
     /// N concurrent threads against mock-llm streaming K deltas each: added latency
     /// per delta (mock write → WebSocket receipt, p50/p99) and deltas/s.
     Stream {
@@ -32,6 +40,7 @@ pub enum BenchCommand {
 pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Store { events } => store::run(events).await?,
+        BenchCommand::Processor { deltas } => processor::run(deltas).await?,
         BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
     }
     Ok(ExitCode::SUCCESS)
