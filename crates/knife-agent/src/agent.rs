@@ -99,8 +99,6 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         if result == ProcessResult::Stop {
             return Err(message
                 .error
-                .as_ref()
-                .map(run_error)
                 .unwrap_or_else(|| RunError::new("runtime", "the model step stopped")));
         }
         let has_output = !message.text.is_empty() || !message.calls.is_empty();

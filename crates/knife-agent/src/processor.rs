@@ -11,9 +11,10 @@
 use futures::StreamExt;
 use knife_llm::retry::{RetryDecision, RetryPolicy};
 use knife_llm::{FinishReason, LlmClient, LlmError, LlmEvent, LlmRequest, Usage};
-use knife_protocol::{AgentError, AgentStatus};
+use knife_protocol::{AgentError, AgentStatus, RunError};
 use serde_json::Value;
 
+use crate::agent::run_error;
 use crate::messages::parse_arguments;
 use crate::recorder::{PartKind, TurnRecorder};
 
@@ -66,13 +67,45 @@ pub(crate) struct Call {
 }
 
 /// The assistant message of one step, in memory: its text and tool calls, how it
-/// finished and, after `Stop`, the error that ended it.
+/// finished and, after `Stop`, the error that ended it (as the run records it).
 #[derive(Default)]
 pub(crate) struct AssistantMessage {
     pub text: String,
     pub calls: Vec<Call>,
     pub finish: Option<FinishReason>,
-    pub error: Option<LlmError>,
+    pub error: Option<RunError>,
+}
+
+/// Name of the error of a step the provider's content filter ended.
+pub(crate) const CONTENT_FILTER_ERROR: &str = "ContentFilterError";
+/// Name of the error of an answer cut at the output token limit.
+pub(crate) const OUTPUT_LENGTH_ERROR: &str = "MessageOutputLengthError";
+
+/// The error a finished step's reason means, if any: `content_filter` without
+/// tool calls ([`CONTENT_FILTER_ERROR`]) or `length` without tool calls (the
+/// answer was cut, [`OUTPUT_LENGTH_ERROR`]). Steps with complete tool calls go on.
+fn finish_error(message: &AssistantMessage) -> Option<(&'static str, RunError)> {
+    if !message.calls.is_empty() {
+        return None;
+    }
+    match message.finish? {
+        FinishReason::ContentFilter => Some((
+            CONTENT_FILTER_ERROR,
+            RunError::new(
+                "provider.content_filter",
+                "the provider's content filter blocked the model's answer; rephrase the request",
+            ),
+        )),
+        FinishReason::Length => Some((
+            OUTPUT_LENGTH_ERROR,
+            RunError::new(
+                "provider.output_length",
+                "the model's answer was cut at its output token limit; ask for a shorter \
+                 answer, or raise the limit on the model server",
+            ),
+        )),
+        _ => None,
+    }
 }
 
 /// Runs model steps for one turn.
@@ -113,12 +146,18 @@ impl Processor<'_> {
             let error = match self.attempt(rec, request, &mut message).await {
                 Attempt::Finished { overflow } => {
                     rec.end_step();
-                    let result = if overflow {
-                        ProcessResult::Compact
-                    } else {
-                        ProcessResult::Continue
-                    };
-                    return (result, message);
+                    if overflow {
+                        return (ProcessResult::Compact, message);
+                    }
+                    if let Some((name, error)) = finish_error(&message) {
+                        rec.set_error(AgentError {
+                            name: name.to_owned(),
+                            message: error.message.clone(),
+                        });
+                        message.error = Some(error);
+                        return (ProcessResult::Stop, message);
+                    }
+                    return (ProcessResult::Continue, message);
                 }
                 Attempt::Failed(error) => error,
             };
@@ -152,7 +191,7 @@ impl Processor<'_> {
                         name: name.to_owned(),
                         message: error.to_string(),
                     });
-                    message.error = Some(error);
+                    message.error = Some(run_error(&error));
                     return (ProcessResult::Stop, message);
                 }
             }

@@ -878,3 +878,47 @@ async fn proc_13_a_tool_call_after_the_abort_is_never_executed() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     assert_tool_aborted(&final_items(&seen)[0]);
 }
+
+// ---------------------------------------------------------------- finish reasons
+
+#[tokio::test(start_paused = true)]
+async fn content_filter_and_length_finishes_stop_with_named_errors() {
+    for (reason, name, error_type) in [
+        (
+            FinishReason::ContentFilter,
+            "ContentFilterError",
+            "provider.content_filter",
+        ),
+        (
+            FinishReason::Length,
+            "MessageOutputLengthError",
+            "provider.output_length",
+        ),
+    ] {
+        let mut step = text_step(&["cut ans"]);
+        *step.last_mut().unwrap() = Ok(finish(reason, 5, 5));
+        let llm = FakeLlm::new(vec![step, text_step(&["never"])]);
+        let mut h = open(llm.clone(), |_| {}, None).await;
+        h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+        let events = collect_turn(&mut h.events).await;
+        assert_eq!(llm.requests().len(), 1);
+        let TurnOutcome::Failed { error } = outcome(&events).0 else {
+            panic!("expected a failure for {reason:?}");
+        };
+        assert_eq!(error.error_type, error_type);
+        assert_eq!(last_turn(&events).error.unwrap().name, name);
+        // The cut answer itself is kept, complete.
+        let items = final_items(&events);
+        assert_eq!(text_of(&items[0]), "cut ans");
+        assert_eq!(items[0].status, TurnItemStatus::Completed);
+    }
+    // A `length` step with complete tool calls goes on to run them.
+    let mut step = tool_step("c1", "read", r#"{"path":"src/main.rs"}"#);
+    *step.last_mut().unwrap() = Ok(finish(FinishReason::Length, 5, 5));
+    let llm = FakeLlm::new(vec![step, text_step(&["done"])]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    assert_eq!(llm.requests().len(), 2);
+}
