@@ -8,6 +8,7 @@ use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 
 use crate::agent::run_error;
+use crate::processor::wait_for_retry;
 use crate::recorder::TurnRecorder;
 
 /// The instruction appended to the conversation to get its summary.
@@ -68,17 +69,7 @@ pub(crate) async fn compact(
                 delay,
                 message,
             } => {
-                let now = rec.now();
-                let next = chrono::TimeDelta::from_std(delay)
-                    .ok()
-                    .and_then(|d| now.checked_add_signed(d))
-                    .unwrap_or(now);
-                rec.set_status(AgentStatus::Retry {
-                    attempt,
-                    message,
-                    next,
-                });
-                tokio::time::sleep(delay).await;
+                wait_for_retry(rec, attempt, delay, message).await;
                 continue;
             }
             RetryDecision::Compact => (

@@ -168,17 +168,7 @@ impl Processor<'_> {
                     message: why,
                 } => {
                     rec.discard_since(mark);
-                    let now = rec.now();
-                    let next = chrono::TimeDelta::from_std(delay)
-                        .ok()
-                        .and_then(|d| now.checked_add_signed(d))
-                        .unwrap_or(now);
-                    rec.set_status(AgentStatus::Retry {
-                        attempt,
-                        message: why,
-                        next,
-                    });
-                    tokio::time::sleep(delay).await;
+                    wait_for_retry(rec, attempt, delay, why).await;
                 }
                 // PROC-07: no error on the message; the failed call's parts are
                 // dropped and the loop compacts.
@@ -273,6 +263,27 @@ impl Processor<'_> {
             }
         }
     }
+}
+
+/// Publishes `retry{attempt, message, next}` (next = now + `delay`, wall clock)
+/// and sleeps `delay` (PROC-06, PROC-10). Cancellable: dropping it stops the wait.
+pub(crate) async fn wait_for_retry(
+    rec: &mut TurnRecorder,
+    attempt: u32,
+    delay: std::time::Duration,
+    message: String,
+) {
+    let now = rec.now();
+    let next = chrono::TimeDelta::from_std(delay)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(now);
+    rec.set_status(AgentStatus::Retry {
+        attempt,
+        message,
+        next,
+    });
+    tokio::time::sleep(delay).await;
 }
 
 #[cfg(test)]

@@ -922,3 +922,78 @@ async fn content_filter_and_length_finishes_stop_with_named_errors() {
     assert_eq!(outcome(&events).0, TurnOutcome::Completed);
     assert_eq!(llm.requests().len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn compaction_retries_its_summary_request_and_fails_when_even_that_overflows() {
+    let overflow =
+        || provider_error(json!({"type": "error", "error": {"code": "context_length_exceeded"}}));
+    let busy = || LlmError::Http {
+        status: 503,
+        retry_after: Some(Duration::ZERO),
+        body: None,
+        message: "Service Unavailable".into(),
+    };
+    // Summary: a 503 (retried), then an overflow (cannot compact).
+    let llm = FakeLlm::new(vec![
+        vec![Err(overflow())],
+        vec![Err(busy())],
+        vec![Err(overflow())],
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(llm.requests().len(), 3);
+    let TurnOutcome::Failed { error } = outcome(&events).0 else {
+        panic!("expected a failure");
+    };
+    assert_eq!(error.error_type, "provider.context_overflow");
+    assert_eq!(
+        last_turn(&events).error.unwrap().name,
+        "ContextOverflowError"
+    );
+    let compaction = final_items(&events)
+        .into_iter()
+        .find(|i| matches!(i.kind, TurnItemKind::Compaction { .. }))
+        .unwrap();
+    assert_eq!(compaction.status, TurnItemStatus::Failed);
+    assert!(
+        statuses(&events)
+            .iter()
+            .any(|s| matches!(s, AgentStatus::Retry { attempt: 1, .. }))
+    );
+    assert_eq!(statuses(&events).last(), Some(&AgentStatus::Idle));
+}
+
+#[test]
+fn history_skips_discarded_items_and_failed_compactions() {
+    let mut discarded = assistant_item(1, 1, "one");
+    discarded.status = TurnItemStatus::Cancelled;
+    let failed_compaction = item(
+        1,
+        2,
+        TurnItemStatus::Failed,
+        TurnItemKind::Compaction {
+            summary: String::new(),
+        },
+    );
+    let history = vec![
+        user_item(1, "q"),
+        discarded,
+        failed_compaction,
+        assistant_item(1, 3, "two"),
+    ];
+    assert_eq!(
+        knife_agent::messages::build_messages("sys", &history, "next"),
+        [
+            ChatMessage::System { text: "sys".into() },
+            ChatMessage::User { text: "q".into() },
+            ChatMessage::Assistant {
+                text: Some("two".into()),
+                tool_calls: vec![]
+            },
+            ChatMessage::User {
+                text: "next".into()
+            },
+        ]
+    );
+}
