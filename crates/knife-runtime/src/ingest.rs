@@ -82,6 +82,30 @@ mod tests {
     }
 
     #[test]
+    fn proc_06_agent_status_and_errors_become_thread_events() {
+        let t = ThreadId::from("t");
+        let status = to_domain(&AdapterEvent::AgentStatusChanged {
+            thread_id: t.clone(),
+            run_id: None,
+            status: AgentStatus::Busy,
+        })
+        .unwrap();
+        assert_eq!(status.event_type(), "thread.status");
+        let error = to_domain(&AdapterEvent::AgentErrorRaised {
+            thread_id: t.clone(),
+            run_id: None,
+            error: AgentError {
+                name: "MessageAbortedError".into(),
+                message: "aborted".into(),
+            },
+        })
+        .unwrap();
+        assert_eq!(error.event_type(), "thread.error");
+        let event = DomainEvent::new(chrono::Utc::now(), error);
+        assert_eq!(event.thread_id, Some(t));
+    }
+
+    #[test]
     fn consecutive_snapshots_of_one_item_coalesce_to_the_last() {
         let t = ThreadId::from("t");
         let now = chrono::Utc::now();
