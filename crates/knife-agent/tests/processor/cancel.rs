@@ -13,9 +13,9 @@ use tokio::sync::mpsc;
 
 #[tokio::test(start_paused = true)]
 async fn proc_08_cancel_marks_pending_and_running_tools_aborted_with_an_end_time() {
-    // Pending: the tool input started, no call yet.
+    // Pending: the complete call arrived, the model's stream still hangs.
     let (tx, rx) = mpsc::unbounded_channel();
-    let (tools, _) = probe_tools(false);
+    let (tools, runs) = probe_tools(false);
     let mut h = open(
         FakeLlm::with(vec![Script::Gate(rx)], None),
         |_| {},
@@ -28,8 +28,17 @@ async fn proc_08_cancel_marks_pending_and_running_tools_aborted_with_an_end_time
         name: "probe".into(),
     }))
     .unwrap();
+    tx.send(Ok(LlmEvent::ToolCall {
+        id: "c1".into(),
+        name: "probe".into(),
+        arguments: r#"{"cmd":"pwd"}"#.into(),
+    }))
+    .unwrap();
     let mut seen = until(&mut h.events, |e| {
-        is_item(e, |i| i.status == TurnItemStatus::Pending)
+        is_item(e, |i| {
+            i.status == TurnItemStatus::Pending
+                && matches!(&i.kind, TurnItemKind::ToolCall { input, .. } if input["cmd"] == "pwd")
+        })
     })
     .await;
     h.session
@@ -39,6 +48,8 @@ async fn proc_08_cancel_marks_pending_and_running_tools_aborted_with_an_end_time
     seen.extend(collect_turn(&mut h.events).await);
     assert_nothing_pending(&seen);
     assert_tool_aborted(&final_items(&seen)[0]);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    drop(tx);
 
     // Running: the tool executes and never returns.
     let (tools, runs) = probe_tools(true);
