@@ -58,10 +58,11 @@ pub enum ErrorClass {
 ///    `model_context_window_exceeded`; or a message matching [`is_overflow_message`]
 ///    (Anthropic "prompt is too long", OpenAI "maximum context length",
 ///    "context window", …).
-/// 2. Deterministic refusals are fatal even on 429 / 5xx: quota or billing
-///    exhausted (`insufficient_quota`, a body saying quota/billing/credit),
-///    content policy (`content_filter`, `content_policy_violation`,
-///    `invalid_prompt`), unsupported plans (`usage_not_included`).
+/// 2. Deterministic refusals the provider reports (HTTP or in-stream) are fatal
+///    even on 429 / 5xx: quota or billing exhausted (`insufficient_quota`, a body
+///    saying quota/billing/credit), content policy or a refusal (`content_filter`,
+///    `content_policy_violation`, `invalid_prompt`, "usage policy", "refused to
+///    answer"), unsupported plans (`usage_not_included`).
 /// 3. HTTP: 401 / 403 → [`PROVIDER_AUTH_ERROR`]; 408, 409, 425, 429 and every
 ///    5xx → retry; a 4xx whose code is a recognised transient kind → retry;
 ///    other statuses → [`API_ERROR`].
@@ -78,7 +79,8 @@ pub fn classify(error: &LlmError) -> ErrorClass {
     if is_overflow(error, code.as_deref(), &message) {
         return ErrorClass::ContextOverflow;
     }
-    if is_deterministic_refusal(code.as_deref(), body, &message) {
+    let from_provider = matches!(error, LlmError::Http { .. } | LlmError::Provider { .. });
+    if from_provider && is_deterministic_refusal(code.as_deref(), body, &message) {
         return ErrorClass::Fatal { name: API_ERROR };
     }
     match error {
@@ -289,6 +291,11 @@ const FATAL_PHRASES: &[&str] = &[
     "content policy",
     "content management policy",
     "content filter",
+    "usage policy",
+    "safety system",
+    "refused to answer",
+    "refused to respond",
+    "content refusal",
 ];
 
 fn is_deterministic_refusal(code: Option<&str>, body: Option<&Value>, message: &str) -> bool {

@@ -130,6 +130,10 @@ fn transport_timeout_and_broken_streams_are_retried() {
     for e in cases {
         assert!(retryable(&e), "{e:?}");
     }
+    // Phrases of provider refusals in a transport error's text do not count.
+    assert!(retryable(&LlmError::Transport(
+        "connection refused; check your usage policy".into()
+    )));
     assert_eq!(
         classify(&LlmError::Stream(SseError::EventTooLarge { limit: 1 })),
         ErrorClass::Fatal { name: API_ERROR }
@@ -257,6 +261,13 @@ fn proc_11_deterministic_refusals_are_not_retried() {
             ),
         ),
         (
+            "500 whose body explains a refusal, no code",
+            http(
+                500,
+                r#"{"error":{"message":"The model refused to answer this request"}}"#,
+            ),
+        ),
+        (
             "stream insufficient_quota",
             provider(json!({"type":"error","error":{"code":"insufficient_quota"}})),
         ),
@@ -289,7 +300,7 @@ fn proc_11_a_500_repeating_the_same_body_ends_after_the_budget() {
     let policy = RetryPolicy::default();
     let same = http(
         500,
-        r#"{"error":{"message":"the model refused to continue"}}"#,
+        r#"{"error":{"message":"inference failed: bad tensor shape"}}"#,
     );
     let mut calls = 1;
     loop {

@@ -198,7 +198,7 @@ async fn proc_11_retries_stop_when_the_budget_is_spent() {
         knife_llm::http::http_error(
             500,
             &Default::default(),
-            r#"{"error":{"message":"The model refused to answer this request"}}"#,
+            r#"{"error":{"message":"inference failed: bad tensor shape"}}"#,
         )
     };
     // Default budget: 8 calls, then the last error is recorded.
@@ -213,7 +213,10 @@ async fn proc_11_retries_stop_when_the_budget_is_spent() {
     assert_eq!(error.http_status, Some(500));
     let recorded = last_turn(&events).error.unwrap();
     assert_eq!(recorded.name, "APIError");
-    assert!(recorded.message.contains("refused"), "{recorded:?}");
+    assert!(
+        recorded.message.contains("bad tensor shape"),
+        "{recorded:?}"
+    );
 
     // The budget is an option.
     let llm = FakeLlm::new((0..20).map(|_| vec![Err(same())]).collect());
@@ -224,17 +227,25 @@ async fn proc_11_retries_stop_when_the_budget_is_spent() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn proc_11_exhausted_quota_is_not_retried() {
-    let quota = knife_llm::http::http_error(
-        429,
-        &Default::default(),
-        r#"{"error":{"code":"insufficient_quota","message":"You exceeded your current quota, please check your plan and billing details."}}"#,
-    );
-    let llm = FakeLlm::new(vec![vec![Err(quota)], text_step(&["never"])]);
-    let mut h = open(llm.clone(), |_| {}, None).await;
-    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
-    let events = collect_turn(&mut h.events).await;
-    assert_eq!(llm.requests().len(), 1);
-    assert!(matches!(outcome(&events).0, TurnOutcome::Failed { .. }));
-    assert_eq!(last_turn(&events).error.unwrap().name, "APIError");
+async fn proc_11_exhausted_quota_and_refusals_are_not_retried() {
+    let bodies = [
+        (
+            429,
+            r#"{"error":{"code":"insufficient_quota","message":"You exceeded your current quota, please check your plan and billing details."}}"#,
+        ),
+        (
+            500,
+            r#"{"error":{"message":"The model refused to answer this request"}}"#,
+        ),
+    ];
+    for (status, body) in bodies {
+        let error = knife_llm::http::http_error(status, &Default::default(), body);
+        let llm = FakeLlm::new(vec![vec![Err(error)], text_step(&["never"])]);
+        let mut h = open(llm.clone(), |_| {}, None).await;
+        h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+        let events = collect_turn(&mut h.events).await;
+        assert_eq!(llm.requests().len(), 1, "{body}");
+        assert!(matches!(outcome(&events).0, TurnOutcome::Failed { .. }));
+        assert_eq!(last_turn(&events).error.unwrap().name, "APIError");
+    }
 }
