@@ -18,12 +18,22 @@ text = "recovered answer one"
 text = "recovered answer two"
 "#;
 
+/// A server on `mock` whose provider instance never retries a failed model call
+/// (`max_retry_attempts = 1`), so a bad response fails the run at once.
+async fn server_without_retries(mock: &MockLlm) -> Server {
+    let mut server = Server::start(&mock.base_url()).await;
+    let config = format!("{}max_retry_attempts = 1\n", config_toml(&mock.base_url()));
+    std::fs::write(server.path().join("knife.toml"), config).unwrap();
+    server.restart().await;
+    server
+}
+
 /// Runs one bad turn on thread A, then a good turn on a new thread B and a second
 /// (good) turn on A. Returns A's run error and A's projection after the bad run.
 async fn bad_turn_then_recover(bad_response: &str) -> (RunError, ThreadProjection) {
     let script = format!("{bad_response}\n{GOOD_TAIL}");
     let mock = MockLlm::script(&script, &[]).await;
-    let server = Server::start(&mock.base_url()).await;
+    let server = server_without_retries(&mock).await;
     let api = &server.api;
     let project = api.create_project(&server.project_dir()).await;
 
@@ -164,7 +174,7 @@ cut = true
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_stream_cut_error_message_does_not_blame_the_endpoint_address() {
     let mock = MockLlm::script(CUT_STREAM, &[]).await;
-    let server = Server::start(&mock.base_url()).await;
+    let server = server_without_retries(&mock).await;
     let project = server.api.create_project(&server.project_dir()).await;
     let thread = server.api.create_thread(&project).await;
     let run = server.api.post_message(&thread, "please answer").await;
