@@ -7,6 +7,7 @@ mod client;
 mod config;
 mod demo;
 mod lock;
+mod providers;
 mod render;
 mod run;
 mod serve;
