@@ -66,9 +66,10 @@ pub struct ProviderConfig {
     /// Seconds of silence from the endpoint before the run fails (default 300; reasoning
     /// models may think for minutes before their first byte).
     pub idle_timeout_secs: Option<u64>,
-    /// Output token cap per model call (tokens). The `anthropic` driver must send
-    /// one and uses 8192 when this is unset; the other drivers send none unless set.
-    pub max_output_tokens: Option<u32>,
+    /// The model's output token limit (tokens). The `anthropic` driver sends it
+    /// as `max_tokens`, which Anthropic requires (8192 when unset); the other
+    /// drivers send no cap.
+    pub output_limit: Option<u32>,
 }
 
 impl ProviderConfig {
@@ -121,7 +122,7 @@ impl Config {
                 system_prompt: None,
                 connect_timeout_secs: None,
                 idle_timeout_secs: None,
-                max_output_tokens: None,
+                output_limit: None,
             },
         );
         config
@@ -175,7 +176,7 @@ impl Config {
                     system_prompt: None,
                     connect_timeout_secs: None,
                     idle_timeout_secs: None,
-                    max_output_tokens: None,
+                    output_limit: None,
                 },
             );
         }
@@ -307,7 +308,7 @@ mod tests {
             driver = "anthropic"
             model = "claude-sonnet-4-5"
             api_key_env = "ANTHROPIC_API_KEY"
-            max_output_tokens = 4096
+            output_limit = 4096
 
             [providers.gpt]
             driver = "openai-responses"
@@ -325,7 +326,7 @@ mod tests {
             c.providers["claude"].base_url,
             "https://api.anthropic.com/v1"
         );
-        assert_eq!(c.providers["claude"].max_output_tokens, Some(4096));
+        assert_eq!(c.providers["claude"].output_limit, Some(4096));
         assert_eq!(c.providers["gpt"].base_url, "https://api.openai.com/v1");
         assert_eq!(c.providers["proxy"].base_url, "http://127.0.0.1:9/v1");
     }

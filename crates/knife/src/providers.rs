@@ -28,7 +28,7 @@ pub fn timeouts(p: &ProviderConfig) -> HttpTimeouts {
 
 /// The client of instance `id`: `openai-chat` → Chat Completions (Bearer key),
 /// `anthropic` → Anthropic Messages (`x-api-key`; `max_tokens` from
-/// `max_output_tokens`, else 8192), `openai-responses` → OpenAI Responses
+/// `output_limit`, else 8192), `openai-responses` → OpenAI Responses
 /// (Bearer key).
 ///
 /// Errors: an unknown driver (a config built in code skips the file check).
@@ -49,7 +49,7 @@ pub fn llm_client(
         "openai-chat" => Arc::new(OpenAiChatClient::with_timeouts(base_url, api_key, timeouts)),
         "anthropic" => {
             let mut client = AnthropicClient::with_timeouts(base_url, api_key, timeouts);
-            if let Some(max) = p.max_output_tokens {
+            if let Some(max) = p.output_limit {
                 client.default_max_tokens = max.max(1);
             }
             Arc::new(client)

@@ -24,7 +24,7 @@ fn config(driver: &str, base_url: &str) -> String {
     format!(
         "default_provider = \"mock\"\n\n[providers.mock]\ndriver = \"{driver}\"\n\
          base_url = \"{base_url}\"\nmodel = \"mock-model\"\napi_key_env = \"KNIFE_E2E_UNSET_KEY\"\n\
-         max_output_tokens = 2048\n"
+         output_limit = 2048\n"
     )
 }
 
