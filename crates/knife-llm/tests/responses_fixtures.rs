@@ -264,3 +264,25 @@ fn responses_incomplete_and_truncated_streams() {
         Some(&Err(LlmError::Stream(SseError::Incomplete)))
     );
 }
+
+/// Raw reasoning text (`response.reasoning_text.*`) is reasoning too, one part
+/// per content index, closed by its `done` (whose text is not repeated).
+#[test]
+fn responses_reasoning_text_is_reasoning() {
+    let events = [
+        r#"{"type":"response.output_item.added","output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}"#,
+        r#"{"type":"response.reasoning_text.delta","item_id":"rs_1","content_index":0,"delta":"Think"}"#,
+        r#"{"type":"response.reasoning_text.delta","item_id":"rs_1","content_index":0,"delta":"ing."}"#,
+        r#"{"type":"response.reasoning_text.done","item_id":"rs_1","content_index":0,"text":"Thinking."}"#,
+        r#"{"type":"response.output_item.done","output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"Thinking."}]}}"#,
+        r#"{"type":"response.output_text.delta","item_id":"m","content_index":0,"delta":"Done"}"#,
+        r#"{"type":"response.completed","response":{"id":"r"}}"#,
+    ];
+    let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    let items = map(body.as_bytes(), 0).0;
+    let s = summarise("reasoning_text", &items);
+    assert_eq!(s.reasoning.as_deref(), Some("Thinking."));
+    assert_eq!(s.reasoning_parts.len(), 1);
+    assert_eq!(s.text, "Done");
+    assert!(s.step_finish.is_some());
+}

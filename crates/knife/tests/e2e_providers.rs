@@ -106,3 +106,38 @@ async fn e2e_openai_responses_driver_tool_call_and_answer() {
     let p = one_turn("openai-responses").await;
     check_projection(&p);
 }
+
+/// An Anthropic `error` event mid-stream (after some text) fails the run with a
+/// typed `provider.error` whose code is the error's type, so a retry policy can
+/// classify it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_anthropic_error_event_is_a_typed_run_error() {
+    let script = r#"
+[[response]]
+raw = """
+event: message_start
+data: {"type":"message_start","message":{"id":"msg_x","model":"mock-model","usage":{"input_tokens":3,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial"}}
+
+event: error
+data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}
+
+"""
+"#;
+    let mock = MockLlm::script(script, &[]).await;
+    let server = Server::start_with_config(&config("anthropic", &mock.base_url())).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let run = server.api.post_message(&thread, "hi").await;
+    let (_, done) = server.api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, RunStatus::Failed, "run: {done:?}");
+    let error = done.error.expect("a failed run records its error");
+    assert_eq!(error.error_type, "provider.error", "{error:?}");
+    assert_eq!(error.code.as_deref(), Some("overloaded_error"), "{error:?}");
+    assert!(error.message.contains("Overloaded"), "{error:?}");
+}

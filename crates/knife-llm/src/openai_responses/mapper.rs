@@ -43,8 +43,10 @@ struct ToolState {
 /// `TextStart/Delta*/End` with ids `text-0`, `text-1`, … per (message item,
 /// content part); text that only arrives whole (`*.done` or
 /// `response.output_item.done`) is emitted then, once. Reasoning summaries
-/// (`response.reasoning_summary_text.delta`) as `ReasoningStart/Delta*/End`
-/// with ids `reasoning-0`, … per summary part (no signature). Function calls
+/// (`response.reasoning_summary_text.delta`) and raw reasoning text
+/// (`response.reasoning_text.delta`, sent by open-weight models) as
+/// `ReasoningStart/Delta*/End` with ids `reasoning-0`, … per part (no
+/// signature). Function calls
 /// (`output_item.added` with `function_call`) and custom tool calls
 /// (`custom_tool_call`, free-form input) as `ToolInputStart` (id = the
 /// `call_id`), `ToolInputDelta` per arguments/input delta, then at
@@ -161,6 +163,14 @@ impl ResponsesMapper {
                 let key = (str_of("item_id").to_owned(), index_of("summary_index"));
                 let text = part_text(data.get("part").unwrap_or(&Value::Null));
                 self.close_reasoning(&key, text, &mut out);
+            }
+            "response.reasoning_text.delta" => {
+                let key = (content_key(str_of("item_id")), index_of("content_index"));
+                self.reasoning_delta(&key, str_of("delta"), &mut out);
+            }
+            "response.reasoning_text.done" => {
+                let key = (content_key(str_of("item_id")), index_of("content_index"));
+                self.close_reasoning(&key, str_of("text"), &mut out);
             }
             "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
                 self.tool_delta(str_of("item_id"), str_of("delta"), &mut out);
@@ -283,15 +293,21 @@ impl ResponsesMapper {
                 self.close_texts_of(&item_id, out);
             }
             "reasoning" => {
-                let parts = item.get("summary").and_then(Value::as_array);
-                for (index, part) in parts.into_iter().flatten().enumerate() {
+                let summary = item.get("summary").and_then(Value::as_array);
+                for (index, part) in summary.into_iter().flatten().enumerate() {
                     let key = (item_id.clone(), index as u64);
                     self.close_reasoning(&key, part_text(part), out);
                 }
+                let content = item.get("content").and_then(Value::as_array);
+                for (index, part) in content.into_iter().flatten().enumerate() {
+                    let key = (content_key(&item_id), index as u64);
+                    self.close_reasoning(&key, part_text(part), out);
+                }
+                let content_id = content_key(&item_id);
                 let open: Vec<PartKey> = self
                     .reasoning
                     .iter()
-                    .filter(|((id, _), p)| *id == item_id && p.open)
+                    .filter(|((id, _), p)| (*id == item_id || *id == content_id) && p.open)
                     .map(|(k, _)| k.clone())
                     .collect();
                 for key in open {
@@ -563,6 +579,11 @@ impl EventMapper for ResponsesMapper {
     fn answer_complete(&self) -> bool {
         false
     }
+}
+
+/// The part key of a reasoning item's raw `content` (vs its `summary`, keyed by the item id).
+fn content_key(item_id: &str) -> String {
+    format!("{item_id}#content")
 }
 
 /// `value[key]` when it is a string.
