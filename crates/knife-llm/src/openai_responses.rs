@@ -115,6 +115,10 @@ pub struct OpenAiResponsesClient {
     pub base_url: String,
     /// Sent as `Authorization: Bearer <key>` when set.
     pub api_key: Option<String>,
+    /// Sent as the request's `reasoning` object when set, e.g. `{"effort":
+    /// "medium", "summary": "auto"}`: reasoning models stream summaries only when
+    /// asked; other models reject the field, so it is off by default.
+    pub reasoning: Option<Value>,
     /// The HTTP client (timeouts, proxies, TLS are its configuration).
     pub http: reqwest::Client,
     /// The timeouts `http` was built with (reported in [`LlmError::Timeout`]).
@@ -136,9 +140,19 @@ impl OpenAiResponsesClient {
         Self {
             base_url: base_url.into(),
             api_key,
+            reasoning: None,
             http: timeouts.client(),
             timeouts,
         }
+    }
+
+    /// The request body: [`responses_request_body`] plus `reasoning` when set.
+    pub fn request_body(&self, request: &LlmRequest) -> Value {
+        let mut body = responses_request_body(request);
+        if let (Some(reasoning), Some(map)) = (&self.reasoning, body.as_object_mut()) {
+            map.insert("reasoning".into(), reasoning.clone());
+        }
+        body
     }
 
     /// The full endpoint URL: `{base_url}/responses`.
@@ -149,8 +163,8 @@ impl OpenAiResponsesClient {
 
 #[async_trait::async_trait]
 impl LlmClient for OpenAiResponsesClient {
-    /// POSTs [`responses_request_body`] to [`OpenAiResponsesClient::endpoint`]
-    /// and streams the answer.
+    /// POSTs [`OpenAiResponsesClient::request_body`] to
+    /// [`OpenAiResponsesClient::endpoint`] and streams the answer.
     ///
     /// Errors before the stream: [`LlmError::Transport`], [`LlmError::Timeout`],
     /// [`LlmError::Http`]. Inside the stream: `Stream`, `Timeout`, `Decode`, and
@@ -160,7 +174,7 @@ impl LlmClient for OpenAiResponsesClient {
         let mut builder = self
             .http
             .post(self.endpoint())
-            .json(&responses_request_body(&request));
+            .json(&self.request_body(&request));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
@@ -255,5 +269,23 @@ mod tests {
     fn endpoint_ignores_trailing_slash() {
         let client = OpenAiResponsesClient::new("https://api.openai.com/v1/", None);
         assert_eq!(client.endpoint(), "https://api.openai.com/v1/responses");
+    }
+
+    #[test]
+    fn reasoning_is_sent_only_when_configured() {
+        let request = LlmRequest {
+            model: "gpt-5".into(),
+            messages: vec![ChatMessage::User { text: "hi".into() }],
+            tools: vec![],
+            max_output_tokens: None,
+            temperature: None,
+        };
+        let mut client = OpenAiResponsesClient::new("http://x/v1", None);
+        assert!(client.request_body(&request).get("reasoning").is_none());
+        client.reasoning = Some(json!({"summary": "auto"}));
+        assert_eq!(
+            client.request_body(&request)["reasoning"],
+            json!({"summary": "auto"})
+        );
     }
 }

@@ -70,6 +70,12 @@ pub struct ProviderConfig {
     /// as `max_tokens`, which Anthropic requires (8192 when unset); the other
     /// drivers send no cap.
     pub output_limit: Option<u32>,
+    /// `openai-responses` only: `reasoning.effort` (`minimal`, `low`, `medium`,
+    /// `high`) for reasoning models. Unset: not sent.
+    pub reasoning_effort: Option<String>,
+    /// `openai-responses` only: `reasoning.summary` (`auto`, `concise`,
+    /// `detailed`); reasoning models stream summaries only when this is set.
+    pub reasoning_summary: Option<String>,
 }
 
 impl ProviderConfig {
@@ -123,6 +129,8 @@ impl Config {
                 connect_timeout_secs: None,
                 idle_timeout_secs: None,
                 output_limit: None,
+                reasoning_effort: None,
+                reasoning_summary: None,
             },
         );
         config
@@ -177,6 +185,8 @@ impl Config {
                     connect_timeout_secs: None,
                     idle_timeout_secs: None,
                     output_limit: None,
+                    reasoning_effort: None,
+                    reasoning_summary: None,
                 },
             );
         }
@@ -313,6 +323,7 @@ mod tests {
             [providers.gpt]
             driver = "openai-responses"
             model = "gpt-5"
+            reasoning_summary = "auto"
 
             [providers.proxy]
             driver = "anthropic"
@@ -328,6 +339,10 @@ mod tests {
         );
         assert_eq!(c.providers["claude"].output_limit, Some(4096));
         assert_eq!(c.providers["gpt"].base_url, "https://api.openai.com/v1");
+        assert_eq!(
+            c.providers["gpt"].reasoning_summary.as_deref(),
+            Some("auto")
+        );
         assert_eq!(c.providers["proxy"].base_url, "http://127.0.0.1:9/v1");
     }
 

@@ -26,10 +26,23 @@ pub fn timeouts(p: &ProviderConfig) -> HttpTimeouts {
     timeouts
 }
 
+/// The Responses `reasoning` object from `reasoning_effort` / `reasoning_summary`
+/// (`None` when neither is set).
+fn responses_reasoning(p: &ProviderConfig) -> Option<serde_json::Value> {
+    let mut reasoning = serde_json::Map::new();
+    if let Some(effort) = &p.reasoning_effort {
+        reasoning.insert("effort".into(), effort.clone().into());
+    }
+    if let Some(summary) = &p.reasoning_summary {
+        reasoning.insert("summary".into(), summary.clone().into());
+    }
+    (!reasoning.is_empty()).then_some(serde_json::Value::Object(reasoning))
+}
+
 /// The client of instance `id`: `openai-chat` → Chat Completions (Bearer key),
 /// `anthropic` → Anthropic Messages (`x-api-key`; `max_tokens` from
 /// `output_limit`, else 8192), `openai-responses` → OpenAI Responses
-/// (Bearer key).
+/// (Bearer key; `reasoning` from `reasoning_effort` / `reasoning_summary`).
 ///
 /// Errors: an unknown driver (a config built in code skips the file check).
 pub fn llm_client(
@@ -54,11 +67,47 @@ pub fn llm_client(
             }
             Arc::new(client)
         }
-        "openai-responses" => Arc::new(OpenAiResponsesClient::with_timeouts(
-            base_url, api_key, timeouts,
-        )),
+        "openai-responses" => {
+            let mut client = OpenAiResponsesClient::with_timeouts(base_url, api_key, timeouts);
+            client.reasoning = responses_reasoning(p);
+            Arc::new(client)
+        }
         other => bail!(
             "provider `{id}` has driver `{other}`; supported drivers: openai-chat, anthropic, openai-responses"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn instance(driver: &str) -> ProviderConfig {
+        toml::from_str(&format!("driver = '{driver}'\nmodel = 'm'\n")).unwrap()
+    }
+
+    #[test]
+    fn responses_reasoning_only_when_configured() {
+        let mut p = instance("openai-responses");
+        assert_eq!(responses_reasoning(&p), None);
+        p.reasoning_summary = Some("auto".into());
+        p.reasoning_effort = Some("low".into());
+        assert_eq!(
+            responses_reasoning(&p),
+            Some(serde_json::json!({"effort": "low", "summary": "auto"}))
+        );
+    }
+
+    #[test]
+    fn every_driver_builds_a_client_and_unknown_ones_are_refused() {
+        for driver in ["openai-chat", "anthropic", "openai-responses"] {
+            assert!(llm_client("x", &instance(driver), None).is_ok(), "{driver}");
+        }
+        let err = llm_client("x", &instance("gemini"), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("supported drivers"), "{err}");
+    }
 }
