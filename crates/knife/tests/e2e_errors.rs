@@ -21,11 +21,8 @@ text = "recovered answer two"
 /// A server on `mock` whose provider instance never retries a failed model call
 /// (`max_retry_attempts = 1`), so a bad response fails the run at once.
 async fn server_without_retries(mock: &MockLlm) -> Server {
-    let mut server = Server::start(&mock.base_url()).await;
     let config = format!("{}max_retry_attempts = 1\n", config_toml(&mock.base_url()));
-    std::fs::write(server.path().join("knife.toml"), config).unwrap();
-    server.restart().await;
-    server
+    Server::start_with_config(&config).await
 }
 
 /// Runs one bad turn on thread A, then a good turn on a new thread B and a second

@@ -29,14 +29,12 @@ usage = { prompt_tokens = 50, completion_tokens = 5 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_run_retries_then_compacts_an_overflowing_answer_and_finishes() {
     let mock = MockLlm::script(SCRIPT, &[]).await;
-    let mut server = Server::start(&mock.base_url()).await;
     // 9100 tokens of an 8000-token context (1000 reserved) overflow.
     let config = format!(
         "{}context_limit = 8000\noutput_limit = 1000\n",
         config_toml(&mock.base_url())
     );
-    std::fs::write(server.path().join("knife.toml"), config).unwrap();
-    server.restart().await;
+    let server = Server::start_with_config(&config).await;
     let url = server.proc.url();
     let project = server.project_dir().display().to_string();
     let cwd = server.path().to_owned();
