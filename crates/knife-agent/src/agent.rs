@@ -103,6 +103,15 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         }
         let has_output = !message.text.is_empty() || !message.calls.is_empty();
         if has_output {
+            // The step's reasoning goes back first, with its signatures: Anthropic
+            // requires signed thinking blocks during a tool loop (other protocols
+            // skip these messages when they build the request).
+            for block in &message.reasoning {
+                messages.push(ChatMessage::Reasoning {
+                    text: block.text.clone(),
+                    signature: block.signature.clone(),
+                });
+            }
             messages.push(ChatMessage::Assistant {
                 text: (!message.text.is_empty()).then(|| message.text.clone()),
                 tool_calls: message

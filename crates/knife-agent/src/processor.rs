@@ -71,9 +71,36 @@ pub(crate) struct Call {
 #[derive(Default)]
 pub(crate) struct AssistantMessage {
     pub text: String,
+    /// Reasoning blocks in the order they opened, with their signatures.
+    pub reasoning: Vec<ReasoningBlock>,
     pub calls: Vec<Call>,
     pub finish: Option<FinishReason>,
     pub error: Option<RunError>,
+}
+
+/// One reasoning block of a step: its text and, when the provider signs blocks
+/// (Anthropic thinking), the signature it must get back in the next request.
+pub(crate) struct ReasoningBlock {
+    pub id: String,
+    pub text: String,
+    pub signature: Option<String>,
+}
+
+impl AssistantMessage {
+    fn reasoning_block(&mut self, id: &str) -> &mut ReasoningBlock {
+        let at = match self.reasoning.iter().position(|b| b.id == id) {
+            Some(at) => at,
+            None => {
+                self.reasoning.push(ReasoningBlock {
+                    id: id.to_owned(),
+                    text: String::new(),
+                    signature: None,
+                });
+                self.reasoning.len() - 1
+            }
+        };
+        &mut self.reasoning[at]
+    }
 }
 
 /// Name of the error of a step the provider's content filter ended.
@@ -226,11 +253,18 @@ impl Processor<'_> {
                     rec.part_delta(PartKind::Text, &id, &text);
                 }
                 LlmEvent::TextEnd { id } => rec.part_end(PartKind::Text, &id),
-                LlmEvent::ReasoningStart { id } => rec.part_start(PartKind::Reasoning, &id),
+                LlmEvent::ReasoningStart { id } => {
+                    message.reasoning_block(&id);
+                    rec.part_start(PartKind::Reasoning, &id)
+                }
                 LlmEvent::ReasoningDelta { id, text } => {
+                    message.reasoning_block(&id).text.push_str(&text);
                     rec.part_delta(PartKind::Reasoning, &id, &text)
                 }
-                LlmEvent::ReasoningEnd { id, .. } => rec.part_end(PartKind::Reasoning, &id),
+                LlmEvent::ReasoningEnd { id, signature } => {
+                    message.reasoning_block(&id).signature = signature;
+                    rec.part_end(PartKind::Reasoning, &id)
+                }
                 LlmEvent::ToolInputStart { id, name } => rec.tool_input_start(&id, &name),
                 LlmEvent::ToolInputDelta { id, delta } => rec.tool_input_delta(&id, &delta),
                 LlmEvent::ToolInputEnd { .. } => {}

@@ -245,3 +245,41 @@ async fn content_filter_and_length_finishes_stop_with_named_errors() {
     assert_eq!(outcome(&events).0, TurnOutcome::Completed);
     assert_eq!(llm.requests().len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn signed_reasoning_goes_back_before_the_assistant_message_of_its_step() {
+    let mut step = vec![
+        Ok(LlmEvent::ReasoningStart {
+            id: "reasoning-0".into(),
+        }),
+        Ok(LlmEvent::ReasoningDelta {
+            id: "reasoning-0".into(),
+            text: "I should read".into(),
+        }),
+        Ok(LlmEvent::ReasoningEnd {
+            id: "reasoning-0".into(),
+            signature: Some("SIG".into()),
+        }),
+    ];
+    step.extend(tool_step("c1", "read", r#"{"path":"src/main.rs"}"#));
+    let llm = FakeLlm::new(vec![step, text_step(&["done"])]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    let second = &llm.requests()[1].messages;
+    let at = second
+        .iter()
+        .position(|m| matches!(m, ChatMessage::Reasoning { .. }))
+        .expect("reasoning not sent back");
+    assert_eq!(
+        second[at],
+        ChatMessage::Reasoning {
+            text: "I should read".into(),
+            signature: Some("SIG".into())
+        }
+    );
+    assert!(
+        matches!(&second[at + 1], ChatMessage::Assistant { tool_calls, .. } if tool_calls.len() == 1)
+    );
+}
