@@ -156,6 +156,15 @@ fn print_projection(p: &ThreadProjection) {
     println!("thread   {}", t.id);
     println!("title    {}", t.title);
     println!("status   {}", format!("{:?}", t.status).to_lowercase());
+    match &t.agent_status {
+        Some(AgentStatus::Retry {
+            attempt,
+            message,
+            next,
+        }) => println!("agent    retrying ({message}), attempt {attempt}, next at {next}"),
+        Some(AgentStatus::Busy) => println!("agent    busy"),
+        Some(AgentStatus::Idle) | None => {}
+    }
     println!(
         "provider {}{}",
         t.provider_instance_id,
