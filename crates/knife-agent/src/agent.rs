@@ -170,6 +170,11 @@ async fn run_tools(
     messages: &mut Vec<ChatMessage>,
 ) {
     for call in calls {
+        // Belt and braces for PROC-13: the turn's select drops this future once
+        // the token fires, but a call is never started after it fired.
+        if tool_ctx.is_cancelled() {
+            return;
+        }
         rec.tool_running(call.idx);
         let result = match call.parsed {
             Ok(args) => tools.execute(&call.name, args, tool_ctx).await,
