@@ -32,9 +32,13 @@ pub fn summary_message(summary: &str) -> ChatMessage {
 /// `pending` (the user message of the turn, PROC-02).
 ///
 /// The summary request has no tools and the same retry policy as a step; its
-/// status shows as `busy` / `retry`. Errors: the request's own failure as a
+/// status shows as `busy` / `retry`. When the summary request itself overflows
+/// (likely after an overflow error: it carries the same history), the history
+/// is shrunk and summarised again ([`shrink`]): long tool outputs and texts are
+/// cut first, then the oldest half of the conversation is dropped, until
+/// nothing is left to drop. Errors: the request's own failure as a
 /// [`RunError`] (recorded on the turn as `APIError`, `UnknownError`, …), or
-/// `ContextOverflowError` when even the summary request does not fit.
+/// `ContextOverflowError` when even the smallest summary request does not fit.
 pub(crate) async fn compact(
     llm: &dyn LlmClient,
     retry: RetryPolicy,
@@ -44,17 +48,9 @@ pub(crate) async fn compact(
     pending: &str,
 ) -> Result<Vec<ChatMessage>, RunError> {
     let idx = rec.compaction_start();
-    let mut request_messages = messages.to_vec();
-    request_messages.push(ChatMessage::User {
-        text: COMPACTION_PROMPT.to_owned(),
-    });
-    let request = LlmRequest {
-        model: model.to_owned(),
-        messages: request_messages,
-        tools: Vec::new(),
-        max_output_tokens: None,
-        temperature: None,
-    };
+    let mut history = messages.to_vec();
+    let mut truncated = false;
+    let mut request = summary_request(model, &history);
     let mut calls_made = 0;
     let summary = loop {
         rec.set_status(AgentStatus::Busy);
@@ -72,18 +68,26 @@ pub(crate) async fn compact(
                 wait_for_retry(rec, attempt, delay, message).await;
                 continue;
             }
-            RetryDecision::Compact => (
-                CONTEXT_OVERFLOW_ERROR,
-                RunError {
-                    code: Some("context_overflow".to_owned()),
-                    ..RunError::new(
-                        "provider.context_overflow",
-                        "the conversation is too large to compact: even the summary request \
+            RetryDecision::Compact => {
+                if let Some(smaller) = shrink(&history, &mut truncated) {
+                    history = smaller;
+                    request = summary_request(model, &history);
+                    calls_made = 0;
+                    continue;
+                }
+                (
+                    CONTEXT_OVERFLOW_ERROR,
+                    RunError {
+                        code: Some("context_overflow".to_owned()),
+                        ..RunError::new(
+                            "provider.context_overflow",
+                            "the conversation is too large to compact: even the summary request \
                          exceeds the model's context window; start a new thread or raise \
                          context_limit only if the model really has a larger window",
-                    )
-                },
-            ),
+                        )
+                    },
+                )
+            }
             RetryDecision::Stop { name } => (name, run_error(&error)),
         };
         rec.compaction_finished(idx, None);
@@ -103,6 +107,101 @@ pub(crate) async fn compact(
         text: pending.to_owned(),
     });
     Ok(next)
+}
+
+/// The summary request for `history`: no tools, [`COMPACTION_PROMPT`] last.
+fn summary_request(model: &str, history: &[ChatMessage]) -> LlmRequest {
+    let mut messages = history.to_vec();
+    messages.push(ChatMessage::User {
+        text: COMPACTION_PROMPT.to_owned(),
+    });
+    LlmRequest {
+        model: model.to_owned(),
+        messages,
+        tools: Vec::new(),
+        max_output_tokens: None,
+        temperature: None,
+    }
+}
+
+/// Longest tool output or assistant text (characters) kept when a summary
+/// request has to shrink.
+pub const SHRUNK_TEXT_CHARS: usize = 2_000;
+/// Stands in for the part of the conversation dropped to fit a summary request.
+pub const OMITTED_NOTE: &str = "[Earlier messages were omitted to fit the model's context.]";
+
+/// A smaller `history` for a summary request that overflowed, or `None` when it
+/// cannot shrink further (so the summary loop always ends). First (once, tracked by `truncated`): tool outputs and
+/// assistant texts cut to [`SHRUNK_TEXT_CHARS`]. Then: the oldest half of the
+/// messages after the leading system messages dropped, cut where a user or
+/// assistant message starts (so no tool result loses its call), with
+/// [`OMITTED_NOTE`] first when the kept part does not start with a user message.
+pub(crate) fn shrink(history: &[ChatMessage], truncated: &mut bool) -> Option<Vec<ChatMessage>> {
+    if !*truncated {
+        *truncated = true;
+        let cut: Vec<ChatMessage> = history.iter().map(truncate_message).collect();
+        if cut != history {
+            return Some(cut);
+        }
+    }
+    let system = history
+        .iter()
+        .take_while(|m| matches!(m, ChatMessage::System { .. }))
+        .count();
+    let rest = &history[system..];
+    if rest.len() < 2 {
+        return None;
+    }
+    // A cut point: a user message, or an assistant message (with the reasoning
+    // that precedes it). Never a tool result, which needs its call before it.
+    let is_cut = |i: usize| match &rest[i] {
+        ChatMessage::User { .. } | ChatMessage::Reasoning { .. } => true,
+        ChatMessage::Assistant { .. } => {
+            i == 0 || !matches!(rest[i - 1], ChatMessage::Reasoning { .. })
+        }
+        _ => false,
+    };
+    let start = (rest.len() / 2..rest.len()).find(|&i| is_cut(i))?;
+    if start == 0 {
+        return None;
+    }
+    let mut smaller = history[..system].to_vec();
+    if !matches!(rest[start], ChatMessage::User { .. }) {
+        smaller.push(ChatMessage::User {
+            text: OMITTED_NOTE.to_owned(),
+        });
+    }
+    smaller.extend_from_slice(&rest[start..]);
+    // Dropping one message to add the note is no progress: stop there.
+    (smaller.len() < history.len()).then_some(smaller)
+}
+
+fn truncate_message(message: &ChatMessage) -> ChatMessage {
+    let cut = |text: &str| -> String {
+        let total = text.chars().count();
+        if total <= SHRUNK_TEXT_CHARS {
+            return text.to_owned();
+        }
+        let head: String = text.chars().take(SHRUNK_TEXT_CHARS).collect();
+        format!(
+            "{head}… [{} more characters cut]",
+            total - SHRUNK_TEXT_CHARS
+        )
+    };
+    match message {
+        ChatMessage::Tool { call_id, content } => ChatMessage::Tool {
+            call_id: call_id.clone(),
+            content: cut(content),
+        },
+        ChatMessage::Assistant {
+            text: Some(text),
+            tool_calls,
+        } => ChatMessage::Assistant {
+            text: Some(cut(text)),
+            tool_calls: tool_calls.clone(),
+        },
+        other => other.clone(),
+    }
 }
 
 /// One summary call: the streamed text, or the failure. An empty summary is a
@@ -125,4 +224,76 @@ async fn summarise(llm: &dyn LlmClient, request: &LlmRequest) -> Result<String, 
         });
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use knife_llm::ToolCallRequest;
+
+    fn user(t: &str) -> ChatMessage {
+        ChatMessage::User { text: t.into() }
+    }
+    fn assistant(t: &str, calls: &[&str]) -> ChatMessage {
+        ChatMessage::Assistant {
+            text: Some(t.into()),
+            tool_calls: calls
+                .iter()
+                .map(|id| ToolCallRequest {
+                    id: (*id).into(),
+                    name: "read".into(),
+                    arguments: "{}".into(),
+                })
+                .collect(),
+        }
+    }
+    fn tool(id: &str, content: &str) -> ChatMessage {
+        ChatMessage::Tool {
+            call_id: id.into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn shrink_cuts_long_texts_first_then_drops_the_oldest_half_at_a_safe_point() {
+        let system = ChatMessage::System { text: "sys".into() };
+        let history = vec![
+            system.clone(),
+            user("q1"),
+            assistant("a1", &["c1"]),
+            tool("c1", &"x".repeat(5000)),
+            assistant("a2", &["c2"]),
+            tool("c2", "short"),
+            assistant("a3", &[]),
+        ];
+        let mut truncated = false;
+        let cut = shrink(&history, &mut truncated).unwrap();
+        let ChatMessage::Tool { content, .. } = &cut[3] else {
+            panic!("{cut:?}")
+        };
+        assert!(content.len() < 2100 && content.contains("3000 more characters cut"));
+        assert_eq!(cut.len(), history.len());
+
+        // Then halves, never starting at a tool result, the system message kept.
+        let half = shrink(&cut, &mut truncated).unwrap();
+        assert_eq!(
+            half,
+            vec![
+                system.clone(),
+                user(OMITTED_NOTE),
+                assistant("a2", &["c2"]),
+                tool("c2", "short"),
+                assistant("a3", &[]),
+            ]
+        );
+        let quarter = shrink(&half, &mut truncated).unwrap();
+        assert_eq!(
+            quarter,
+            vec![system.clone(), user(OMITTED_NOTE), assistant("a3", &[])]
+        );
+        // The note and one message: nothing left to drop.
+        assert_eq!(shrink(&quarter, &mut truncated), None);
+        assert_eq!(shrink(&[system, user("only")], &mut truncated), None);
+    }
 }

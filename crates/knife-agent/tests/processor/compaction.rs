@@ -270,3 +270,46 @@ fn history_skips_discarded_items_and_failed_compactions() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_overflowing_summary_request_is_retried_with_a_shrunk_history() {
+    let overflow =
+        || provider_error(json!({"type": "error", "error": {"code": "context_length_exceeded"}}));
+    let history = vec![
+        user_item(1, "read it"),
+        tool_item(1, 1, "c1", Some(&"y".repeat(10_000)), None),
+        assistant_item(1, 2, "it is long"),
+    ];
+    let llm = FakeLlm::new(vec![
+        vec![Err(overflow())],
+        vec![Err(overflow())],
+        text_step(&["summary of the long file"]),
+        text_step(&["answer"]),
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session
+        .start_turn(turn(2, "and now?", history))
+        .await
+        .unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4);
+    let tool_content = |r: &LlmRequest| {
+        r.messages
+            .iter()
+            .find_map(|m| match m {
+                ChatMessage::Tool { content, .. } => Some(content.len()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(tool_content(&requests[1]), 10_000);
+    assert!(tool_content(&requests[2]) < 2_100, "not shrunk");
+    assert_eq!(
+        requests[3].messages[1],
+        ChatMessage::User {
+            text: format!("{SUMMARY_PREFIX}\n\nsummary of the long file")
+        }
+    );
+}
