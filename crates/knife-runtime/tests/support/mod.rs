@@ -223,3 +223,47 @@ pub fn provider_thread(
         updated_at: now,
     }
 }
+
+/// An assistant-message turn item of run 1 of `thread`.
+pub fn assistant_item(thread: &ThreadId, n: u32, text: &str) -> TurnItem {
+    let run = RunId::for_thread(thread, 1);
+    let turn = ProviderTurnId::for_run(&run, 1);
+    let now = chrono::Utc::now();
+    TurnItem {
+        id: TurnItemId::of_turn(&turn, n),
+        thread_id: thread.clone(),
+        run_id: Some(run),
+        provider_turn_id: Some(turn),
+        ordinal: TurnItem::ordinal_in_run(1, u64::from(n)),
+        status: TurnItemStatus::Completed,
+        started_at: Some(now),
+        completed_at: Some(now),
+        updated_at: now,
+        kind: TurnItemKind::AssistantMessage {
+            text: text.into(),
+            streaming: false,
+        },
+    }
+}
+
+/// A provider turn of run 1 of `thread` on `session` with `status`.
+pub fn provider_turn(
+    thread: &ThreadId,
+    session: &ProviderSessionId,
+    status: ProviderTurnStatus,
+) -> ProviderTurn {
+    let run = RunId::for_thread(thread, 1);
+    ProviderTurn {
+        id: ProviderTurnId::for_run(&run, 1),
+        thread_id: thread.clone(),
+        node_id: NodeId::root_of(&run),
+        run_id: run,
+        provider_thread_id: None,
+        provider_session_id: session.clone(),
+        ordinal: 1,
+        status,
+        started_at: chrono::Utc::now(),
+        completed_at: None,
+        usage: None,
+    }
+}
