@@ -267,3 +267,110 @@ pub fn provider_turn(
         usage: None,
     }
 }
+
+/// A session-scoped runtime request of `thread` live on `session` (no run), with its
+/// node and transcript item, all `waiting`.
+pub fn request_events(
+    thread: &ThreadId,
+    session: &ProviderSessionId,
+    name: &str,
+) -> (RuntimeRequestId, Vec<AdapterEvent>) {
+    let now = chrono::Utc::now();
+    let id = RuntimeRequestId::from(format!("request_{name}"));
+    let node_id = NodeId::from(format!("node_{name}"));
+    let request = RuntimeRequest {
+        id: id.clone(),
+        thread_id: thread.clone(),
+        run_id: None,
+        node_id: node_id.clone(),
+        provider_turn_id: None,
+        kind: RuntimeRequestKind::Command,
+        status: RuntimeRequestStatus::Pending,
+        response_capability: ResponseCapability::Live {
+            provider_session_id: session.clone(),
+        },
+        prompt: Some("rm -rf build".into()),
+        created_at: now,
+        resolved_at: None,
+        decision: None,
+    };
+    let node = Node {
+        id: node_id.clone(),
+        thread_id: thread.clone(),
+        run_id: None,
+        parent_node_id: None,
+        root_node_id: node_id,
+        kind: NodeKind::ApprovalRequest,
+        status: NodeStatus::Waiting,
+        provider_turn_id: None,
+        runtime_request_id: Some(id.clone()),
+        started_at: Some(now),
+        completed_at: None,
+    };
+    // knife has no approval item kind yet; the item is found by its derived id.
+    let item = TurnItem {
+        id: knife_runtime::sessions::requests::request_item_id(&id),
+        thread_id: thread.clone(),
+        run_id: None,
+        provider_turn_id: None,
+        ordinal: 0,
+        status: TurnItemStatus::Waiting,
+        started_at: Some(now),
+        completed_at: None,
+        updated_at: now,
+        kind: TurnItemKind::ToolCall {
+            call_id: format!("call_{name}"),
+            tool: "approval".into(),
+            input: serde_json::json!({"command": "rm -rf build"}),
+            output: None,
+            error: None,
+        },
+    };
+    (
+        id,
+        vec![
+            AdapterEvent::RuntimeRequestUpdated(request),
+            AdapterEvent::NodeUpdated(node),
+            AdapterEvent::TurnItemUpdated(item),
+        ],
+    )
+}
+
+impl Harness {
+    /// Emits a session-scoped request on the latest session `session` and waits until
+    /// it is persisted.
+    pub async fn push_request(
+        &self,
+        session: &ProviderSessionId,
+        thread: &ThreadId,
+        name: &str,
+    ) -> RuntimeRequestId {
+        let (id, events) = request_events(thread, session, name);
+        let control = self.adapter.session(session).unwrap();
+        for event in events {
+            assert!(control.push(event));
+        }
+        let store = self.store.clone();
+        let item = knife_runtime::sessions::requests::request_item_id(&id);
+        wait_until_async(Duration::from_millis(500), "request persisted", || {
+            let store = store.clone();
+            let item = item.clone();
+            async move { store.get_turn_item(&item).await.unwrap().is_some() }
+        })
+        .await;
+        id
+    }
+
+    pub async fn request_row(&self, id: &RuntimeRequestId) -> RuntimeRequest {
+        self.store.get_runtime_request(id).await.unwrap().unwrap()
+    }
+}
+
+/// True when `r` was settled as not resumable.
+pub fn not_resumable(r: &RuntimeRequest) -> bool {
+    r.status == RuntimeRequestStatus::Expired
+        && matches!(
+            r.response_capability,
+            ResponseCapability::NotResumable { .. }
+        )
+}
