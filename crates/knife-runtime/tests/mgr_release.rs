@@ -68,8 +68,11 @@ async fn mgr_31_a_failing_event_stream_releases_the_session_with_error() {
     assert!(err.to_string().contains("socket reset"), "{err}");
     assert!(events.next().await.is_none());
     wait_until(ms(100), "released", || !h.manager.is_live(&exclusive(&t))).await;
+    wait_until_async(ms(100), "status recorded", || async {
+        h.session_status(&exclusive(&t)).await == Some(SessionStatus::Error)
+    })
+    .await;
     let row = h.session_row(&exclusive(&t)).await.unwrap();
-    assert_eq!(row.status, SessionStatus::Error);
     assert!(row.last_error.unwrap().contains("socket reset"));
 }
 
@@ -99,6 +102,10 @@ async fn mgr_32_a_provider_stop_drains_subscribers_in_order_then_releases_once()
     }
     assert_eq!(got, sent);
     wait_until(ms(100), "released", || !h.manager.is_live(&exclusive(&t))).await;
+    wait_until_async(ms(100), "status recorded", || async {
+        h.session_status(&exclusive(&t)).await == Some(SessionStatus::Stopped)
+    })
+    .await;
     settle().await;
     assert_eq!(h.adapter.state().close_count(), 1, "closed once");
     assert_eq!(

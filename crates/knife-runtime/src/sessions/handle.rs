@@ -8,6 +8,7 @@ use knife_protocol::*;
 
 use super::entry::{Entry, SessionEventError};
 use super::metrics::{self, Outcome};
+
 use super::{Inner, SessionError, idle, open};
 use crate::adapter::{InterruptReason, SessionRuntime, StartTurnInput};
 
@@ -89,13 +90,12 @@ impl SessionHandle {
     /// the turn idle again (MGR-22); otherwise its `turn.terminal` does (MGR-21).
     pub async fn start_turn(&self, input: StartTurnInput) -> Result<(), SessionError> {
         let model = input.model.clone().or_else(|| self.entry.record().model);
+        let driver = self.entry.driver.clone();
+        let metric = metrics::OpMetric::new(move |outcome| {
+            metrics::turn_op(&driver, "send", model.as_deref(), outcome)
+        });
         let result = self.start_turn_inner(input).await;
-        let outcome = if result.is_ok() {
-            Outcome::Success
-        } else {
-            Outcome::Failure
-        };
-        metrics::turn_op(&self.entry.driver, "send", model.as_deref(), outcome);
+        metric.finish(result.is_ok());
         result
     }
 

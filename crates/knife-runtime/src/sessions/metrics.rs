@@ -91,3 +91,35 @@ pub(crate) fn turn_duration(provider: &str, operation: &'static str, seconds: f6
     )
     .record(seconds);
 }
+
+/// Records one operation's outcome exactly once: [`OpMetric::finish`] with the result,
+/// or `interrupt` when the operation's future is dropped first.
+pub(crate) struct OpMetric {
+    record: Option<Box<dyn FnOnce(Outcome) + Send>>,
+}
+
+impl OpMetric {
+    pub(crate) fn new(record: impl FnOnce(Outcome) + Send + 'static) -> Self {
+        Self {
+            record: Some(Box::new(record)),
+        }
+    }
+
+    pub(crate) fn finish(mut self, ok: bool) {
+        if let Some(record) = self.record.take() {
+            record(if ok {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            });
+        }
+    }
+}
+
+impl Drop for OpMetric {
+    fn drop(&mut self) {
+        if let Some(record) = self.record.take() {
+            record(Outcome::Interrupt);
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use knife_protocol::*;
 
 use super::entry::{Entry, EntryState};
-use super::metrics::{self, Outcome};
+use super::metrics;
 use super::store::WriteKind;
 use super::{Inner, SessionError, SessionHandle, SessionManager, idle, pump, release};
 use crate::adapter::{OpenSessionInput, OpenSessionOptions};
@@ -125,6 +125,10 @@ impl SessionManager {
             mcp: prepared.as_ref().map(|p| p.config.clone()),
             scope: scope.clone(),
         };
+        let metric_driver = driver.clone();
+        let metric = metrics::OpMetric::new(move |outcome| {
+            metrics::session_op(&metric_driver, "open", None, outcome)
+        });
         let opened = tokio::select! {
             opened = adapter.open_with_options(input, options) => opened.map_err(|e| e.to_string()),
             // Shutdown stops opens still in their handshake (MGR-35); the guard
@@ -134,7 +138,7 @@ impl SessionManager {
         let runtime = match opened {
             Ok(runtime) => runtime,
             Err(message) => {
-                metrics::session_op(&driver, "open", None, Outcome::Failure);
+                metric.finish(false);
                 return Err(ProviderSessionOpenError {
                     provider_session_id: id,
                     message,
@@ -143,14 +147,14 @@ impl SessionManager {
             }
         };
         let Some(events) = runtime.take_events() else {
-            metrics::session_op(&driver, "open", None, Outcome::Failure);
+            metric.finish(false);
             return Err(ProviderSessionOpenError {
                 provider_session_id: id,
                 message: "the adapter's runtime has no event stream (already taken)".into(),
             }
             .into());
         };
-        metrics::session_op(&driver, "open", None, Outcome::Success);
+        metric.finish(true);
 
         let now = inner.clock.now();
         let record = ProviderSession {

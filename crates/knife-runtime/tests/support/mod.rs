@@ -374,3 +374,57 @@ pub fn not_resumable(r: &RuntimeRequest) -> bool {
             ResponseCapability::NotResumable { .. }
         )
 }
+
+/// Writes `events` straight to the store on the blocking pool (no auto-advance of
+/// paused time while the writer thread works).
+pub async fn write_direct(store: &Store, events: Vec<DomainEvent>) {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || futures::executor::block_on(store.write(events)))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+impl Harness {
+    /// Emits provider thread `pt` on session `session` and waits until it is persisted
+    /// with exactly its tasks.
+    pub async fn push_provider_thread(&self, session: &ProviderSessionId, pt: ProviderThread) {
+        let id = pt.id.clone();
+        let tasks = pt.pending_background_tasks.clone();
+        assert!(
+            self.adapter
+                .session(session)
+                .unwrap()
+                .push(AdapterEvent::ProviderThreadUpdated(pt))
+        );
+        let store = self.store.clone();
+        wait_until_async(
+            Duration::from_millis(500),
+            "provider thread persisted",
+            || {
+                let (store, id, tasks) = (store.clone(), id.clone(), tasks.clone());
+                async move {
+                    store
+                        .get_provider_thread(&id)
+                        .await
+                        .unwrap()
+                        .is_some_and(|p| p.pending_background_tasks == tasks)
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Task ids of provider thread `id`.
+    pub async fn roster(&self, id: &ProviderThreadId) -> Vec<String> {
+        self.store
+            .get_provider_thread(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .pending_background_tasks
+            .into_iter()
+            .map(|t| t.task_id)
+            .collect()
+    }
+}
