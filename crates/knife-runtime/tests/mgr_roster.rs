@@ -42,6 +42,20 @@ async fn mgr_44_releasing_a_session_clears_its_provider_threads_rosters_only() {
 
     h.manager.close(&exclusive(&b)).await.unwrap();
     assert!(h.roster(&pb.id).await.is_empty(), "close clears it too");
+
+    let c = h.thread().await;
+    h.open(&exclusive(&c), &c).await;
+    let pc = provider_thread(&c, &exclusive(&c), "native-c", &["build"]);
+    h.push_provider_thread(&exclusive(&c), pc.clone()).await;
+    h.manager
+        .detach(&exclusive(&c), &c, Some("Thread archived.".into()), false)
+        .await
+        .unwrap();
+    assert!(
+        !h.manager.is_live(&exclusive(&c)),
+        "detaching its only thread releases it"
+    );
+    assert!(h.roster(&pc.id).await.is_empty(), "and clears its roster");
 }
 
 #[tokio::test(start_paused = true)]

@@ -328,3 +328,21 @@ async fn mgr_17_cancelling_a_stale_attach_leaves_the_replacement_intact() {
         "no second attached event"
     );
 }
+
+/// Issue 5 item 7: a thread's unload deferral is capped at `max_idle_pin`, so a
+/// per-thread probe that never clears cannot keep it loaded forever.
+#[tokio::test(start_paused = true)]
+async fn thread_unload_deferral_is_capped_at_max_idle_pin() {
+    let mut behaviour = shared_behaviour();
+    behaviour.pending_thread_work = Some(Arc::new(|_, _| async { Ok(true) }.boxed()));
+    let h = Harness::new(behaviour, |o| o.max_idle_pin = Duration::from_secs(3)).await;
+    let (a, _b, handle) = two_threads_b_busy(&h).await;
+    let first = turn(&a, 1);
+    handle.start_turn(first.clone()).await.unwrap();
+    h.adapter.session(&shared()).unwrap().push(terminal(&first));
+    // Idle at 1 s, deferred from then; the cap ends the deferral at 4 s.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(h.adapter.state().unloaded().is_empty());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(h.adapter.state().unloaded(), vec!["native-a".to_owned()]);
+}

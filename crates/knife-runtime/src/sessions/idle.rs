@@ -179,7 +179,7 @@ pub(crate) fn schedule_thread_unload(inner: &Arc<Inner>, entry: &Arc<Entry>, thr
 
 /// After one idle window, unloads `thread` unless it was used meanwhile; a thread
 /// with pending background work stays loaded and is checked again one window later
-/// (MGR-15). The unload runs under the thread's attach lock, so a re-attach waits for
+/// (MGR-15), at most `max_idle_pin` past its first deferral. The unload runs under the thread's attach lock, so a re-attach waits for
 /// it and then reloads (MGR-13).
 async fn unload_idle_thread(
     inner: Arc<Inner>,
@@ -187,6 +187,9 @@ async fn unload_idle_thread(
     thread: ThreadId,
     generation: u64,
 ) {
+    // Deferral for pending work is capped like the session pin (issue 5 item 7): a
+    // probe that never clears cannot keep a thread loaded forever.
+    let mut deferred_since: Option<Instant> = None;
     loop {
         tokio::time::sleep(inner.options.idle_timeout).await;
         let _lock = inner
@@ -213,8 +216,13 @@ async fn unload_idle_thread(
             .await
             .unwrap_or(false);
         if pending {
-            // Sleep the next window outside the lock.
-            continue;
+            let now = Instant::now();
+            let since = *deferred_since.get_or_insert(now);
+            if now.duration_since(since) < inner.options.max_idle_pin {
+                // Sleep the next window outside the lock.
+                continue;
+            }
+            tracing::warn!(session = %entry.id, %thread, "thread unload deferral expired; unloading despite pending work");
         }
         {
             let mut st = entry.state();

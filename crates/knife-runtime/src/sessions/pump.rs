@@ -162,12 +162,21 @@ async fn handle_batch(
             .await
             .map_err(|e| format!("Failed to persist provider events: {e}"))?;
     }
+    // Activity: any non-terminal event restarts the idle window once per batch (no
+    // task churn on fast streams; a no-op while a turn runs); each terminal marks its
+    // turn idle.
+    if events
+        .iter()
+        .any(|e| !matches!(e, AdapterEvent::TurnTerminal { .. }))
+    {
+        idle::touch(inner, entry);
+    }
     for event in events {
-        match event {
-            AdapterEvent::TurnTerminal {
-                provider_turn_id, ..
-            } => idle::mark_idle(inner, entry, provider_turn_id),
-            _ => idle::touch(inner, entry),
+        if let AdapterEvent::TurnTerminal {
+            provider_turn_id, ..
+        } = event
+        {
+            idle::mark_idle(inner, entry, provider_turn_id);
         }
     }
     let mut subscribers = entry.subscribers();
