@@ -30,8 +30,11 @@ impl std::fmt::Display for CredentialId {
 /// What an adapter needs to call `/mcp` for one thread: endpoint and bearer header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct McpSessionConfig {
+    /// Id of the credential (revocation handle; not the secret).
     pub credential_id: CredentialId,
+    /// The thread the credential acts for.
     pub thread_id: ThreadId,
+    /// The provider instance whose session uses it.
     pub provider_instance_id: ProviderInstanceId,
     /// `http://<host>:<port>/mcp`, when the server knows its address.
     pub endpoint: Option<String>,
@@ -51,8 +54,11 @@ impl McpSessionConfig {
 /// Whom a resolved token speaks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CredentialScope {
+    /// The credential that matched.
     pub credential_id: CredentialId,
+    /// The thread it acts for.
     pub thread_id: ThreadId,
+    /// The provider instance it was issued to.
     pub provider_instance_id: ProviderInstanceId,
 }
 

@@ -125,8 +125,11 @@ impl ReleaseReason {
      knife keeps retrying to record it, check the data directory's disk and permissions"
 )]
 pub struct ProviderSessionCloseError {
+    /// The session whose release failed.
     pub provider_session_id: ProviderSessionId,
+    /// The release reason (`idle`, `runtime_error`, `manual_shutdown`, `server_shutdown`).
     pub reason: &'static str,
+    /// What failed (close, status write, request settlement).
     pub message: String,
 }
 

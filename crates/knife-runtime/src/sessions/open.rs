@@ -20,11 +20,15 @@ use crate::scope::SessionScope;
 /// `thread_id` on `provider_instance_id`, working in `cwd`.
 #[derive(Clone, Debug)]
 pub struct OpenRequest {
+    /// The session to open or join; single-flight per id (MGR-02).
     pub provider_session_id: ProviderSessionId,
+    /// The thread the session serves (attached on open).
     pub thread_id: ThreadId,
+    /// The configured provider instance whose adapter opens the session.
     pub provider_instance_id: ProviderInstanceId,
     /// The workspace; must be an existing directory (MGR-07, MGR-08).
     pub cwd: PathBuf,
+    /// Model override; `None` = the instance's default.
     pub model: Option<String>,
     /// Native thread the adapter activates at spawn (MGR-09).
     pub native_thread_id: Option<String>,

@@ -51,34 +51,53 @@ pub struct FakeBehaviour {
     pub process_stop_hangs: bool,
     /// `close` hangs forever after signalling [`FakeState::close_reached`] (MGR-33).
     pub close_hangs: bool,
+    /// Runs at the start of every open (after spawn-before-open), with its input.
     pub before_open: Option<OpenHook>,
+    /// Runs in `start_turn` before the turn is accepted.
     pub on_start_turn: Option<TurnHook>,
+    /// `has_pending_background_work`; `None` = no work.
     pub pending_work: Option<SessionProbe>,
+    /// `has_pending_background_work_for_thread`; `None` = no work.
     pub pending_thread_work: Option<ThreadProbe>,
+    /// Runs in `unload_thread` before the unload is recorded.
     pub before_unload: Option<UnloadHook>,
 }
 
 /// One `open` as the adapter saw it.
 #[derive(Clone, Debug)]
 pub struct OpenRecord {
+    /// The input the manager passed.
     pub input: OpenSessionInput,
+    /// `OpenSessionOptions::item_identity_version`.
     pub item_identity_version: Option<u8>,
+    /// The MCP credential the open was given.
     pub mcp: Option<knife_runtime::mcp::McpSessionConfig>,
 }
 
 /// Counters and handles shared by the adapter and its sessions.
 #[derive(Default)]
 pub struct FakeState {
+    /// Opens that returned a runtime.
     pub opens: AtomicUsize,
+    /// Opens that reached the adapter (including failed and cancelled ones).
     pub opens_started: AtomicUsize,
+    /// `close` calls.
     pub closes: AtomicUsize,
+    /// `interrupt_turn` calls.
     pub interrupts: AtomicUsize,
+    /// `resume_thread` calls that reached the adapter.
     pub resumes: AtomicUsize,
+    /// `steer_turn` calls.
     pub steers: AtomicUsize,
+    /// "Processes" spawned before open (spawn-before-open).
     pub processes_spawned: AtomicUsize,
+    /// Spawned "processes" stopped by their scope finalizer.
     pub processes_stopped: AtomicUsize,
+    /// Native thread ids unloaded, in order (read with [`FakeState::unloaded`]).
     pub unloaded: Mutex<Vec<String>>,
+    /// Every open's input and options.
     pub open_records: Mutex<Vec<OpenRecord>>,
+    /// Every `start_turn` input, in order.
     pub started_turns: Mutex<Vec<StartTurnInput>>,
     /// Notified each time an open starts (after its counter moved).
     pub open_started: Notify,
