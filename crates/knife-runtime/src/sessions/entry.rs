@@ -88,8 +88,12 @@ pub(crate) struct EntryState {
     pub native_ids: HashMap<ThreadId, String>,
     /// MCP credentials this session recorded per thread (kept on plain detach).
     pub credentials: HashMap<ThreadId, CredentialId>,
-    /// Running turns (provider turn id → thread); busy while non-empty.
-    pub busy: HashMap<ProviderTurnId, ThreadId>,
+    /// Running turns by provider turn id; busy while non-empty.
+    pub busy: HashMap<ProviderTurnId, BusyTurn>,
+    /// When the runtime last showed life for a running turn (start or any event).
+    pub last_event: Option<Instant>,
+    /// The stuck-turn watchdog while busy.
+    pub stall_task: Option<AbortHandle>,
     /// Bumped by every busy/activity change; a background idle decision acts only if
     /// the generation it captured is still current (MGR-27).
     pub idle_generation: u64,
@@ -111,12 +115,15 @@ impl EntryState {
 
     /// True while some turn of `thread` runs.
     pub fn thread_busy(&self, thread: &ThreadId) -> bool {
-        self.busy.values().any(|t| t == thread)
+        self.busy.values().any(|t| &t.thread == thread)
     }
 
     /// Aborts the idle task and every thread-unload task.
     pub fn abort_tasks(&mut self) {
         if let Some(task) = self.idle_task.take() {
+            task.abort();
+        }
+        if let Some(task) = self.stall_task.take() {
             task.abort();
         }
         for unload in self.thread_unloads.values_mut() {
@@ -125,6 +132,13 @@ impl EntryState {
             }
         }
     }
+}
+
+/// A running turn: its thread and run (for the watchdog's synthetic terminal).
+#[derive(Clone, Debug)]
+pub(crate) struct BusyTurn {
+    pub thread: ThreadId,
+    pub run: RunId,
 }
 
 /// What a subscriber queue carries.

@@ -105,7 +105,13 @@ impl SessionHandle {
         if self.entry.state().removed {
             return Err(SessionError::SessionGone(self.entry.id.clone()));
         }
-        idle::mark_busy(&self.entry, &input.provider_turn_id, &input.thread_id);
+        idle::mark_busy(
+            &self.inner,
+            &self.entry,
+            &input.provider_turn_id,
+            &input.thread_id,
+            &input.run_id,
+        );
         let mut guard = BusyGuard {
             inner: Arc::clone(&self.inner),
             entry: Arc::clone(&self.entry),

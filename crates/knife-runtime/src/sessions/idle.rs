@@ -6,8 +6,8 @@ use std::sync::Arc;
 use knife_protocol::*;
 use tokio::time::Instant;
 
-use super::entry::{Entry, ThreadUnload};
-use super::{Inner, ReleaseReason, release};
+use super::entry::{BusyTurn, Entry, ThreadUnload};
+use super::{Inner, ReleaseReason, release, watchdog};
 
 /// Provider activity: restarts the idle window (no-op while busy) and ends a pin,
 /// since progress shows the pinned work is alive (MGR-26).
@@ -98,9 +98,28 @@ async fn release_if_still_idle(inner: Arc<Inner>, entry: Arc<Entry>, generation:
 
 /// Marks turn `turn` of `thread` running: cancels the idle timer and any pending
 /// unload of the thread, drops a pin.
-pub(crate) fn mark_busy(entry: &Arc<Entry>, turn: &ProviderTurnId, thread: &ThreadId) {
+pub(crate) fn mark_busy(
+    inner: &Arc<Inner>,
+    entry: &Arc<Entry>,
+    turn: &ProviderTurnId,
+    thread: &ThreadId,
+    run: &RunId,
+) {
     let mut st = entry.state();
-    st.busy.insert(turn.clone(), thread.clone());
+    st.busy.insert(
+        turn.clone(),
+        BusyTurn {
+            thread: thread.clone(),
+            run: run.clone(),
+        },
+    );
+    st.last_event = Some(Instant::now());
+    if st.stall_task.is_none() && !inner.options.turn_stall_timeout.is_zero() {
+        let task = inner
+            .tasks
+            .spawn(watchdog::watch(Arc::clone(inner), Arc::clone(entry)));
+        st.stall_task = Some(task.abort_handle());
+    }
     if let Some(task) = st.idle_task.take() {
         task.abort();
     }
@@ -118,7 +137,7 @@ pub(crate) fn mark_busy(entry: &Arc<Entry>, turn: &ProviderTurnId, thread: &Thre
 /// cancelled, MGR-22). Clearing twice is harmless and never clears another turn
 /// (MGR-23). Re-arms the idle timer and the thread's unload timer.
 pub(crate) fn mark_idle(inner: &Arc<Inner>, entry: &Arc<Entry>, turn: &ProviderTurnId) {
-    let thread = entry.state().busy.remove(turn);
+    let thread = entry.state().busy.remove(turn).map(|t| t.thread);
     schedule_idle_release(inner, entry);
     if let Some(thread) = thread {
         schedule_thread_unload(inner, entry, &thread);

@@ -28,12 +28,14 @@ mod release;
 pub mod requests;
 mod roster;
 mod store;
+mod watchdog;
 
 pub use entry::SessionEventError;
 pub use handle::SessionHandle;
 pub use health::{AgentHealth, OOM_KILLED_MESSAGE};
 pub use open::OpenRequest;
 pub use store::{SessionStore, WriteKind};
+pub use watchdog::STALLED_ERROR_TYPE;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -59,6 +61,9 @@ pub const DEFAULT_MAX_IDLE_PIN: Duration = Duration::from_secs(4 * 60 * 60);
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time box for unloading one native thread: 10 s (MGR-12, MGR-14).
 pub const UNLOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default stuck-turn limit: a running turn with no adapter event for 15 min is
+/// interrupted and failed (issue 5 item 7); zero turns the watchdog off.
+pub const DEFAULT_TURN_STALL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// First retry of a failed release record, 1 s after the failure (MGR-38).
 pub const RELEASE_RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Cap of the doubling release-record retry delay: 30 s (MGR-38).
@@ -75,6 +80,8 @@ pub struct SessionManagerOptions {
     pub close_timeout: Duration,
     /// Unload time box per thread.
     pub unload_timeout: Duration,
+    /// Stuck-turn watchdog limit; `Duration::ZERO` = off.
+    pub turn_stall_timeout: Duration,
     /// MCP credentials: registry and per-thread slots; `None` = sessions get no MCP
     /// credential and a thread's slot is cleared on open.
     pub mcp: Option<(Arc<CredentialRegistry>, Arc<McpSlots>)>,
@@ -87,6 +94,7 @@ impl Default for SessionManagerOptions {
             max_idle_pin: DEFAULT_MAX_IDLE_PIN,
             close_timeout: CLOSE_TIMEOUT,
             unload_timeout: UNLOAD_TIMEOUT,
+            turn_stall_timeout: DEFAULT_TURN_STALL_TIMEOUT,
             mcp: None,
         }
     }

@@ -108,6 +108,8 @@ async fn handle_batch(
     stopped_by_provider: &mut bool,
 ) -> Result<(), String> {
     let now = inner.clock.now();
+    // Any event is a sign of life for the stuck-turn watchdog.
+    entry.state().last_event = Some(tokio::time::Instant::now());
     let attached: Vec<ThreadId> = {
         let mut v: Vec<_> = entry.state().attached.iter().cloned().collect();
         v.sort();
