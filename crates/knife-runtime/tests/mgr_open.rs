@@ -184,7 +184,7 @@ async fn mgr_05_a_hanging_close_of_a_cancelled_open_is_time_boxed_and_frees_the_
             before_open: Some(Arc::new(|_, _| std::future::pending().boxed())),
             ..Default::default()
         },
-        |_| {},
+        |o| o.idle_timeout = Duration::from_secs(3600),
     )
     .await;
     let t = h.thread().await;
@@ -214,8 +214,12 @@ async fn mgr_05_a_hanging_close_of_a_cancelled_open_is_time_boxed_and_frees_the_
     });
     h.open(&id, &t).await;
     assert!(cancelled_at.elapsed() < CLOSE_TIMEOUT);
-    // The hanging stop is given up after the 30 s box (the task tracker empties).
-    tokio::time::sleep(CLOSE_TIMEOUT + Duration::from_secs(1)).await;
+    // The cleanup of the cancelled open gives the hanging stop up after the 30 s box.
+    let before = h.manager.background_tasks();
+    tokio::time::sleep_until(cancelled_at + CLOSE_TIMEOUT - Duration::from_secs(1)).await;
+    assert_eq!(h.manager.background_tasks(), before, "still inside the box");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.manager.background_tasks(), before - 1, "given up at 30 s");
     assert_eq!(
         h.adapter.state().processes_stopped.load(Ordering::SeqCst),
         0

@@ -255,6 +255,12 @@ impl SessionManager {
         self.inner.entries().contains_key(id)
     }
 
+    /// Number of background tasks still running on the manager's tracker (pumps, idle
+    /// timers, releases, retries, cleanups of cancelled opens). For diagnostics.
+    pub fn background_tasks(&self) -> usize {
+        self.inner.tasks.len()
+    }
+
     /// Ids of the live sessions, sorted.
     pub fn live_sessions(&self) -> Vec<ProviderSessionId> {
         let mut ids: Vec<_> = self.inner.entries().keys().cloned().collect();
