@@ -142,12 +142,21 @@ async fn mgr_33_a_hanging_close_is_time_boxed_and_the_release_persisted() {
 #[tokio::test(start_paused = true)]
 async fn mgr_34_close_instance_closes_every_session_of_the_instance() {
     let h = Harness::new(FakeBehaviour::default(), no_idle).await;
-    let (a, b) = (h.thread().await, h.thread().await);
+    let (a, b, c) = (h.thread().await, h.thread().await, h.thread().await);
     h.open(&exclusive(&a), &a).await;
     h.open(&exclusive(&b), &b).await;
+    let other = ProviderSessionId::exclusive(&other_instance(), &c);
+    let mut request = h.request(&other, &c);
+    request.provider_instance_id = other_instance();
+    h.manager.open(request).await.unwrap();
     h.manager.close_instance(&instance()).await.unwrap();
-    assert!(h.manager.live_sessions().is_empty());
+    assert_eq!(
+        h.manager.live_sessions(),
+        vec![other.clone()],
+        "other instances untouched"
+    );
     assert_eq!(h.adapter.state().close_count(), 2);
+    assert_eq!(h.other_adapter.state().close_count(), 0);
     for t in [&a, &b] {
         assert_eq!(
             h.session_status(&exclusive(t)).await,

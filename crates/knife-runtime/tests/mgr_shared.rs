@@ -346,3 +346,23 @@ async fn thread_unload_deferral_is_capped_at_max_idle_pin() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(h.adapter.state().unloaded(), vec!["native-a".to_owned()]);
 }
+
+/// The unload time box (10 s): a detach whose unload hangs still returns.
+#[tokio::test(start_paused = true)]
+async fn an_unload_that_hangs_is_time_boxed() {
+    let mut behaviour = shared_behaviour();
+    behaviour.before_unload = Some(Arc::new(|_, _| std::future::pending().boxed()));
+    let h = Harness::new(behaviour, |o| o.idle_timeout = Duration::from_secs(3600)).await;
+    let (a, b) = (h.thread().await, h.thread().await);
+    h.open(&shared(), &a).await;
+    h.open(&shared(), &b).await;
+    persist_provider_thread(&h, &a, "native-a").await;
+    let started = tokio::time::Instant::now();
+    h.manager.detach(&shared(), &a, None, false).await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= UNLOAD_TIMEOUT && took < UNLOAD_TIMEOUT + Duration::from_secs(1),
+        "{took:?}"
+    );
+    assert!(h.manager.is_live(&shared()));
+}

@@ -23,6 +23,8 @@ pub struct Harness {
     pub store: Store,
     pub flaky: FlakyStore,
     pub adapter: FakeAdapter,
+    /// A second provider instance (`other`) with its own fake adapter.
+    pub other_adapter: FakeAdapter,
     pub manager: SessionManager,
     pub registry: Arc<CredentialRegistry>,
     pub slots: Arc<McpSlots>,
@@ -33,6 +35,11 @@ pub struct Harness {
 
 pub fn instance() -> ProviderInstanceId {
     ProviderInstanceId::from(INSTANCE)
+}
+
+/// The second provider instance of the harness.
+pub fn other_instance() -> ProviderInstanceId {
+    ProviderInstanceId::from("other")
 }
 
 impl Harness {
@@ -68,6 +75,8 @@ impl Harness {
         tune(&mut options);
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
         adapters.insert(instance(), Arc::new(adapter.clone()));
+        let other_adapter = FakeAdapter::new(FakeBehaviour::default());
+        adapters.insert(other_instance(), Arc::new(other_adapter.clone()));
         let manager = SessionManager::new(
             Arc::new(flaky.clone()),
             Arc::clone(&clock),
@@ -79,6 +88,7 @@ impl Harness {
             store,
             flaky,
             adapter,
+            other_adapter,
             manager,
             registry,
             slots,
