@@ -159,6 +159,20 @@ pub trait SessionRuntime: Send + Sync + 'static {
         ))
     }
 
+    /// Answers runtime request `request` (an approval) with `decision`. Default:
+    /// [`AdapterError::Runtime`] saying the runtime takes no answers. Provisional shape:
+    /// the permissions issue may widen it (user-input answers).
+    async fn respond_to_runtime_request(
+        &self,
+        request: &RuntimeRequestId,
+        decision: ApprovalDecision,
+    ) -> Result<(), AdapterError> {
+        let _ = (request, decision);
+        Err(AdapterError::Runtime(
+            "this runtime does not take answers to runtime requests".into(),
+        ))
+    }
+
     /// True when [`SessionRuntime::unload_thread`] does something (shared runtimes that
     /// can drop one native thread while serving others, MGR-12/14). Default `false`.
     fn can_unload_threads(&self) -> bool {

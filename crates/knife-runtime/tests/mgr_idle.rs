@@ -362,3 +362,54 @@ async fn mgr_29_is_live_neither_delays_nor_resets_idle_release() {
     tokio::time::sleep(ms(150)).await;
     assert!(!h.manager.is_live(&exclusive(&t)));
 }
+
+/// `describe` shows threads, busy turns, the idle deadline and the pin (for
+/// `/api/sessions`), without side effects.
+#[tokio::test(start_paused = true)]
+async fn describe_shows_busy_turns_idle_deadlines_and_pins() {
+    let pending = Arc::new(AtomicBool::new(true));
+    let h = Harness::new(
+        FakeBehaviour {
+            pending_work: Some(probe(&pending)),
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .await;
+    let (a, b) = (h.thread().await, h.thread().await);
+    let ha = h.open(&exclusive(&a), &a).await;
+    let opened = chrono::Utc::now();
+    let hb = h.open(&exclusive(&b), &b).await;
+    let input = turn(&b, 1);
+    hb.start_turn(input.clone()).await.unwrap();
+
+    let info = h.manager.describe();
+    assert_eq!(info.len(), 2);
+    let ia = info
+        .iter()
+        .find(|i| &i.provider_session_id == ha.id())
+        .unwrap();
+    let ib = info
+        .iter()
+        .find(|i| &i.provider_session_id == hb.id())
+        .unwrap();
+    assert_eq!(ia.threads, vec![a.clone()]);
+    assert!(ia.busy_turns.is_empty());
+    let deadline = ia.idle_deadline.unwrap();
+    let expected = opened + chrono::Duration::seconds(1);
+    assert!(
+        (deadline - expected).num_milliseconds().abs() < 200,
+        "{deadline} vs {expected}"
+    );
+    assert_eq!(ia.pinned_since, None);
+    assert_eq!(ib.busy_turns, vec![input.provider_turn_id.clone()]);
+    assert_eq!(ib.idle_deadline, None);
+
+    tokio::time::sleep(ms(1500)).await;
+    let info = h.manager.describe();
+    let ia = info
+        .iter()
+        .find(|i| &i.provider_session_id == ha.id())
+        .unwrap();
+    assert!(ia.pinned_since.is_some(), "pending work pins it");
+}

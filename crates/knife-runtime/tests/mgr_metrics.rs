@@ -94,6 +94,13 @@ async fn mgr_48_session_and_turn_metrics_have_the_spec_names_and_labels() {
     let _ = cancelled.await;
     handle.steer_turn(&t, "more".into()).await.unwrap();
     handle
+        .respond_to_runtime_request(
+            &knife_protocol::RuntimeRequestId::from("request_1"),
+            knife_protocol::ApprovalDecision::AllowOnce,
+        )
+        .await
+        .unwrap();
+    handle
         .interrupt_turn(&t, InterruptReason::User)
         .await
         .unwrap();
@@ -130,6 +137,7 @@ async fn mgr_48_session_and_turn_metrics_have_the_spec_names_and_labels() {
     assert_eq!(turns("send", "interrupt"), 1, "a cancelled start");
     assert_eq!(turns("steer", "success"), 1);
     assert_eq!(turns("interrupt", "success"), 1);
+    assert_eq!(turns("runtime-request-response", "success"), 1);
     let durations: Vec<_> = all
         .iter()
         .filter_map(|(n, l, v)| match v {

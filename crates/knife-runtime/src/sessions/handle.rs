@@ -145,6 +145,23 @@ impl SessionHandle {
         Ok(result?)
     }
 
+    /// Answers runtime request `request` with `decision` (counts as activity; metric
+    /// operation `runtime-request-response`).
+    pub async fn respond_to_runtime_request(
+        &self,
+        request: &RuntimeRequestId,
+        decision: ApprovalDecision,
+    ) -> Result<(), SessionError> {
+        idle::touch(&self.inner, &self.entry);
+        let result = self
+            .entry
+            .runtime
+            .respond_to_runtime_request(request, decision)
+            .await;
+        self.count("runtime-request-response", result.is_ok());
+        Ok(result?)
+    }
+
     fn count(&self, operation: &'static str, ok: bool) {
         let outcome = if ok {
             Outcome::Success

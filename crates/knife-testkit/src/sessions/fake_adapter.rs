@@ -89,6 +89,8 @@ pub struct FakeState {
     pub resumes: AtomicUsize,
     /// `steer_turn` calls.
     pub steers: AtomicUsize,
+    /// Answers given to runtime requests, in order.
+    pub responses: Mutex<Vec<(RuntimeRequestId, ApprovalDecision)>>,
     /// "Processes" spawned before open (spawn-before-open).
     pub processes_spawned: AtomicUsize,
     /// Spawned "processes" stopped by their scope finalizer.
@@ -334,6 +336,15 @@ impl SessionRuntime for FakeSession {
 
     async fn steer_turn(&self, _thread: &ThreadId, _text: String) -> Result<(), AdapterError> {
         self.adapter.state.steers.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn respond_to_runtime_request(
+        &self,
+        request: &RuntimeRequestId,
+        decision: ApprovalDecision,
+    ) -> Result<(), AdapterError> {
+        lock(&self.adapter.state.responses).push((request.clone(), decision));
         Ok(())
     }
 
