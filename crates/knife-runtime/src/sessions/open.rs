@@ -197,7 +197,21 @@ impl SessionManager {
             subscribers: std::sync::Mutex::default(),
             request_permit: tokio::sync::Mutex::new(()),
         });
-        inner.entries().insert(id.clone(), Arc::clone(&entry));
+        {
+            // Checked under the map lock: `shutdown` cancels, then snapshots the map, so
+            // an entry is either refused here or released by the shutdown (MGR-35).
+            let mut entries = inner.entries();
+            if inner.shutdown.is_cancelled() {
+                drop(entries);
+                let runtime = Arc::clone(&entry.runtime);
+                let limit = inner.options.close_timeout;
+                inner.tasks.spawn(async move {
+                    let _ = tokio::time::timeout(limit, runtime.close()).await;
+                });
+                return Err(SessionError::ShuttingDown);
+            }
+            entries.insert(id.clone(), Arc::clone(&entry));
+        }
         // The entry now owns the credential and the scope (its release cleans both).
         guard.disarm();
         drop(prepared);
