@@ -87,6 +87,37 @@ pub trait ProviderAdapter: Send + Sync + 'static {
     fn capabilities(&self) -> ProviderCapabilities;
     /// Opens a provider session. Errors: [`AdapterError::Open`].
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError>;
+
+    /// Opens a provider session with the extras the session manager supplies
+    /// ([`OpenSessionOptions`]: item-identity version (MGR-09), the thread's MCP
+    /// credential (MGR-04) and the session scope whose finalizers stop whatever the
+    /// adapter spawned). The default ignores the extras and calls [`ProviderAdapter::open`].
+    ///
+    /// Cancellation: the manager may drop this future mid-handshake; anything the
+    /// adapter spawned before that must be registered on `options.scope`, which the
+    /// manager then closes (time-boxed, MGR-04/05).
+    async fn open_with_options(
+        &self,
+        input: OpenSessionInput,
+        options: OpenSessionOptions,
+    ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        let _ = options;
+        self.open(input).await
+    }
+}
+
+/// Extras of [`ProviderAdapter::open_with_options`]; `Default` = none of them.
+#[derive(Clone, Debug, Default)]
+pub struct OpenSessionOptions {
+    /// Version of the item-identity scheme the adapter must use for native item ids
+    /// (MGR-09); `None` = the adapter's default.
+    pub item_identity_version: Option<u8>,
+    /// The thread's MCP credential, minted before the adapter spawns anything so an
+    /// eager adapter can bake it into its process (MGR-04).
+    pub mcp: Option<crate::mcp::McpSessionConfig>,
+    /// Finalizers of everything the adapter spawns for this session; closed by the
+    /// manager when the open fails or is cancelled, and when the session is released.
+    pub scope: crate::scope::SessionScope,
 }
 
 /// One live provider session.
@@ -116,4 +147,63 @@ pub trait SessionRuntime: Send + Sync + 'static {
     fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>>;
     /// Stops the session and its process; the event stream ends. Idempotent.
     async fn close(&self) -> Result<(), AdapterError>;
+
+    /// Adds `text` to the running turn of `thread` (active steering). Default:
+    /// [`AdapterError::Runtime`] saying the runtime cannot steer.
+    async fn steer_turn(&self, thread: &ThreadId, text: String) -> Result<(), AdapterError> {
+        let _ = (thread, text);
+        Err(AdapterError::Runtime(
+            "this runtime cannot add input to a running turn; interrupt it and send the \
+             message again"
+                .into(),
+        ))
+    }
+
+    /// Answers runtime request `request` (an approval) with `decision`. Default:
+    /// [`AdapterError::Runtime`] saying the runtime takes no answers. Provisional shape:
+    /// the permissions issue may widen it (user-input answers).
+    async fn respond_to_runtime_request(
+        &self,
+        request: &RuntimeRequestId,
+        decision: ApprovalDecision,
+    ) -> Result<(), AdapterError> {
+        let _ = (request, decision);
+        Err(AdapterError::Runtime(
+            "this runtime does not take answers to runtime requests".into(),
+        ))
+    }
+
+    /// True when [`SessionRuntime::unload_thread`] does something (shared runtimes that
+    /// can drop one native thread while serving others, MGR-12/14). Default `false`.
+    fn can_unload_threads(&self) -> bool {
+        false
+    }
+
+    /// Unloads the native thread `native_thread_id` of `thread` from this session; a
+    /// later [`SessionRuntime::resume_thread`] reloads it (MGR-12..15). Default: no-op.
+    async fn unload_thread(
+        &self,
+        thread: &ThreadId,
+        native_thread_id: &str,
+    ) -> Result<(), AdapterError> {
+        let _ = (thread, native_thread_id);
+        Ok(())
+    }
+
+    /// Whether the session runs background work (dev server, sub-agent) that must
+    /// keep it alive past idleness (MGR-24..28). Errors count as "no work". Default `false`.
+    async fn has_pending_background_work(&self) -> Result<bool, AdapterError> {
+        Ok(false)
+    }
+
+    /// Whether `thread` (native id `native_thread_id`) has background work that must
+    /// keep it loaded (MGR-15). Errors count as "no work". Default `false`.
+    async fn has_pending_background_work_for_thread(
+        &self,
+        thread: &ThreadId,
+        native_thread_id: &str,
+    ) -> Result<bool, AdapterError> {
+        let _ = (thread, native_thread_id);
+        Ok(false)
+    }
 }

@@ -12,7 +12,10 @@ pub mod error;
 pub mod execution;
 pub mod ingest;
 pub mod manager;
+pub mod mcp;
 pub mod recovery;
+pub mod scope;
+pub mod sessions;
 
 pub use adapter::*;
 pub use clock::*;

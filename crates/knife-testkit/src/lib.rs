@@ -10,10 +10,13 @@
 //!   `knife bench stream`.
 //! * [`fixtures`]: the shared streaming fixtures (`fixtures/streams`).
 //! * [`demo`]: the scripted model and sample project of `knife demo`.
+//! * [`sessions`]: the fake provider adapter and flaky store of the session
+//!   manager's tests.
 
 pub mod demo;
 pub mod fixtures;
 pub mod mock_llm;
+pub mod sessions;
 
 pub use fixtures::{fixture, fixtures_dir};
 pub use mock_llm::{MockLlm, MockLlmConfig, MockLlmHandle, parse_write_times};

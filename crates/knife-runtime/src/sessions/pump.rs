@@ -1,0 +1,218 @@
+//! The event pump: the one consumer of a session's adapter stream. Persists each
+//! batch through the store, then broadcasts it (MGR-11); tracks activity, idle turns,
+//! status updates, native thread ids and listed background tasks; releases on end.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use knife_protocol::*;
+
+use super::entry::{CloseSubscribers, Entry};
+use super::store::WriteKind;
+use super::{Inner, ReleaseReason, idle, release};
+use crate::adapter::AdapterError;
+use crate::ingest;
+
+/// Most events written in one transaction.
+const MAX_BATCH: usize = 256;
+
+pub(crate) fn start(
+    inner: &Arc<Inner>,
+    entry: &Arc<Entry>,
+    events: BoxStream<'static, Result<AdapterEvent, AdapterError>>,
+) {
+    let inner = Arc::clone(inner);
+    let entry = Arc::clone(entry);
+    let tasks = inner.tasks.clone();
+    tasks.spawn(async move { run(inner, entry, events).await });
+}
+
+/// Session-scoped runtime-request artifacts (no run): persisted directly under the
+/// request permit and not broadcast, since no run subscriber may exist yet (MGR-43).
+fn is_session_scoped_request(event: &AdapterEvent) -> bool {
+    match event {
+        AdapterEvent::RuntimeRequestUpdated(r) => {
+            r.provider_turn_id.is_none() && r.run_id.is_none()
+        }
+        AdapterEvent::NodeUpdated(n) => n.run_id.is_none() && n.runtime_request_id.is_some(),
+        AdapterEvent::TurnItemUpdated(i) => i.run_id.is_none(),
+        _ => false,
+    }
+}
+
+async fn run(
+    inner: Arc<Inner>,
+    entry: Arc<Entry>,
+    events: BoxStream<'static, Result<AdapterEvent, AdapterError>>,
+) {
+    let mut stopped_by_provider = false;
+    let mut failure: Option<String> = None;
+    // Every event already waiting is written in one transaction.
+    let mut chunks = events.ready_chunks(MAX_BATCH);
+    'pump: while let Some(chunk) = chunks.next().await {
+        let mut ok = Vec::with_capacity(chunk.len());
+        for item in chunk {
+            match item {
+                Ok(event) => ok.push(event),
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if let Err(e) = handle_batch(&inner, &entry, &ok, &mut stopped_by_provider).await {
+            failure = Some(e);
+            break 'pump;
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    if !inner.is_current(&entry) || inner.shutdown.is_cancelled() {
+        return;
+    }
+    if failure.is_none() && stopped_by_provider {
+        // The provider stopped on its own: subscribers drain what is queued (the
+        // final terminal), then end; the session is released once (MGR-32).
+        let options = release::ReleaseOptions {
+            graceful: true,
+            ..Default::default()
+        };
+        let _ = release::release_entry(&inner, entry, ReleaseReason::ManualShutdown, None, options)
+            .await;
+        return;
+    }
+    let cause = failure.unwrap_or_else(|| "Provider event stream ended unexpectedly.".to_owned());
+    entry
+        .subscribers()
+        .close(CloseSubscribers::Fail(cause.clone()));
+    if let Err(e) = release::release_entry(
+        &inner,
+        Arc::clone(&entry),
+        ReleaseReason::RuntimeError,
+        Some(cause),
+        release::ReleaseOptions::default(),
+    )
+    .await
+    {
+        tracing::warn!(session = %entry.id, error = %e, "releasing a failed provider session failed");
+    }
+}
+
+/// Persists one batch, then updates activity and broadcasts (after commit).
+async fn handle_batch(
+    inner: &Arc<Inner>,
+    entry: &Arc<Entry>,
+    events: &[AdapterEvent],
+    stopped_by_provider: &mut bool,
+) -> Result<(), String> {
+    let now = inner.clock.now();
+    // Any event is a sign of life for the stuck-turn watchdog.
+    entry.state().last_event = Some(tokio::time::Instant::now());
+    let attached: Vec<ThreadId> = {
+        let mut v: Vec<_> = entry.state().attached.iter().cloned().collect();
+        v.sort();
+        v
+    };
+    let mut batch = Vec::new();
+    let mut requests = Vec::new();
+    for event in events {
+        observe(entry, event);
+        if let AdapterEvent::ProviderSessionUpdated(session) = event {
+            if session.status == SessionStatus::Stopped {
+                *stopped_by_provider = true;
+            }
+            if inner.is_current(entry) {
+                entry.set_record(session.clone());
+                for thread in &attached {
+                    batch.push(
+                        DomainEvent::new(now, EventBody::ProviderSessionUpdated(session.clone()))
+                            .with_thread(thread),
+                    );
+                }
+            }
+            continue;
+        }
+        let Some(body) = ingest::to_domain(event) else {
+            continue;
+        };
+        if is_session_scoped_request(event) {
+            requests.push(DomainEvent::new(now, body));
+            continue;
+        }
+        let thread = event_thread(event).or_else(|| attached.first().cloned());
+        match thread {
+            Some(thread) => ingest::push_coalesced(&mut batch, &thread, now, body),
+            None => batch.push(DomainEvent::new(now, body)),
+        }
+    }
+    if !requests.is_empty() {
+        let _permit = entry.request_permit.lock().await;
+        if inner.is_current(entry) {
+            inner
+                .store
+                .write(WriteKind::PumpRequests, requests)
+                .await
+                .map_err(|e| format!("Failed to persist a runtime request: {e}"))?;
+        }
+    }
+    if !batch.is_empty() {
+        inner
+            .store
+            .write(WriteKind::Pump, batch)
+            .await
+            .map_err(|e| format!("Failed to persist provider events: {e}"))?;
+    }
+    // Activity: any non-terminal event restarts the idle window once per batch (no
+    // task churn on fast streams; a no-op while a turn runs); each terminal marks its
+    // turn idle.
+    if events
+        .iter()
+        .any(|e| !matches!(e, AdapterEvent::TurnTerminal { .. }))
+    {
+        idle::touch(inner, entry);
+    }
+    for event in events {
+        if let AdapterEvent::TurnTerminal {
+            provider_turn_id, ..
+        } = event
+        {
+            idle::mark_idle(inner, entry, provider_turn_id);
+        }
+    }
+    let mut subscribers = entry.subscribers();
+    for event in events.iter().filter(|e| !is_session_scoped_request(e)) {
+        subscribers.broadcast(event);
+    }
+    Ok(())
+}
+
+/// Learns native thread ids and the background tasks this runtime lists.
+fn observe(entry: &Entry, event: &AdapterEvent) {
+    if let AdapterEvent::ProviderThreadUpdated(pt) = event
+        && pt.provider_session_id.as_ref() == Some(&entry.id)
+    {
+        let mut st = entry.state();
+        if let (Some(thread), Some(native)) = (&pt.app_thread_id, &pt.native_id) {
+            st.native_ids.insert(thread.clone(), native.clone());
+        }
+        st.listed_tasks.entry(pt.id.clone()).or_default().extend(
+            pt.pending_background_tasks
+                .iter()
+                .map(|t| t.task_id.clone()),
+        );
+    }
+}
+
+fn event_thread(event: &AdapterEvent) -> Option<ThreadId> {
+    match event {
+        AdapterEvent::ProviderThreadUpdated(p) => p.app_thread_id.clone(),
+        AdapterEvent::ProviderTurnUpdated(t) => Some(t.thread_id.clone()),
+        AdapterEvent::NodeUpdated(n) => Some(n.thread_id.clone()),
+        AdapterEvent::TurnItemUpdated(i) => Some(i.thread_id.clone()),
+        AdapterEvent::RuntimeRequestUpdated(r) => Some(r.thread_id.clone()),
+        AdapterEvent::TurnTerminal { thread_id, .. } => Some(thread_id.clone()),
+        AdapterEvent::ProviderSessionUpdated(_) => None,
+    }
+}

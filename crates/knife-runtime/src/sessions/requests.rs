@@ -1,0 +1,115 @@
+//! Settling the runtime requests of a released session (MGR-41, MGR-42): pending
+//! requests that were live on it become `expired` / `not_resumable`, their node and
+//! transcript item `failed`. Shared with the built-in agent's approvals and boot
+//! reconciliation.
+
+use knife_protocol::*;
+use knife_store::StoreError;
+
+use super::ReleaseReason;
+use super::store::{SessionStore, WriteKind};
+
+/// Why the session of a request went away; chooses the `not_resumable` reason text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleCause {
+    /// The session failed (`runtime_error`).
+    Failed,
+    /// The session was closed (idle, manual, server shutdown, process gone at boot).
+    Closed,
+}
+
+impl From<ReleaseReason> for SettleCause {
+    fn from(reason: ReleaseReason) -> Self {
+        match reason {
+            ReleaseReason::RuntimeError => SettleCause::Failed,
+            _ => SettleCause::Closed,
+        }
+    }
+}
+
+impl SettleCause {
+    /// The `not_resumable.reason` text shown to the user.
+    pub fn message(self) -> &'static str {
+        match self {
+            SettleCause::Failed => {
+                "Provider session failed before this runtime request was resolved."
+            }
+            SettleCause::Closed => {
+                "Provider session was closed before this runtime request was resolved."
+            }
+        }
+    }
+}
+
+/// The transcript item (approval or user-input request) of runtime request
+/// `request`: `item:<request id>`. Adapters must use this id for the item they
+/// emit with a request so settlement finds it.
+pub fn request_item_id(request: &RuntimeRequestId) -> TurnItemId {
+    TurnItemId(format!("item:{request}"))
+}
+
+/// Settles every request of `threads` that is `pending`, `live` on `session` and
+/// created at or before `released_at`: request `expired` with
+/// `not_resumable{cause.message()}` and `resolved_at = now`, its node `failed`
+/// (`completed_at = now`), its transcript item ([`request_item_id`]) `failed`. One
+/// write ([`WriteKind::ReleaseRequests`]) for all; idempotent (a settled request is
+/// no longer pending). Returns how many requests were settled.
+///
+/// Errors: the store's read or write error; nothing is written then.
+pub async fn expire_requests_of_session(
+    store: &dyn SessionStore,
+    session: &ProviderSessionId,
+    threads: &[ThreadId],
+    released_at: Timestamp,
+    now: Timestamp,
+    cause: SettleCause,
+) -> Result<usize, StoreError> {
+    let mut events = Vec::new();
+    let mut settled = 0;
+    for thread in threads {
+        let Some(projection) = store.thread_projection(thread).await? else {
+            continue;
+        };
+        for request in &projection.runtime_requests {
+            let live_here = matches!(
+                &request.response_capability,
+                ResponseCapability::Live { provider_session_id } if provider_session_id == session
+            );
+            if request.status != RuntimeRequestStatus::Pending
+                || !live_here
+                || request.created_at > released_at
+            {
+                continue;
+            }
+            settled += 1;
+            let mut updated = request.clone();
+            updated.status = RuntimeRequestStatus::Expired;
+            updated.response_capability = ResponseCapability::NotResumable {
+                reason: cause.message().to_owned(),
+            };
+            updated.resolved_at = Some(now);
+            events.push(DomainEvent::new(
+                now,
+                EventBody::RuntimeRequestUpdated(updated),
+            ));
+            if let Some(node) = projection.nodes.iter().find(|n| n.id == request.node_id) {
+                let mut node = node.clone();
+                node.status = NodeStatus::Failed;
+                node.completed_at = Some(now);
+                events.push(DomainEvent::new(now, EventBody::NodeUpdated(node)));
+            }
+            let item_id = request_item_id(&request.id);
+            if let Some(item) = projection.turn_items.iter().find(|i| i.id == item_id) {
+                let mut item = item.clone();
+                item.status = TurnItemStatus::Failed;
+                item.completed_at = Some(now);
+                item.updated_at = now;
+                events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
+            }
+        }
+    }
+    if !events.is_empty() {
+        store.write(WriteKind::ReleaseRequests, events).await?;
+    }
+    Ok(settled)
+}

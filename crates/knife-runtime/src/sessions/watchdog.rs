@@ -1,0 +1,81 @@
+//! The stuck-turn watchdog (issue 5 item 7): a running turn whose runtime sends no
+//! event for `turn_stall_timeout` is interrupted and ended with a clear error.
+
+use std::sync::Arc;
+
+use knife_protocol::*;
+use tokio::time::Instant;
+
+use super::entry::Entry;
+use super::{Inner, idle};
+use crate::adapter::InterruptReason;
+
+/// `RunError::error_type` of a turn the watchdog ended.
+pub const STALLED_ERROR_TYPE: &str = "provider.stalled";
+
+/// Runs while the session is busy. When no adapter event arrived for the stall limit,
+/// every running turn is interrupted (failures logged), subscribers get a synthetic
+/// `TurnTerminal { Failed { provider.stalled } }` for it, and it is marked idle. A
+/// later terminal from the runtime for the same turn is a duplicate consumers ignore.
+pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
+    let limit = inner.options.turn_stall_timeout;
+    loop {
+        let deadline = {
+            let mut st = entry.state();
+            if st.removed || !st.is_busy() {
+                st.stall_task = None;
+                return;
+            }
+            st.last_event.unwrap_or_else(Instant::now) + limit
+        };
+        tokio::time::sleep_until(deadline).await;
+        let stalled: Vec<_> = {
+            let mut st = entry.state();
+            if st.removed || !st.is_busy() {
+                st.stall_task = None;
+                return;
+            }
+            if st.last_event.is_some_and(|at| at + limit > Instant::now()) {
+                continue;
+            }
+            st.busy
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let minutes = limit.as_secs() / 60;
+        let message = if minutes > 0 {
+            format!(
+                "The provider sent nothing for {minutes} min, so knife stopped the turn. \
+                 Send the message again to retry; if it keeps happening, check the provider."
+            )
+        } else {
+            format!(
+                "The provider sent nothing for {} s, so knife stopped the turn. \
+                 Send the message again to retry; if it keeps happening, check the provider.",
+                limit.as_secs()
+            )
+        };
+        for (turn, busy) in stalled {
+            tracing::warn!(session = %entry.id, thread = %busy.thread, %turn, "turn stalled; interrupting it");
+            if let Err(e) = entry
+                .runtime
+                .interrupt_turn(&busy.thread, InterruptReason::User)
+                .await
+            {
+                tracing::warn!(session = %entry.id, error = %e, "interrupting a stalled turn failed");
+            }
+            let terminal = AdapterEvent::TurnTerminal {
+                thread_id: busy.thread.clone(),
+                run_id: busy.run.clone(),
+                provider_turn_id: turn.clone(),
+                outcome: TurnOutcome::Failed {
+                    error: RunError::new(STALLED_ERROR_TYPE, message.clone()),
+                },
+                usage: None,
+            };
+            entry.subscribers().broadcast(&terminal);
+            idle::mark_idle(&inner, &entry, &turn);
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! A fake provider adapter for the session manager's tests (SPEC.md MGR): hooks
+//! before open, spawn-before-open, hanging close, failing event stream, pending-work
+//! probes, start-turn and before-unload hooks, exclusive/shared capabilities, counters.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use knife_protocol::*;
+use knife_runtime::{
+    AdapterError, InterruptReason, OpenSessionInput, OpenSessionOptions, ProviderAdapter,
+    SessionRuntime, StartTurnInput,
+};
+use tokio::sync::{Notify, mpsc};
+
+/// Async hook run before `open` does anything else, with the open's input; an error
+/// fails the open.
+pub type OpenHook = Arc<
+    dyn Fn(OpenSessionInput, OpenSessionOptions) -> BoxFuture<'static, Result<(), AdapterError>>
+        + Send
+        + Sync,
+>;
+/// Async hook run by `start_turn` before it accepts the turn; an error fails the start.
+pub type TurnHook =
+    Arc<dyn Fn(StartTurnInput) -> BoxFuture<'static, Result<(), AdapterError>> + Send + Sync>;
+/// Async probe of pending background work (session-wide).
+pub type SessionProbe =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<bool, AdapterError>> + Send + Sync>;
+/// Async probe of pending background work of one thread (thread, native id).
+pub type ThreadProbe =
+    Arc<dyn Fn(ThreadId, String) -> BoxFuture<'static, Result<bool, AdapterError>> + Send + Sync>;
+/// Async hook run before `unload_thread` reaches the adapter (thread, native id).
+pub type UnloadHook = Arc<dyn Fn(ThreadId, String) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Behaviour of a [`FakeAdapter`]; change it between calls through [`FakeAdapter::configure`].
+#[derive(Clone, Default)]
+pub struct FakeBehaviour {
+    /// One session may serve several threads (MGR-10) or one (MGR-06).
+    pub shared: bool,
+    /// Background tasks outlive the process (MGR-45).
+    pub background_tasks_outlive_session: bool,
+    /// `can_unload_threads` (shared runtimes, MGR-12..15).
+    pub can_unload: bool,
+    /// Registers a "process" on the session scope before the open hook runs, as an
+    /// eager adapter spawns its process before the handshake (MGR-04).
+    pub spawn_before_open: bool,
+    /// The spawned process's stop hangs forever (MGR-05).
+    pub process_stop_hangs: bool,
+    /// `close` hangs forever after signalling [`FakeState::close_reached`] (MGR-33).
+    pub close_hangs: bool,
+    /// Runs at the start of every open (after spawn-before-open), with its input.
+    pub before_open: Option<OpenHook>,
+    /// Runs in `start_turn` before the turn is accepted.
+    pub on_start_turn: Option<TurnHook>,
+    /// `has_pending_background_work`; `None` = no work.
+    pub pending_work: Option<SessionProbe>,
+    /// `has_pending_background_work_for_thread`; `None` = no work.
+    pub pending_thread_work: Option<ThreadProbe>,
+    /// Runs in `unload_thread` before the unload is recorded.
+    pub before_unload: Option<UnloadHook>,
+}
+
+/// One `open` as the adapter saw it.
+#[derive(Clone, Debug)]
+pub struct OpenRecord {
+    /// The input the manager passed.
+    pub input: OpenSessionInput,
+    /// `OpenSessionOptions::item_identity_version`.
+    pub item_identity_version: Option<u8>,
+    /// The MCP credential the open was given.
+    pub mcp: Option<knife_runtime::mcp::McpSessionConfig>,
+}
+
+/// Counters and handles shared by the adapter and its sessions.
+#[derive(Default)]
+pub struct FakeState {
+    /// Opens that returned a runtime.
+    pub opens: AtomicUsize,
+    /// Opens that reached the adapter (including failed and cancelled ones).
+    pub opens_started: AtomicUsize,
+    /// `close` calls.
+    pub closes: AtomicUsize,
+    /// `interrupt_turn` calls.
+    pub interrupts: AtomicUsize,
+    /// `resume_thread` calls that reached the adapter.
+    pub resumes: AtomicUsize,
+    /// `steer_turn` calls.
+    pub steers: AtomicUsize,
+    /// Answers given to runtime requests, in order.
+    pub responses: Mutex<Vec<(RuntimeRequestId, ApprovalDecision)>>,
+    /// "Processes" spawned before open (spawn-before-open).
+    pub processes_spawned: AtomicUsize,
+    /// Spawned "processes" stopped by their scope finalizer.
+    pub processes_stopped: AtomicUsize,
+    /// Native thread ids unloaded, in order (read with [`FakeState::unloaded`]).
+    pub unloaded: Mutex<Vec<String>>,
+    /// Every open's input and options.
+    pub open_records: Mutex<Vec<OpenRecord>>,
+    /// Every `start_turn` input, in order.
+    pub started_turns: Mutex<Vec<StartTurnInput>>,
+    /// Notified each time an open starts (after its counter moved).
+    pub open_started: Notify,
+    /// Notified each time `close` is reached.
+    pub close_reached: Notify,
+    /// Notified each time `unload_thread` reaches the adapter.
+    pub unload_reached: Notify,
+    sessions: Mutex<HashMap<ProviderSessionId, Vec<FakeSessionControl>>>,
+}
+
+impl FakeState {
+    /// Native thread ids unloaded so far, in order.
+    pub fn unloaded(&self) -> Vec<String> {
+        lock(&self.unloaded).clone()
+    }
+    /// Every open so far.
+    pub fn open_records(&self) -> Vec<OpenRecord> {
+        lock(&self.open_records).clone()
+    }
+    /// `opens` (completed opens) as a number.
+    pub fn open_count(&self) -> usize {
+        self.opens.load(Ordering::SeqCst)
+    }
+    /// `closes` as a number.
+    pub fn close_count(&self) -> usize {
+        self.closes.load(Ordering::SeqCst)
+    }
+    /// `resumes` as a number.
+    pub fn resume_count(&self) -> usize {
+        self.resumes.load(Ordering::SeqCst)
+    }
+    /// `interrupts` as a number.
+    pub fn interrupt_count(&self) -> usize {
+        self.interrupts.load(Ordering::SeqCst)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+type EventSender = mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>;
+
+/// Pushes events into one fake session's stream.
+#[derive(Clone)]
+pub struct FakeSessionControl {
+    tx: Arc<Mutex<Option<EventSender>>>,
+    closed: Arc<AtomicBool>,
+}
+
+impl FakeSessionControl {
+    /// Emits `event` on the session's stream; false when the stream ended.
+    pub fn push(&self, event: AdapterEvent) -> bool {
+        lock(&self.tx)
+            .as_ref()
+            .is_some_and(|tx| tx.send(Ok(event)).is_ok())
+    }
+    /// Fails the stream with `message` and ends it (MGR-31).
+    pub fn fail(&self, message: &str) {
+        if let Some(tx) = lock(&self.tx).take() {
+            let _ = tx.send(Err(AdapterError::Runtime(message.to_owned())));
+        }
+    }
+    /// Ends the stream (the process exited).
+    pub fn end(&self) {
+        lock(&self.tx).take();
+    }
+    /// True once `close` was called on this session.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+/// A configurable fake [`ProviderAdapter`] (driver `fake`).
+#[derive(Clone, Default)]
+pub struct FakeAdapter {
+    behaviour: Arc<Mutex<FakeBehaviour>>,
+    state: Arc<FakeState>,
+}
+
+impl FakeAdapter {
+    /// An adapter with `behaviour`.
+    pub fn new(behaviour: FakeBehaviour) -> Self {
+        Self {
+            behaviour: Arc::new(Mutex::new(behaviour)),
+            state: Arc::default(),
+        }
+    }
+
+    /// Counters and notifications.
+    pub fn state(&self) -> &Arc<FakeState> {
+        &self.state
+    }
+
+    /// Changes the behaviour for later calls.
+    pub fn configure(&self, f: impl FnOnce(&mut FakeBehaviour)) {
+        f(&mut lock(&self.behaviour));
+    }
+
+    fn behaviour(&self) -> FakeBehaviour {
+        lock(&self.behaviour).clone()
+    }
+
+    /// Control of the latest session opened under `id`.
+    pub fn session(&self, id: &ProviderSessionId) -> Option<FakeSessionControl> {
+        lock(&self.state.sessions)
+            .get(id)
+            .and_then(|v| v.last().cloned())
+    }
+
+    /// Controls of every session opened under `id`, oldest first.
+    pub fn sessions(&self, id: &ProviderSessionId) -> Vec<FakeSessionControl> {
+        lock(&self.state.sessions)
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderAdapter for FakeAdapter {
+    fn driver(&self) -> &str {
+        "fake"
+    }
+
+    fn capabilities(&self) -> ProviderCapabilities {
+        let b = lock(&self.behaviour);
+        ProviderCapabilities {
+            shared_sessions: b.shared,
+            steer: true,
+            background_tasks_outlive_session: b.background_tasks_outlive_session,
+        }
+    }
+
+    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        self.open_with_options(input, OpenSessionOptions::default())
+            .await
+    }
+
+    async fn open_with_options(
+        &self,
+        input: OpenSessionInput,
+        options: OpenSessionOptions,
+    ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        let behaviour = self.behaviour();
+        self.state.opens_started.fetch_add(1, Ordering::SeqCst);
+        lock(&self.state.open_records).push(OpenRecord {
+            input: input.clone(),
+            item_identity_version: options.item_identity_version,
+            mcp: options.mcp.clone(),
+        });
+        if behaviour.spawn_before_open {
+            self.state.processes_spawned.fetch_add(1, Ordering::SeqCst);
+            let state = Arc::clone(&self.state);
+            let hangs = behaviour.process_stop_hangs;
+            options.scope.add_finalizer(async move {
+                if hangs {
+                    std::future::pending::<()>().await;
+                }
+                state.processes_stopped.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        self.state.open_started.notify_waiters();
+        if let Some(hook) = &behaviour.before_open {
+            hook(input.clone(), options.clone()).await?;
+        }
+        self.state.opens.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let control = FakeSessionControl {
+            tx: Arc::new(Mutex::new(Some(tx))),
+            closed: Arc::new(AtomicBool::new(false)),
+        };
+        lock(&self.state.sessions)
+            .entry(input.provider_session_id.clone())
+            .or_default()
+            .push(control.clone());
+        Ok(Arc::new(FakeSession {
+            adapter: self.clone(),
+            control,
+            rx: Mutex::new(Some(rx)),
+        }))
+    }
+}
+
+struct FakeSession {
+    adapter: FakeAdapter,
+    control: FakeSessionControl,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
+}
+
+#[async_trait::async_trait]
+impl SessionRuntime for FakeSession {
+    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
+        lock(&self.adapter.state.started_turns).push(input.clone());
+        if let Some(hook) = self.adapter.behaviour().on_start_turn {
+            hook(input).await?;
+        }
+        Ok(())
+    }
+
+    async fn interrupt_turn(
+        &self,
+        _thread: &ThreadId,
+        _reason: InterruptReason,
+    ) -> Result<(), AdapterError> {
+        self.adapter.state.interrupts.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn resume_thread(
+        &self,
+        _thread: &ThreadId,
+        _native_thread_id: Option<String>,
+    ) -> Result<(), AdapterError> {
+        self.adapter.state.resumes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {
+        let mut rx = lock(&self.rx).take()?;
+        Some(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
+    }
+
+    async fn close(&self) -> Result<(), AdapterError> {
+        self.adapter.state.closes.fetch_add(1, Ordering::SeqCst);
+        self.control.closed.store(true, Ordering::SeqCst);
+        self.adapter.state.close_reached.notify_waiters();
+        if self.adapter.behaviour().close_hangs {
+            std::future::pending::<()>().await;
+        }
+        self.control.end();
+        Ok(())
+    }
+
+    async fn steer_turn(&self, _thread: &ThreadId, _text: String) -> Result<(), AdapterError> {
+        self.adapter.state.steers.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn respond_to_runtime_request(
+        &self,
+        request: &RuntimeRequestId,
+        decision: ApprovalDecision,
+    ) -> Result<(), AdapterError> {
+        lock(&self.adapter.state.responses).push((request.clone(), decision));
+        Ok(())
+    }
+
+    fn can_unload_threads(&self) -> bool {
+        self.adapter.behaviour().can_unload
+    }
+
+    async fn unload_thread(
+        &self,
+        thread: &ThreadId,
+        native_thread_id: &str,
+    ) -> Result<(), AdapterError> {
+        if let Some(hook) = self.adapter.behaviour().before_unload {
+            hook(thread.clone(), native_thread_id.to_owned()).await;
+        }
+        lock(&self.adapter.state.unloaded).push(native_thread_id.to_owned());
+        self.adapter.state.unload_reached.notify_waiters();
+        Ok(())
+    }
+
+    async fn has_pending_background_work(&self) -> Result<bool, AdapterError> {
+        match self.adapter.behaviour().pending_work {
+            Some(probe) => probe().await,
+            None => Ok(false),
+        }
+    }
+
+    async fn has_pending_background_work_for_thread(
+        &self,
+        thread: &ThreadId,
+        native_thread_id: &str,
+    ) -> Result<bool, AdapterError> {
+        match self.adapter.behaviour().pending_thread_work {
+            Some(probe) => probe(thread.clone(), native_thread_id.to_owned()).await,
+            None => Ok(false),
+        }
+    }
+}
