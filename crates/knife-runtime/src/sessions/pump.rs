@@ -212,7 +212,9 @@ fn event_thread(event: &AdapterEvent) -> Option<ThreadId> {
         AdapterEvent::NodeUpdated(n) => Some(n.thread_id.clone()),
         AdapterEvent::TurnItemUpdated(i) => Some(i.thread_id.clone()),
         AdapterEvent::RuntimeRequestUpdated(r) => Some(r.thread_id.clone()),
-        AdapterEvent::TurnTerminal { thread_id, .. } => Some(thread_id.clone()),
+        AdapterEvent::TurnTerminal { thread_id, .. }
+        | AdapterEvent::AgentStatusChanged { thread_id, .. }
+        | AdapterEvent::AgentErrorRaised { thread_id, .. } => Some(thread_id.clone()),
         AdapterEvent::ProviderSessionUpdated(_) => None,
     }
 }

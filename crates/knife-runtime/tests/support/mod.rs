@@ -275,6 +275,7 @@ pub fn provider_turn(
         started_at: chrono::Utc::now(),
         completed_at: None,
         usage: None,
+        error: None,
     }
 }
 
