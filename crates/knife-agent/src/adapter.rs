@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{TurnPlan, run_turn};
 use crate::messages::{build_messages, default_system_prompt};
 use crate::recorder::{EventSender, TurnIdentity, TurnRecorder};
-use crate::tools::{ToolContext, ToolSet};
+use crate::tools::{ToolContext, ToolPolicy, ToolSet};
 
 /// Driver name of the built-in agent.
 pub const DRIVER: &str = "builtin";
@@ -49,6 +49,9 @@ pub struct BuiltinAgentConfig {
     pub flush_bytes: usize,
     /// Source of wall-clock timestamps for items and turns.
     pub clock: SharedClock,
+    /// Permissions, approvals, secret environment variables and process hooks
+    /// of the tool calls (default: [`ToolPolicy::default`]).
+    pub tool_policy: Arc<ToolPolicy>,
 }
 
 impl std::fmt::Debug for BuiltinAgentConfig {
@@ -60,6 +63,7 @@ impl std::fmt::Debug for BuiltinAgentConfig {
             .field("max_steps", &self.max_steps)
             .field("flush_interval", &self.flush_interval)
             .field("flush_bytes", &self.flush_bytes)
+            .field("tool_policy", &self.tool_policy)
             .finish_non_exhaustive()
     }
 }
@@ -81,6 +85,7 @@ impl BuiltinAgentConfig {
             flush_interval: Duration::from_millis(50),
             flush_bytes: 4096,
             clock: Arc::new(SystemClock),
+            tool_policy: Arc::new(ToolPolicy::default()),
         }
     }
 
@@ -98,11 +103,12 @@ pub struct BuiltinAgentAdapter {
 }
 
 impl BuiltinAgentAdapter {
-    /// An adapter with the read-only tools (`read`, `list`, `glob`, `grep`).
+    /// An adapter with every built-in tool ([`ToolSet::standard`]: `read`, `list`,
+    /// `glob`, `grep`, `write`, `edit`, `bash`) under the config's tool policy.
     pub fn new(config: BuiltinAgentConfig) -> Self {
         Self {
             config: Arc::new(config),
-            tools: ToolSet::read_only(),
+            tools: ToolSet::standard(),
         }
     }
 
@@ -139,12 +145,14 @@ impl ProviderAdapter for BuiltinAgentAdapter {
     ///
     /// Errors: [`AdapterError::Open`] when the project root cannot be resolved.
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        let tool_ctx = ToolContext::new(&input.cwd).map_err(|e| {
-            AdapterError::Open(format!(
-                "the project root {} cannot be used: {e}",
-                input.cwd.display()
-            ))
-        })?;
+        let tool_ctx = ToolContext::new(&input.cwd)
+            .map_err(|e| {
+                AdapterError::Open(format!(
+                    "the project root {} cannot be used: {e}",
+                    input.cwd.display()
+                ))
+            })?
+            .with_policy(Arc::clone(&self.config.tool_policy));
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Arc::new(BuiltinSession {
             config: Arc::clone(&self.config),

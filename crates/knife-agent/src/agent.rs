@@ -161,9 +161,20 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         // Sequentially, in the order the model asked. A tool error is the tool's
         // result (the model reads it and adapts); it never fails the turn.
         for call in calls {
-            rec.tool_running(call.idx);
             let result = match call.parsed {
-                Ok(args) => tools.execute(&call.name, args, &tool_ctx).await,
+                // Permission hook: rules decide allow / ask / deny; an `ask` waits
+                // here on the approval gate (item still pending; the approvals
+                // work marks it waiting). A refusal is the call's result.
+                Ok(args) => match tools
+                    .authorize(&call.id, &call.name, &args, &tool_ctx)
+                    .await
+                {
+                    Ok(()) => {
+                        rec.tool_running(call.idx);
+                        tools.execute(&call.name, args, &tool_ctx).await
+                    }
+                    Err(refused) => Err(refused),
+                },
                 Err(message) => Err(ToolError::InvalidArguments {
                     tool: call.name.clone(),
                     message,
