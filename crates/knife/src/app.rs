@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig};
+use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig, ToolPolicy};
 use knife_llm::openai_chat::{HttpTimeouts, OpenAiChatClient};
 use knife_protocol::ProviderInstanceId;
 use knife_runtime::{ExecutionService, ProviderAdapter, SessionManager, SharedClock, SystemClock};
@@ -98,6 +98,16 @@ impl App {
             );
         }
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+        // Commands the agent runs must not see knife's secrets: every provider's
+        // API-key variable is stripped from their environment (KNIFE_* always is).
+        let tool_policy = Arc::new(ToolPolicy {
+            secret_env_vars: config
+                .providers
+                .values()
+                .filter_map(|p| p.api_key_env.clone())
+                .collect(),
+            ..ToolPolicy::default()
+        });
         for (id, p) in &config.providers {
             let api_key = p
                 .api_key_env
@@ -125,6 +135,7 @@ impl App {
                 Arc::new(llm),
             );
             agent.system_prompt = p.system_prompt.clone();
+            agent.tool_policy = Arc::clone(&tool_policy);
             adapters.insert(
                 ProviderInstanceId::from(id.as_str()),
                 Arc::new(BuiltinAgentAdapter::new(agent)),
