@@ -55,6 +55,7 @@ impl PermissionAction {
 
 /// One configured rule, e.g. `{tool = "bash", pattern = "git *", action = "allow"}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PermissionRule {
     /// Glob over tool names (`bash`, `*`, `{write,edit}`).
     pub tool: String,

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use knife_agent::permissions::PermissionRules;
 use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig, ToolPolicy};
 use knife_llm::openai_chat::{HttpTimeouts, OpenAiChatClient};
 use knife_protocol::ProviderInstanceId;
@@ -99,13 +100,17 @@ impl App {
         }
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
         // Commands the agent runs must not see knife's secrets: every provider's
-        // API-key variable is stripped from their environment (KNIFE_* always is).
+        // API-key variable and the API token's are stripped from their
+        // environment (KNIFE_* always is).
         let tool_policy = Arc::new(ToolPolicy {
             secret_env_vars: config
                 .providers
                 .values()
                 .filter_map(|p| p.api_key_env.clone())
+                .chain(config.server.api_token_env.clone())
                 .collect(),
+            permissions: PermissionRules::new(config.permissions.clone())
+                .context("invalid [[permissions]] in the config")?,
             ..ToolPolicy::default()
         });
         for (id, p) in &config.providers {
