@@ -266,6 +266,58 @@ async fn background_processes_are_stopped_when_the_command_ends() {
     assert_eq!(live_members(observed.pgid()), Vec::<u32>::new());
 }
 
+/// Runs [`background_processes_of_a_reaper_probe`] in a child test process that
+/// becomes a child subreaper (as knife is when it runs as PID 1 of a container),
+/// so a command's orphans become knife's own children.
+#[cfg(target_os = "linux")]
+#[test]
+fn background_processes_are_stopped_when_knife_reaps_orphans() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "background_processes_of_a_reaper_probe",
+        ])
+        .env("KNIFE_AGENT_TEST_SUBREAPER", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+#[cfg(target_os = "linux")]
+#[ignore = "run by background_processes_are_stopped_when_knife_reaps_orphans"]
+#[tokio::test]
+async fn background_processes_of_a_reaper_probe() {
+    assert!(std::env::var("KNIFE_AGENT_TEST_SUBREAPER").is_ok());
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let observed = Arc::new(Observed::default());
+    let ctx = context(dir.path(), Some(Arc::clone(&observed)), &[]);
+    let start = Instant::now();
+    let out = bash(
+        &ctx,
+        json!({"command": "sleep 5 & echo $! > bg.pid; echo started", "timeout_ms": 3000}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(out.starts_with("started\n(background processes"), "{out}");
+    let bg = pid_from(dir.path(), "bg.pid").await;
+    // Reaped by knife, not left a zombie: it is gone from /proc altogether.
+    assert!(proc_stat(bg).is_none(), "{:?}", proc_stat(bg));
+    assert_eq!(live_members(observed.pgid()), Vec::<u32>::new());
+}
+
 #[tokio::test]
 async fn cancelling_the_turn_aborts_the_call_and_kills_the_group() {
     let dir = tempfile::tempdir().unwrap();

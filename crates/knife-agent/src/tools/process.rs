@@ -123,9 +123,13 @@ impl GroupGuard {
     }
 
     /// Waits for the shell (the group leader) to exit and reaps it. Cancel-safe.
+    ///
+    /// Only the leader is waited for: `ProcessGroupChild::wait` would also block
+    /// until every group member that is knife's child exits, which background
+    /// processes are when knife reaps orphans (as PID 1 of a container).
     pub(crate) async fn wait_leader(&mut self) -> io::Result<ExitStatus> {
         match self.child.as_mut() {
-            Some(child) => child.wait().await,
+            Some(child) => child.inner_mut().wait().await,
             None => Err(io::Error::other("the command was already ended")),
         }
     }
@@ -174,7 +178,7 @@ async fn terminate(
 ) -> bool {
     let mut alive = || {
         // Reaps the leader once it has exited, so it does not linger as a zombie.
-        let _ = child.try_wait();
+        let _ = child.inner_mut().try_wait();
         group_alive(pgid)
     };
     let had_members = alive();
@@ -189,9 +193,12 @@ async fn terminate(
             }
         }
     }
-    if let Err(e) = child.wait().await {
+    if let Err(e) = child.inner_mut().wait().await {
         tracing::debug!(pgid, "reaping the command's shell failed: {e}");
     }
+    // Reaps, without blocking, members that became knife's children (knife as a
+    // reaper of orphans) and have exited.
+    let _ = child.try_wait();
     if let Some(observer) = observer {
         observer.exited(pgid);
     }
