@@ -221,6 +221,32 @@ async fn timeout_kills_the_whole_group_and_returns_what_was_printed() {
 }
 
 #[tokio::test]
+async fn dropping_the_call_while_it_handles_a_timeout_still_kills_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let observed = Arc::new(Observed::default());
+    let ctx = context(dir.path(), Some(Arc::clone(&observed)), &[]);
+    let call =
+        tokio::spawn(
+            async move { bash(&ctx, json!({"command": STUBBORN, "timeout_ms": 100})).await },
+        );
+    let child = pid_from(dir.path(), "child.pid").await;
+    let pgid = observed.pgid();
+    // The timeout fired and the group got SIGTERM, which the child ignores:
+    // the call is now waiting out the grace period. Drop it there.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(pid_alive(child));
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    assert!(
+        eventually(Duration::from_secs(2), || !pid_alive(child)).await,
+        "the child survived the dropped call"
+    );
+    assert!(eventually(Duration::from_secs(1), || live_members(pgid).is_empty()).await);
+    assert!(eventually(Duration::from_secs(1), || observed.calls().len() == 2).await);
+    assert_eq!(observed.calls(), [("spawned", pgid), ("exited", pgid)]);
+}
+
+#[tokio::test]
 async fn a_timeout_above_the_limit_is_clamped_not_refused() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = context(dir.path(), None, &[]);

@@ -96,12 +96,17 @@ fn spawn_with(
 }
 
 /// Owns a command's process group until it is gone; see the module docs.
-/// Dropping it (the tool call's future was dropped: the turn was interrupted)
-/// sends SIGTERM at once and ends the group from a spawned task.
+///
+/// Dropping it before [`Self::finish`] completed (the tool call's future was
+/// dropped: the turn was interrupted, also while a timeout was being handled)
+/// sends SIGTERM at once and finishes the group from a spawned task; if that
+/// task is dropped too (the runtime shuts down), the group gets SIGKILL.
 pub(crate) struct GroupGuard {
     child: Option<Box<dyn ChildWrapper>>,
     pgid: u32,
     observer: Option<Arc<dyn ProcessObserver>>,
+    /// Owned by the task a dropped guard spawned: do not spawn again.
+    detached: bool,
 }
 
 impl GroupGuard {
@@ -114,6 +119,7 @@ impl GroupGuard {
             child: Some(child),
             pgid,
             observer,
+            detached: false,
         }
     }
 
@@ -134,13 +140,43 @@ impl GroupGuard {
         }
     }
 
-    /// Ends what is left of the group (see the module docs) and reaps the
-    /// leader. Returns whether any member was still running.
+    /// Ends what is left of the group — SIGTERM, [`KILL_GRACE`], SIGKILL —,
+    /// reaps the leader and tells the observer. Returns whether any member was
+    /// still running. Dropping this future mid-way leaves the guard's `Drop` to
+    /// finish the job.
     pub(crate) async fn finish(mut self) -> bool {
-        match self.child.take() {
-            Some(child) => terminate(child, self.pgid, self.observer.take()).await,
-            None => false,
+        let pgid = self.pgid;
+        let Some(child) = self.child.as_mut() else {
+            return false;
+        };
+        let mut alive = || {
+            // Reaps the leader once it has exited, so it does not linger as a zombie.
+            let _ = child.inner_mut().try_wait();
+            group_alive(pgid)
+        };
+        let had_members = alive();
+        if had_members {
+            signal_group(pgid, Signal::SIGTERM);
+            signal_group(pgid, Signal::SIGCONT);
+            if !wait_until_gone(&mut alive, KILL_GRACE).await {
+                tracing::debug!(pgid, "process group outlived SIGTERM; sending SIGKILL");
+                signal_group(pgid, Signal::SIGKILL);
+                if !wait_until_gone(&mut alive, KILL_WAIT).await {
+                    tracing::warn!(pgid, "process group still has members after SIGKILL");
+                }
+            }
         }
+        if let Err(e) = child.inner_mut().wait().await {
+            tracing::debug!(pgid, "reaping the command's shell failed: {e}");
+        }
+        // Reaps, without blocking, members that became knife's children (knife
+        // as a reaper of orphans) and have exited.
+        let _ = child.try_wait();
+        self.child = None;
+        if let Some(observer) = self.observer.take() {
+            observer.exited(pgid);
+        }
+        had_members
     }
 }
 
@@ -153,11 +189,18 @@ impl Drop for GroupGuard {
         // Signal now: a task spawned while the runtime shuts down may never run.
         signal_group(self.pgid, Signal::SIGTERM);
         signal_group(self.pgid, Signal::SIGCONT);
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(terminate(child, self.pgid, observer));
+        let handle = tokio::runtime::Handle::try_current().ok();
+        match handle.filter(|_| !self.detached) {
+            Some(handle) => {
+                let guard = GroupGuard {
+                    child: Some(child),
+                    pgid: self.pgid,
+                    observer,
+                    detached: true,
+                };
+                handle.spawn(guard.finish());
             }
-            Err(_) => {
+            None => {
                 signal_group(self.pgid, Signal::SIGKILL);
                 // tokio reaps a dropped child in the background.
                 drop(child);
@@ -167,42 +210,6 @@ impl Drop for GroupGuard {
             }
         }
     }
-}
-
-/// SIGTERM, grace, SIGKILL, reap; tells the observer. Returns whether any
-/// member was still running when it started.
-async fn terminate(
-    mut child: Box<dyn ChildWrapper>,
-    pgid: u32,
-    observer: Option<Arc<dyn ProcessObserver>>,
-) -> bool {
-    let mut alive = || {
-        // Reaps the leader once it has exited, so it does not linger as a zombie.
-        let _ = child.inner_mut().try_wait();
-        group_alive(pgid)
-    };
-    let had_members = alive();
-    if had_members {
-        signal_group(pgid, Signal::SIGTERM);
-        signal_group(pgid, Signal::SIGCONT);
-        if !wait_until_gone(&mut alive, KILL_GRACE).await {
-            tracing::debug!(pgid, "process group outlived SIGTERM; sending SIGKILL");
-            signal_group(pgid, Signal::SIGKILL);
-            if !wait_until_gone(&mut alive, KILL_WAIT).await {
-                tracing::warn!(pgid, "process group still has members after SIGKILL");
-            }
-        }
-    }
-    if let Err(e) = child.inner_mut().wait().await {
-        tracing::debug!(pgid, "reaping the command's shell failed: {e}");
-    }
-    // Reaps, without blocking, members that became knife's children (knife as a
-    // reaper of orphans) and have exited.
-    let _ = child.try_wait();
-    if let Some(observer) = observer {
-        observer.exited(pgid);
-    }
-    had_members
 }
 
 /// Polls `alive` every [`POLL`] until it says no or `limit` passed; true if gone.
