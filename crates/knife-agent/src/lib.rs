@@ -5,8 +5,8 @@
 //! - `agent`: the loop of one turn (model step → tools → model step …).
 //! - `recorder`: turn items of a turn, throttled snapshots, settlement on stop.
 //! - [`messages`]: transcript → chat messages, default system prompt.
-//! - [`tools`]: `read`, `list`, `glob`, `grep`, `write`, `edit`, `bash`, confined to
-//!   the project root.
+//! - [`tools`]: `read`, `list`, `glob`, `grep`, `write`, `edit` (confined to the
+//!   project root) and `bash` (runs in it, in a process group of its own).
 //! - [`permissions`]: allow / ask / deny rules per tool call and the approval hook.
 
 pub mod adapter;
