@@ -14,7 +14,7 @@ use knife_agent::permissions::{
     ApprovalDecision, ApprovalGate, ApprovalRequest, PermissionAction, PermissionRule,
     PermissionRules,
 };
-use knife_agent::tools::{ToolContext, ToolError, ToolPolicy, ToolSet};
+use knife_agent::tools::{Permission, ToolContext, ToolError, ToolPolicy, ToolSet};
 use knife_llm::ChatMessage;
 use knife_protocol::*;
 use serde_json::{Value, json};
@@ -462,6 +462,48 @@ async fn authorize_asks_only_for_mutating_tools_with_root_relative_subjects() {
         ]
     );
     assert_eq!(g.asked.lock().unwrap()[0].input, args);
+}
+
+#[tokio::test]
+async fn permission_is_the_verdict_without_waiting() {
+    let p = project();
+    let g = gate(ApprovalDecision::Allow);
+    let rules = vec![PermissionRule::new("bash", "rm *", PermissionAction::Deny)];
+    let ctx = ToolContext::new(p.path())
+        .unwrap()
+        .with_policy(policy(rules, Arc::clone(&g)));
+    let tools = ToolSet::standard();
+    assert_eq!(
+        tools.permission("c1", "grep", &json!({"pattern": "x"}), &ctx),
+        Permission::Allowed
+    );
+    assert_eq!(
+        tools.permission("c2", "no_such_tool", &json!({}), &ctx),
+        Permission::Allowed
+    );
+    let args = json!({"command": "cargo build"});
+    assert_eq!(
+        tools.permission("c3", "bash", &args, &ctx),
+        Permission::Ask(ApprovalRequest {
+            call_id: "c3".into(),
+            tool: "bash".into(),
+            subject: "cargo build".into(),
+            input: args,
+        })
+    );
+    match tools.permission("c4", "bash", &json!({"command": "rm -rf src"}), &ctx) {
+        Permission::Denied(ToolError::PermissionDenied { subject, rule, .. }) => {
+            assert_eq!(
+                (subject.as_str(), rule.as_str()),
+                ("rm -rf src", "permission rule 0")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        g.asked.lock().unwrap().is_empty(),
+        "permission() must not ask the gate"
+    );
 }
 
 #[tokio::test]

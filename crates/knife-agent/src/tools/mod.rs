@@ -251,6 +251,17 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
+/// The permission rules' verdict on one call ([`ToolSet::permission`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Permission {
+    /// Run it.
+    Allowed,
+    /// Do not run it; the error is the call's result.
+    Denied(ToolError),
+    /// Ask the approval gate with this request first.
+    Ask(ApprovalRequest),
+}
+
 /// The tools of the built-in agent, by name.
 #[derive(Clone)]
 pub struct ToolSet {
@@ -313,24 +324,20 @@ impl ToolSet {
         self.tools.get(name).is_some_and(|t| t.mutating())
     }
 
-    /// The permission check of one call, run by the agent loop before the call
-    /// is marked running: the context's
-    /// [`PermissionRules`](crate::permissions::PermissionRules) decide; `allow`
-    /// returns at once, `deny` refuses, `ask` awaits the context's approval gate
-    /// (the turn waits here; an interrupt drops the wait).
-    ///
-    /// Errors: [`ToolError::PermissionDenied`] for a `deny` rule,
-    /// [`ToolError::Rejected`] when the gate refuses. An unknown tool passes
-    /// (its [`Self::execute`] reports it).
-    pub async fn authorize(
+    /// What the permission rules of `ctx` say about one call (no waiting):
+    /// [`Permission::Allowed`], [`Permission::Denied`] (a `deny` rule; the error
+    /// is the call's result) or [`Permission::Ask`] with the request to put to
+    /// the approval gate. An unknown tool is allowed (its [`Self::execute`]
+    /// reports it).
+    pub fn permission(
         &self,
         call_id: &str,
         name: &str,
         args: &Value,
         ctx: &ToolContext,
-    ) -> Result<(), ToolError> {
+    ) -> Permission {
         let Some(tool) = self.tools.get(name) else {
-            return Ok(());
+            return Permission::Allowed;
         };
         let subject = tool.permission_subject(args, ctx);
         let decision = ctx
@@ -338,8 +345,8 @@ impl ToolSet {
             .permissions
             .evaluate(name, &subject, tool.mutating());
         match decision.action {
-            PermissionAction::Allow => Ok(()),
-            PermissionAction::Deny => Err(ToolError::PermissionDenied {
+            PermissionAction::Allow => Permission::Allowed,
+            PermissionAction::Deny => Permission::Denied(ToolError::PermissionDenied {
                 tool: name.to_owned(),
                 subject,
                 rule: match decision.source {
@@ -347,19 +354,40 @@ impl ToolSet {
                     DecisionSource::Default => "the default rule".to_owned(),
                 },
             }),
-            PermissionAction::Ask => {
-                let request = ApprovalRequest {
-                    call_id: call_id.to_owned(),
-                    tool: name.to_owned(),
-                    subject,
-                    input: args.clone(),
-                };
+            PermissionAction::Ask => Permission::Ask(ApprovalRequest {
+                call_id: call_id.to_owned(),
+                tool: name.to_owned(),
+                subject,
+                input: args.clone(),
+            }),
+        }
+    }
+
+    /// The permission check of one call, run by the agent loop before the call
+    /// is marked running: [`Self::permission`], and for an `ask` the context's
+    /// approval gate is awaited (the turn waits here; an interrupt drops the
+    /// wait). A loop that marks the item `waiting` meanwhile calls
+    /// [`Self::permission`] and the gate itself.
+    ///
+    /// Errors: [`ToolError::PermissionDenied`] for a `deny` rule,
+    /// [`ToolError::Rejected`] when the gate refuses.
+    pub async fn authorize(
+        &self,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Result<(), ToolError> {
+        match self.permission(call_id, name, args, ctx) {
+            Permission::Allowed => Ok(()),
+            Permission::Denied(e) => Err(e),
+            Permission::Ask(request) => {
+                let tool = request.tool.clone();
                 match ctx.policy().approvals.request(request).await {
                     ApprovalDecision::Allow => Ok(()),
-                    ApprovalDecision::Deny { message } => Err(ToolError::Rejected {
-                        tool: name.to_owned(),
-                        message,
-                    }),
+                    ApprovalDecision::Deny { message } => {
+                        Err(ToolError::Rejected { tool, message })
+                    }
                 }
             }
         }
