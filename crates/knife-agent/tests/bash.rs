@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use knife_agent::tools::bash::{HEAD_BYTES, MAX_TIMEOUT_MS, TAIL_BYTES};
-use knife_agent::tools::{ProcessObserver, ToolContext, ToolError, ToolPolicy, ToolSet};
+use knife_agent::tools::{
+    ProcessGroupRecord, ProcessObserver, ToolContext, ToolError, ToolPolicy, ToolSet,
+};
 use knife_protocol::*;
 use knife_runtime::InterruptReason;
 use serde_json::{Value, json};
@@ -24,11 +26,15 @@ use tokio_util::sync::CancellationToken;
 struct Observed(Mutex<Vec<(&'static str, u32)>>);
 
 impl ProcessObserver for Observed {
-    fn spawned(&self, pgid: u32) {
-        self.0.lock().unwrap().push(("spawned", pgid));
+    fn spawned(&self, group: &ProcessGroupRecord) {
+        // Taken while the shell runs: it identifies the live group.
+        assert!(group.is_still_ours(), "{group:?}");
+        self.0.lock().unwrap().push(("spawned", group.pgid));
     }
-    fn exited(&self, pgid: u32) {
-        self.0.lock().unwrap().push(("exited", pgid));
+    fn exited(&self, group: &ProcessGroupRecord) {
+        // The group is gone by now: there is nothing left to kill.
+        assert!(!group.is_still_ours(), "{group:?}");
+        self.0.lock().unwrap().push(("exited", group.pgid));
     }
 }
 

@@ -26,7 +26,7 @@ use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
 use tokio::net::unix::pipe::Receiver;
 use tokio::time::Instant;
 
-use super::{ProcessObserver, ToolContext, ToolError};
+use super::{ProcessGroupRecord, ProcessObserver, ToolContext, ToolError};
 
 /// How long a group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(1);
@@ -104,6 +104,7 @@ fn spawn_with(
 pub(crate) struct GroupGuard {
     child: Option<Box<dyn ChildWrapper>>,
     pgid: u32,
+    record: ProcessGroupRecord,
     observer: Option<Arc<dyn ProcessObserver>>,
     /// Owned by the task a dropped guard spawned: do not spawn again.
     detached: bool,
@@ -112,12 +113,14 @@ pub(crate) struct GroupGuard {
 impl GroupGuard {
     fn new(child: Box<dyn ChildWrapper>, observer: Option<Arc<dyn ProcessObserver>>) -> Self {
         let pgid = child.id().unwrap_or(0);
+        let record = ProcessGroupRecord::capture(pgid);
         if let Some(observer) = &observer {
-            observer.spawned(pgid);
+            observer.spawned(&record);
         }
         Self {
             child: Some(child),
             pgid,
+            record,
             observer,
             detached: false,
         }
@@ -174,7 +177,7 @@ impl GroupGuard {
         let _ = child.try_wait();
         self.child = None;
         if let Some(observer) = self.observer.take() {
-            observer.exited(pgid);
+            observer.exited(&self.record);
         }
         had_members
     }
@@ -195,6 +198,7 @@ impl Drop for GroupGuard {
                 let guard = GroupGuard {
                     child: Some(child),
                     pgid: self.pgid,
+                    record: self.record.clone(),
                     observer,
                     detached: true,
                 };
@@ -205,7 +209,7 @@ impl Drop for GroupGuard {
                 // tokio reaps a dropped child in the background.
                 drop(child);
                 if let Some(observer) = observer {
-                    observer.exited(self.pgid);
+                    observer.exited(&self.record);
                 }
             }
         }
