@@ -675,3 +675,40 @@ async fn every_file_tool_refuses_escapes_in_the_agent_loop() {
     assert!(!out_dir.join("new.txt").exists());
     assert!(!root.parent().unwrap().join("escape.txt").exists());
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn path_rules_see_where_a_symlink_really_leads() {
+    let p = project();
+    fs::create_dir(p.path().join("secrets")).unwrap();
+    fs::write(p.path().join("secrets/key.pem"), "k").unwrap();
+    std::os::unix::fs::symlink(p.path().join("secrets"), p.path().join("alias")).unwrap();
+    let rules = vec![PermissionRule::new(
+        "*",
+        "secrets/*",
+        PermissionAction::Deny,
+    )];
+    let ctx = ToolContext::new(p.path())
+        .unwrap()
+        .with_policy(policy(rules, gate(ApprovalDecision::Allow)));
+    let tools = ToolSet::standard();
+    for (tool, args) in [
+        ("read", json!({"path": "alias/key.pem"})),
+        ("write", json!({"path": "alias/new.pem", "content": "x"})),
+        (
+            "edit",
+            json!({"path": "./alias/../secrets/key.pem", "old_string": "k", "new_string": "x"}),
+        ),
+    ] {
+        match tools.permission("c", tool, &args, &ctx) {
+            Permission::Denied(ToolError::PermissionDenied { subject, .. }) => {
+                assert!(subject.starts_with("secrets/"), "{tool}: {subject}")
+            }
+            other => panic!("{tool} {args}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        tools.permission("c", "read", &json!({"path": "src/main.rs"}), &ctx),
+        Permission::Allowed
+    );
+}

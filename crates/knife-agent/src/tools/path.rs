@@ -128,9 +128,10 @@ impl ToolContext {
         Ok(target)
     }
 
-    /// The subject of a path argument for permission rules: the path resolved
-    /// lexically against the root (`..` folded, symlinks NOT followed) and shown
-    /// root-relative (`.` for the root); a path outside the root stays absolute.
+    /// The subject of a path argument for permission rules: where the path
+    /// really leads — symlinks resolved, `..` folded, as for [`Self::resolve`],
+    /// so a rule on `secrets/*` also covers a link into `secrets` — shown
+    /// root-relative (`.` for the root); a path outside the root is absolute.
     pub fn subject_path(&self, requested: &str) -> String {
         let requested_path = Path::new(requested.trim());
         let joined = if requested_path.is_absolute() {
@@ -138,7 +139,11 @@ impl ToolContext {
         } else {
             self.root().join(requested_path)
         };
-        self.display_path(&normalize_lexically(&joined))
+        let real = std::fs::canonicalize(&joined)
+            .ok()
+            .or_else(|| self.fold_missing(&joined))
+            .unwrap_or_else(|| normalize_lexically(&joined));
+        self.display_path(&real)
     }
 
     /// `path` relative to the root with `/` separators (`.` for the root itself),
