@@ -4,8 +4,8 @@
 //! is [`PermissionAction::Allow`], [`PermissionAction::Ask`] or
 //! [`PermissionAction::Deny`]. A call is matched against its tool's name and its
 //! *subject*, the tool's primary argument ([`crate::tools::Tool::permission_subject`]):
-//! the root-relative path for file tools (`src/main.rs`, `.` for the root), the
-//! whole command for `bash`.
+//! the root-relative path for file tools, where the argument really leads with
+//! symlinks resolved (`src/main.rs`, `.` for the root), the whole command for `bash`.
 //!
 //! Evaluation ([`PermissionRules::evaluate`]): the **last** matching rule wins;
 //! when none matches, the default applies: read-only tools are allowed, mutating
