@@ -93,3 +93,28 @@ async fn e2e_interrupting_a_bash_call_kills_its_process_group() {
     let (_, done2) = api.follow_run(&thread, &run2, p.latest_sequence).await;
     assert_eq!(done2.status, RunStatus::Completed, "run: {done2:?}");
 }
+
+/// SIGTERM to the server while a command runs: shutdown interrupts the run, and
+/// the command's group (its SIGTERM-ignoring child included) does not outlive
+/// the server.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_server_shutdown_kills_a_running_command() {
+    let mock = MockLlm::script(SCRIPT, &[]).await;
+    let mut server = Server::start(&mock.base_url()).await;
+    let api = server.api.clone();
+    let project_dir = server.project_dir();
+    let project = api.create_project(&project_dir).await;
+    let thread = api.create_thread(&project).await;
+    api.post_message(&thread, "run the command").await;
+    let child = child_pid(&project_dir).await;
+    assert!(pid_alive(child));
+
+    let status = server.proc.terminate().await;
+    assert!(status.success(), "stderr:\n{}", server.proc.stderr());
+    let start = Instant::now();
+    while pid_alive(child) && start.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!pid_alive(child), "the command's child outlived the server");
+}
