@@ -117,16 +117,7 @@ impl Tool for BashTool {
             .timeout_ms
             .unwrap_or(DEFAULT_TIMEOUT_MS)
             .clamp(1, MAX_TIMEOUT_MS);
-        run(&args.command, Duration::from_millis(timeout_ms), ctx)
-            .await
-            .map_err(|e| match e {
-                ToolError::CommandTimedOut { output, .. } => ToolError::CommandTimedOut {
-                    timeout_ms,
-                    max_ms: MAX_TIMEOUT_MS,
-                    output,
-                },
-                other => other,
-            })
+        run(&args.command, timeout_ms, ctx).await
     }
 }
 
@@ -137,13 +128,14 @@ enum End {
     Aborted,
 }
 
-async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> Result<String, ToolError> {
+/// Runs `command` to its end (or timeout / abort); see the module docs.
+async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> Result<String, ToolError> {
     let Spawned {
         mut guard,
         output: mut pipe,
     } = spawn_shell(command, ctx)?;
     let pgid = guard.pgid();
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     let mut out = CappedOutput::default();
     let (end, leftovers) = {
         let reading = pump(&mut pipe, &mut out);
@@ -172,7 +164,7 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> Result<Stri
     match end {
         End::Aborted => Err(ToolError::Aborted),
         End::TimedOut => Err(ToolError::CommandTimedOut {
-            timeout_ms: 0,
+            timeout_ms,
             max_ms: MAX_TIMEOUT_MS,
             output: text,
         }),
