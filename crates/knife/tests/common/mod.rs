@@ -272,8 +272,13 @@ pub struct Server {
 impl Server {
     /// Starts a server whose default provider is the mock at `mock_base_url`.
     pub async fn start(mock_base_url: &str) -> Server {
+        Self::start_with_config(&config_toml(mock_base_url)).await
+    }
+
+    /// Starts a server with `knife.toml` = `config` (e.g. another driver).
+    pub async fn start_with_config(config: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("knife.toml"), config_toml(mock_base_url)).unwrap();
+        std::fs::write(dir.path().join("knife.toml"), config).unwrap();
         std::fs::create_dir_all(dir.path().join("project")).unwrap();
         let proc = Self::spawn_in(dir.path()).await;
         let api = Api::new(&proc.url());
