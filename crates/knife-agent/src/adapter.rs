@@ -20,7 +20,7 @@ use crate::agent::{TurnPlan, run_turn};
 use crate::messages::{build_messages, default_system_prompt};
 use crate::processor::ContextLimits;
 use crate::recorder::{EventSender, TurnIdentity, TurnRecorder};
-use crate::tools::{ToolContext, ToolSet};
+use crate::tools::{ToolContext, ToolPolicy, ToolSet};
 
 /// Driver name of the built-in agent.
 pub const DRIVER: &str = "builtin";
@@ -64,6 +64,9 @@ pub struct BuiltinAgentConfig {
     /// Tokens reserved for the model's answer (default [`DEFAULT_OUTPUT_LIMIT`]): a
     /// step whose usage reaches `context_limit - output_limit` triggers compaction.
     pub output_limit: u64,
+    /// Permissions, approvals, secret environment variables and process hooks
+    /// of the tool calls (default: [`ToolPolicy::default`]).
+    pub tool_policy: Arc<ToolPolicy>,
 }
 
 impl std::fmt::Debug for BuiltinAgentConfig {
@@ -78,6 +81,7 @@ impl std::fmt::Debug for BuiltinAgentConfig {
             .field("retry", &self.retry)
             .field("context_limit", &self.context_limit)
             .field("output_limit", &self.output_limit)
+            .field("tool_policy", &self.tool_policy)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +107,7 @@ impl BuiltinAgentConfig {
             retry: RetryPolicy::default(),
             context_limit: DEFAULT_CONTEXT_LIMIT,
             output_limit: DEFAULT_OUTPUT_LIMIT,
+            tool_policy: Arc::new(ToolPolicy::default()),
         }
     }
 
@@ -120,11 +125,12 @@ pub struct BuiltinAgentAdapter {
 }
 
 impl BuiltinAgentAdapter {
-    /// An adapter with the read-only tools (`read`, `list`, `glob`, `grep`).
+    /// An adapter with every built-in tool ([`ToolSet::standard`]: `read`, `list`,
+    /// `glob`, `grep`, `write`, `edit`, `bash`) under the config's tool policy.
     pub fn new(config: BuiltinAgentConfig) -> Self {
         Self {
             config: Arc::new(config),
-            tools: ToolSet::read_only(),
+            tools: ToolSet::standard(),
         }
     }
 
@@ -161,12 +167,14 @@ impl ProviderAdapter for BuiltinAgentAdapter {
     ///
     /// Errors: [`AdapterError::Open`] when the project root cannot be resolved.
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        let tool_ctx = ToolContext::new(&input.cwd).map_err(|e| {
-            AdapterError::Open(format!(
-                "the project root {} cannot be used: {e}",
-                input.cwd.display()
-            ))
-        })?;
+        let tool_ctx = ToolContext::new(&input.cwd)
+            .map_err(|e| {
+                AdapterError::Open(format!(
+                    "the project root {} cannot be used: {e}",
+                    input.cwd.display()
+                ))
+            })?
+            .with_policy(Arc::clone(&self.config.tool_policy));
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Arc::new(BuiltinSession {
             config: Arc::clone(&self.config),

@@ -175,9 +175,16 @@ async fn run_tools(
         if tool_ctx.is_cancelled() {
             return;
         }
-        rec.tool_running(call.idx);
         let result = match call.parsed {
-            Ok(args) => tools.execute(&call.name, args, tool_ctx).await,
+            // Permission hook: rules decide allow / ask / deny; an `ask` waits here
+            // on the approval gate. A refusal is the call's result (the model reads it).
+            Ok(args) => match tools.authorize(&call.id, &call.name, &args, tool_ctx).await {
+                Ok(()) => {
+                    rec.tool_running(call.idx);
+                    tools.execute(&call.name, args, tool_ctx).await
+                }
+                Err(refused) => Err(refused),
+            },
             Err(message) => Err(ToolError::InvalidArguments {
                 tool: call.name.clone(),
                 message,

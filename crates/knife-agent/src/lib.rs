@@ -1,5 +1,5 @@
 //! knife-agent: the built-in agent. It turns a thread's transcript into model
-//! requests, streams the answer into turn items and runs read-only project tools.
+//! requests, streams the answer into turn items and runs project tools.
 //!
 //! - [`adapter`]: [`BuiltinAgentAdapter`] (driver `builtin`) and [`BuiltinAgentConfig`].
 //! - `agent`: the loop of one turn (model step → tools → model step …).
@@ -7,12 +7,15 @@
 //! - [`compaction`]: summarise the history when the context is full.
 //! - `recorder`: turn items of a turn, throttled snapshots, settlement on stop.
 //! - [`messages`]: transcript → chat messages, default system prompt.
-//! - [`tools`]: `read`, `list`, `glob`, `grep`, confined to the project root.
+//! - [`tools`]: `read`, `list`, `glob`, `grep`, `write`, `edit` (confined to the
+//!   project root) and `bash` (runs in it, in a process group of its own).
+//! - [`permissions`]: allow / ask / deny rules per tool call and the approval hook.
 
 pub mod adapter;
 mod agent;
 pub mod compaction;
 pub mod messages;
+pub mod permissions;
 mod processor;
 mod recorder;
 pub mod tools;
@@ -22,4 +25,4 @@ pub use adapter::{
     MAX_FLUSH_INTERVAL,
 };
 pub use agent::run_error;
-pub use tools::{Tool, ToolContext, ToolError, ToolSet};
+pub use tools::{ProcessObserver, Tool, ToolContext, ToolError, ToolPolicy, ToolSet};

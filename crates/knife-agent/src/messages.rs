@@ -15,12 +15,25 @@ pub const UNKNOWN_TOOL_NAME: &str = "unknown_tool";
 
 /// The system prompt used when the config gives none: names the project root and the tools.
 pub fn default_system_prompt(root: &Path, tool_names: &[&str]) -> String {
+    let can_change = tool_names
+        .iter()
+        .any(|t| matches!(*t, "write" | "edit" | "bash"));
+    let (verb, limits) = if can_change {
+        (
+            "inspect and change it with these tools",
+            "Read a file before you edit it, make focused changes, and say what you changed.",
+        )
+    } else {
+        (
+            "inspect it with these read-only tools",
+            "You cannot modify files or run commands.",
+        )
+    };
     format!(
         "You are knife's built-in coding agent. You work inside the project at {root}. \
-         You can inspect it with these read-only tools: {tools}. Paths are relative to the \
-         project root and must stay inside it. You cannot modify files or run commands. \
-         Look at the code before answering questions about it, cite paths and line numbers, \
-         and answer concisely.",
+         You can {verb}: {tools}. Paths are relative to the project root and must stay \
+         inside it. {limits} Look at the code before answering questions about it, cite \
+         paths and line numbers, and answer concisely.",
         root = root.display(),
         tools = tool_names.join(", ")
     )

@@ -78,7 +78,11 @@ async fn plain_reply_completes_with_the_full_text() {
     assert_eq!(requests.len(), 1);
     let req = &requests[0];
     assert_eq!(req.model, "test-model");
-    assert_eq!(req.tools.len(), 4);
+    let tool_names: Vec<_> = req.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        tool_names,
+        ["bash", "edit", "glob", "grep", "list", "read", "write"]
+    );
     assert!(matches!(&req.messages[0], ChatMessage::System { text } if text.contains("read")));
     assert_eq!(
         req.messages[1..],

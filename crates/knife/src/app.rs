@@ -8,7 +8,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig};
+use knife_agent::permissions::PermissionRules;
+use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig, ToolPolicy};
 use knife_protocol::ProviderInstanceId;
 use knife_runtime::{ExecutionService, ProviderAdapter, SessionManager, SharedClock, SystemClock};
 use knife_server::AppState;
@@ -97,6 +98,20 @@ impl App {
             );
         }
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+        // Commands the agent runs must not see knife's secrets: every provider's
+        // API-key variable and the API token's are stripped from their
+        // environment (KNIFE_* always is).
+        let tool_policy = Arc::new(ToolPolicy {
+            secret_env_vars: config
+                .providers
+                .values()
+                .filter_map(|p| p.api_key_env.clone())
+                .chain(config.server.api_token_env.clone())
+                .collect(),
+            permissions: PermissionRules::new(config.permissions.clone())
+                .context("invalid [[permissions]] in the config")?,
+            ..ToolPolicy::default()
+        });
         for (id, p) in &config.providers {
             let api_key = p
                 .api_key_env
@@ -126,6 +141,7 @@ impl App {
             if let Some(attempts) = p.max_retry_attempts {
                 agent.retry.max_attempts = attempts.max(1);
             }
+            agent.tool_policy = Arc::clone(&tool_policy);
             adapters.insert(
                 ProviderInstanceId::from(id.as_str()),
                 Arc::new(BuiltinAgentAdapter::new(agent)),

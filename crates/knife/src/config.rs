@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use knife_agent::permissions::{PermissionRule, PermissionRules};
 use serde::Deserialize;
 
 /// Default listen address of `knife serve` (loopback only).
@@ -29,6 +30,12 @@ pub struct Config {
     /// Provider instances by id (`[providers.openai]`, `[providers.local-ollama]`, …).
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// Tool permission rules of the built-in agent (`[[permissions]]` tables of
+    /// `tool`, `pattern` (default `*`) and `action` = `allow` | `ask` | `deny`), in
+    /// order: the last matching rule wins; without a match read-only tools are
+    /// allowed and `write` / `edit` / `bash` ask (docs/tools.md).
+    #[serde(default)]
+    pub permissions: Vec<PermissionRule>,
 }
 
 /// `[server]`.
@@ -158,6 +165,8 @@ impl Config {
         })?;
         let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
+        PermissionRules::new(config.permissions.clone())
+            .with_context(|| format!("invalid [[permissions]] in {}", path.display()))?;
         for (id, p) in config.providers.iter_mut() {
             let Some(default_url) = ProviderConfig::default_base_url(&p.driver) else {
                 bail!(
@@ -390,5 +399,49 @@ mod tests {
             err.contains("openai-chat, anthropic, openai-responses"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn permission_rules_are_read_in_order_and_invalid_globs_refused() {
+        use knife_agent::permissions::PermissionAction;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("knife.toml");
+        std::fs::write(
+            &path,
+            r#"
+            [[permissions]]
+            tool = "bash"
+            action = "deny"
+
+            [[permissions]]
+            tool = "bash"
+            pattern = "git *"
+            action = "allow"
+            "#,
+        )
+        .unwrap();
+        let c = Config::parse_file(&path).unwrap();
+        let rules = PermissionRules::new(c.permissions).unwrap();
+        assert_eq!(
+            rules.evaluate("bash", "git status", true).action,
+            PermissionAction::Allow
+        );
+        assert_eq!(
+            rules.evaluate("bash", "curl x", true).action,
+            PermissionAction::Deny
+        );
+
+        std::fs::write(
+            &path,
+            "[[permissions]]\ntool = 'bash'\npattern = '[x'\naction = 'deny'\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", Config::parse_file(&path).unwrap_err());
+        assert!(
+            err.contains("invalid [[permissions]]") && err.contains("[x"),
+            "{err}"
+        );
+        std::fs::write(&path, "[[permissions]]\ntool = 'bash'\naction = 'maybe'\n").unwrap();
+        assert!(Config::parse_file(&path).is_err());
     }
 }

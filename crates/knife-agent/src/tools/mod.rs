@@ -1,17 +1,30 @@
 //! The built-in agent's tools: the [`Tool`] trait, the [`ToolSet`] registry, the
-//! [`ToolContext`] (project root confinement) and the [`ToolError`]s the model sees.
+//! [`ToolContext`] (project root confinement, policy) and the [`ToolError`]s the model sees.
 //!
-//! Tools are read-only and confined to the project root: every requested path is
-//! resolved against the root and canonicalized (symlinks resolved), and anything
-//! that lands outside the canonical root is refused with a [`ToolError`] the model
-//! reads as the tool's result. Walks use the `ignore` crate (so `.gitignore` is
-//! respected); blocking filesystem work runs on tokio's blocking pool.
+//! Read-only tools: `read`, `list`, `glob`, `grep`. Mutating tools (marked by
+//! [`Tool::mutating`], so permissions default them to `ask`): `write`, `edit`, `bash`.
+//!
+//! File tools are confined to the project root: every requested path is resolved
+//! against the root and canonicalized (symlinks resolved), and anything that lands
+//! outside the canonical root is refused with a [`ToolError`] the model reads as
+//! the tool's result. Walks use the `ignore` crate (so `.gitignore` is respected);
+//! blocking filesystem work runs on tokio's blocking pool. `bash` runs in the root
+//! in its own process group (see [`bash`]).
+//!
+//! Before a call runs, the agent loop asks [`ToolSet::authorize`]: the context's
+//! [`PermissionRules`](crate::permissions::PermissionRules) decide allow / ask / deny, and an `ask` waits on the
+//! context's [`ApprovalGate`](crate::permissions::ApprovalGate).
 
+pub mod bash;
+mod edit;
 mod glob;
 mod grep;
 mod list;
 mod path;
+mod policy;
+mod process;
 mod read;
+mod write;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,10 +35,16 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::permissions::{ApprovalDecision, ApprovalRequest, DecisionSource, PermissionAction};
+
+pub use bash::BashTool;
+pub use edit::EditTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListTool;
+pub use policy::{KNIFE_ENV_PREFIX, ProcessGroupRecord, ProcessObserver, ToolPolicy};
 pub use read::ReadTool;
+pub use write::WriteTool;
 
 /// A failure of one tool call. Its `Display` text is sent to the model as the
 /// tool's result, so every message says what went wrong and what to do instead.
@@ -67,21 +86,81 @@ pub enum ToolError {
     /// The call was cancelled (the turn was interrupted).
     #[error("Tool execution aborted")]
     Aborted,
+    /// A `deny` permission rule (or a default) forbids this call; it did not run.
+    #[error(
+        "permission denied: {tool} on {subject:?} is not allowed in this project ({rule}); \
+         do not retry it — choose another approach or ask the user to allow it"
+    )]
+    PermissionDenied {
+        tool: String,
+        subject: String,
+        /// Which rule denied it, e.g. `rule 2`.
+        rule: String,
+    },
+    /// The user (through the approval gate) refused this call; it did not run.
+    #[error(
+        "the user denied this {tool} call{}; do not retry it unchanged — ask the user how to proceed",
+        .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+    )]
+    Rejected {
+        tool: String,
+        message: Option<String>,
+    },
+    /// `edit`: `old_string` does not occur in the file.
+    #[error(
+        "old_string was not found in {path}; read the file and copy the exact text to replace, \
+         including whitespace and indentation"
+    )]
+    StringNotFound { path: String },
+    /// `edit`: `old_string` occurs more than once and `replace_all` is not set.
+    #[error(
+        "old_string occurs {count} times in {path}; include more surrounding lines to make it \
+         unique, or set replace_all to true to replace every occurrence"
+    )]
+    AmbiguousMatch { path: String, count: usize },
+    /// `edit`: `old_string` and `new_string` are the same, or `old_string` is empty.
+    #[error("{0}")]
+    InvalidEdit(String),
+    /// `edit`: the file is not UTF-8 text.
+    #[error(
+        "{path} is not UTF-8 text; edit only changes text files (use write to replace it whole)"
+    )]
+    NotText { path: String },
+    /// `write`: the path is a symlink whose target does not exist.
+    #[error("{path} is a symlink to a missing file ({target}); write to the target path instead")]
+    DanglingSymlink { path: String, target: String },
+    /// `bash`: the command ran past its timeout; its process group was killed.
+    #[error(
+        "the command timed out after {timeout_ms} ms and was killed (with every process it \
+         started); pass a larger timeout_ms (at most {max_ms}) or run something shorter.\n{output}"
+    )]
+    CommandTimedOut {
+        timeout_ms: u64,
+        max_ms: u64,
+        /// What the command printed before it was killed (capped).
+        output: String,
+    },
+    /// `bash`: the shell could not be started.
+    #[error("could not start the command: {0}")]
+    Spawn(String),
     /// The tool's worker task failed (panicked); a bug in knife.
     #[error("the tool failed internally: {0}")]
     Internal(String),
 }
 
-/// What a tool call may touch: the canonical project root, plus the turn's
-/// cancellation token (long walks stop early when it fires). Cheap to clone.
+/// What a tool call may touch: the canonical project root, the turn's
+/// cancellation token (long walks and commands stop when it fires) and the
+/// [`ToolPolicy`] (permissions, approvals, environment, process hooks). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
     root: Arc<PathBuf>,
     cancel: CancellationToken,
+    policy: Arc<ToolPolicy>,
 }
 
 impl ToolContext {
-    /// A context confined to `root`, which is canonicalized here (symlinks resolved).
+    /// A context confined to `root`, which is canonicalized here (symlinks
+    /// resolved), with the default [`ToolPolicy`].
     ///
     /// Errors: [`ToolError::NotFound`] / [`ToolError::Io`] when `root` cannot be
     /// canonicalized, [`ToolError::NotADirectory`] when it is not a directory.
@@ -103,14 +182,23 @@ impl ToolContext {
         Ok(Self {
             root: Arc::new(canonical),
             cancel: CancellationToken::new(),
+            policy: Arc::new(ToolPolicy::default()),
         })
     }
 
-    /// The same root with `cancel` as cancellation token (one per turn).
+    /// The same context with `cancel` as cancellation token (one per turn).
     pub fn with_cancel(&self, cancel: CancellationToken) -> Self {
         Self {
-            root: Arc::clone(&self.root),
             cancel,
+            ..self.clone()
+        }
+    }
+
+    /// The same context with another policy.
+    pub fn with_policy(&self, policy: Arc<ToolPolicy>) -> Self {
+        Self {
+            policy,
+            ..self.clone()
         }
     }
 
@@ -119,9 +207,19 @@ impl ToolContext {
         &self.root
     }
 
+    /// The policy of this context.
+    pub fn policy(&self) -> &ToolPolicy {
+        &self.policy
+    }
+
     /// True once the turn that owns this context was cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// Completes when the turn that owns this context is cancelled.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
     }
 }
 
@@ -137,6 +235,31 @@ pub trait Tool: Send + Sync + 'static {
     /// Returns the text the model sees. Errors: a [`ToolError`], whose message the
     /// model sees instead; a tool error never fails the turn.
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
+
+    /// Whether the tool changes the project or runs programs (`write`, `edit`,
+    /// `bash`). Permissions default mutating tools to `ask`, the others to `allow`.
+    fn mutating(&self) -> bool {
+        false
+    }
+
+    /// The call's subject for permission rules: its primary argument. The default
+    /// is the `path` argument (`.` when absent) as a root-relative path
+    /// ([`ToolContext::subject_path`]); `bash` overrides it with the command.
+    fn permission_subject(&self, args: &Value, ctx: &ToolContext) -> String {
+        let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
+        ctx.subject_path(path)
+    }
+}
+
+/// The permission rules' verdict on one call ([`ToolSet::permission`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Permission {
+    /// Run it.
+    Allowed,
+    /// Do not run it; the error is the call's result.
+    Denied(ToolError),
+    /// Ask the approval gate with this request first.
+    Ask(ApprovalRequest),
 }
 
 /// The tools of the built-in agent, by name.
@@ -155,7 +278,7 @@ impl std::fmt::Debug for ToolSet {
 
 impl Default for ToolSet {
     fn default() -> Self {
-        Self::read_only()
+        Self::standard()
     }
 }
 
@@ -172,6 +295,15 @@ impl ToolSet {
         set
     }
 
+    /// Every built-in tool: the read-only ones plus `write`, `edit` and `bash`.
+    pub fn standard() -> Self {
+        let mut set = Self::read_only();
+        set.insert(Arc::new(WriteTool));
+        set.insert(Arc::new(EditTool));
+        set.insert(Arc::new(BashTool));
+        set
+    }
+
     /// Adds (or replaces) a tool under its name.
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.name(), tool);
@@ -185,6 +317,80 @@ impl ToolSet {
     /// Specs of every tool, sorted by name (sent with each model request).
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()
+    }
+
+    /// Whether tool `name` is registered and mutating (see [`Tool::mutating`]).
+    pub fn is_mutating(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|t| t.mutating())
+    }
+
+    /// What the permission rules of `ctx` say about one call (no waiting):
+    /// [`Permission::Allowed`], [`Permission::Denied`] (a `deny` rule; the error
+    /// is the call's result) or [`Permission::Ask`] with the request to put to
+    /// the approval gate. An unknown tool is allowed (its [`Self::execute`]
+    /// reports it).
+    pub fn permission(
+        &self,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Permission {
+        let Some(tool) = self.tools.get(name) else {
+            return Permission::Allowed;
+        };
+        let subject = tool.permission_subject(args, ctx);
+        let decision = ctx
+            .policy()
+            .permissions
+            .evaluate(name, &subject, tool.mutating());
+        match decision.action {
+            PermissionAction::Allow => Permission::Allowed,
+            PermissionAction::Deny => Permission::Denied(ToolError::PermissionDenied {
+                tool: name.to_owned(),
+                subject,
+                rule: match decision.source {
+                    DecisionSource::Rule(i) => format!("permission rule {i}"),
+                    DecisionSource::Default => "the default rule".to_owned(),
+                },
+            }),
+            PermissionAction::Ask => Permission::Ask(ApprovalRequest {
+                call_id: call_id.to_owned(),
+                tool: name.to_owned(),
+                subject,
+                input: args.clone(),
+            }),
+        }
+    }
+
+    /// The permission check of one call, run by the agent loop before the call
+    /// is marked running: [`Self::permission`], and for an `ask` the context's
+    /// approval gate is awaited (the turn waits here; an interrupt drops the
+    /// wait). A loop that marks the item `waiting` meanwhile calls
+    /// [`Self::permission`] and the gate itself.
+    ///
+    /// Errors: [`ToolError::PermissionDenied`] for a `deny` rule,
+    /// [`ToolError::Rejected`] when the gate refuses.
+    pub async fn authorize(
+        &self,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Result<(), ToolError> {
+        match self.permission(call_id, name, args, ctx) {
+            Permission::Allowed => Ok(()),
+            Permission::Denied(e) => Err(e),
+            Permission::Ask(request) => {
+                let tool = request.tool.clone();
+                match ctx.policy().approvals.request(request).await {
+                    ApprovalDecision::Allow => Ok(()),
+                    ApprovalDecision::Deny { message } => {
+                        Err(ToolError::Rejected { tool, message })
+                    }
+                }
+            }
+        }
     }
 
     /// Runs tool `name`. Errors: [`ToolError::UnknownTool`] plus the tool's own errors.

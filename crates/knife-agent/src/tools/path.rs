@@ -44,18 +44,106 @@ impl ToolContext {
         }
     }
 
-    /// Whether `path`, which does not (fully) exist, would lie inside the root:
-    /// its deepest existing ancestor is canonicalized (symlinks resolved) and
-    /// the remaining components are folded onto it lexically.
+    /// Whether `path`, which does not (fully) exist, would lie inside the root
+    /// (see [`Self::fold_missing`]).
     fn resolves_inside(&self, path: &Path) -> bool {
+        self.fold_missing(path)
+            .is_some_and(|p| p.starts_with(self.root()))
+    }
+
+    /// Where `path`, which does not (fully) exist, really leads: its deepest
+    /// existing ancestor is canonicalized (symlinks resolved) and the remaining
+    /// components are folded onto it lexically. `None` when no ancestor resolves.
+    fn fold_missing(&self, path: &Path) -> Option<PathBuf> {
         for ancestor in path.ancestors().skip(1) {
             let Ok(canonical) = std::fs::canonicalize(ancestor) else {
                 continue;
             };
             let rest = path.strip_prefix(ancestor).unwrap_or(Path::new(""));
-            return normalize_lexically(&canonical.join(rest)).starts_with(self.root());
+            return Some(normalize_lexically(&canonical.join(rest)));
         }
-        false
+        None
+    }
+
+    /// Resolves `requested` as a file to write (it may not exist yet) to the path
+    /// to write to, inside the root: an existing file (or a symlink to one inside
+    /// the root) resolves to its canonical path; a missing one to its deepest
+    /// existing ancestor's canonical path plus the missing components (the caller
+    /// creates the missing directories).
+    ///
+    /// Errors: [`ToolError::OutsideRoot`] when it leads outside the root (through
+    /// `..`, an absolute path or a symlink, also a dangling one),
+    /// [`ToolError::IsDirectory`] for a directory (the root included),
+    /// [`ToolError::DanglingSymlink`] for a symlink to a missing file inside the
+    /// root, [`ToolError::Io`] for other failures.
+    pub fn resolve_for_write(&self, requested: &str) -> Result<PathBuf, ToolError> {
+        let trimmed = requested.trim();
+        let requested_path = Path::new(trimmed);
+        let joined = if requested_path.is_absolute() {
+            requested_path.to_path_buf()
+        } else {
+            self.root().join(requested_path)
+        };
+        let outside = || ToolError::OutsideRoot {
+            path: trimmed.to_owned(),
+            root: self.root().display().to_string(),
+        };
+        let target = match std::fs::canonicalize(&joined) {
+            Ok(canonical) if canonical.starts_with(self.root()) => canonical,
+            Ok(_) => return Err(outside()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let folded = self.fold_missing(&joined).ok_or_else(outside)?;
+                if !folded.starts_with(self.root()) {
+                    return Err(outside());
+                }
+                // A dangling symlink as the last component: writing through it
+                // would create its target, wherever that is.
+                if let Ok(meta) = std::fs::symlink_metadata(&joined)
+                    && meta.file_type().is_symlink()
+                {
+                    let link = std::fs::read_link(&joined).unwrap_or_default();
+                    let dest = joined.parent().unwrap_or(self.root()).join(&link);
+                    if !self.resolves_inside(&dest) {
+                        return Err(outside());
+                    }
+                    return Err(ToolError::DanglingSymlink {
+                        path: trimmed.to_owned(),
+                        target: link.display().to_string(),
+                    });
+                }
+                folded
+            }
+            Err(e) => {
+                return Err(ToolError::Io {
+                    path: trimmed.to_owned(),
+                    message: e.to_string(),
+                });
+            }
+        };
+        if target.is_dir() {
+            return Err(ToolError::IsDirectory {
+                path: self.display_path(&target),
+            });
+        }
+        Ok(target)
+    }
+
+    /// The subject of a path argument for permission rules: where the path
+    /// really leads — symlinks resolved, `..` folded, as for [`Self::resolve`],
+    /// so a rule on `secrets/*` also covers a link into `secrets` — shown
+    /// root-relative (`.` for the root); a path outside the root is absolute.
+    pub fn subject_path(&self, requested: &str) -> String {
+        let requested_path = Path::new(requested.trim());
+        let joined = if requested_path.is_absolute() {
+            requested_path.to_path_buf()
+        } else {
+            self.root().join(requested_path)
+        };
+        let real = std::fs::canonicalize(&joined)
+            .ok()
+            .or_else(|| self.fold_missing(&joined))
+            .unwrap_or_else(|| normalize_lexically(&joined));
+        self.display_path(&real)
     }
 
     /// `path` relative to the root with `/` separators (`.` for the root itself),
