@@ -142,6 +142,15 @@ pub(crate) fn apply_event(
                     "updated_at_us",
                     Value::Integer(t.updated_at.timestamp_micros()),
                 ),
+                (
+                    "time_suspended_us",
+                    t.time_suspended
+                        .map_or(Value::Null, |c| Value::Integer(c.timestamp_micros())),
+                ),
+                (
+                    "parent_thread_id",
+                    opt_text(t.parent_thread_id.as_ref().map(|p| p.as_str())),
+                ),
             ],
             t,
             seq,

@@ -31,6 +31,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "project_unique_root",
         sql: include_str!("../migrations/0002_project_unique_root.sql"),
     },
+    Migration {
+        version: 3,
+        name: "execution_claims",
+        sql: include_str!("../migrations/0003_execution_claims.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

@@ -46,6 +46,9 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         last_error: None,
         created_at: ts(0),
         updated_at: ts(at),
+        time_suspended: None,
+        resume_attempts: 0,
+        parent_thread_id: None,
     }
 }
 
