@@ -13,9 +13,14 @@ pub mod execution;
 pub mod ingest;
 pub mod manager;
 pub mod recovery;
+pub mod restart;
+pub mod runs;
+pub mod terminal;
 
 pub use adapter::*;
 pub use clock::*;
 pub use error::*;
 pub use execution::*;
 pub use manager::*;
+pub use restart::*;
+pub use terminal::*;
