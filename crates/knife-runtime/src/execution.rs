@@ -41,11 +41,16 @@ pub enum ResumeOutcome {
 
 /// Result of reserving a thread and creating its run.
 enum Begun {
-    Started { run: Run, attempts: u32 },
+    Started {
+        run: Box<Run>,
+        attempts: u32,
+    },
     /// Another run is active in this process (its id, once known).
     Busy(Option<RunId>),
     NotClaimed,
-    Exhausted { attempts: u32 },
+    Exhausted {
+        attempts: u32,
+    },
 }
 
 /// How long an interrupted runtime gets to end its turn itself before the run is
@@ -146,7 +151,7 @@ impl ExecutionService {
         }
         self.wait_if_finishing(thread_id).await;
         match self.begin(thread_id, RunStart::User(text)).await? {
-            Begun::Started { run, .. } => Ok(run),
+            Begun::Started { run, .. } => Ok(*run),
             Begun::Busy(run) => Err(RuntimeError::RunInProgress {
                 thread: thread_id.clone(),
                 run: run.unwrap_or_else(|| RunId::from("(starting)")),
@@ -248,18 +253,14 @@ impl ExecutionService {
             )
             .await?;
             let (thread, project, run) = match created {
-                Created::Started {
-                    thread,
-                    project,
-                    run,
-                } => (thread, project, run),
+                Created::Started(started) => *started,
                 Created::NotClaimed => return Ok(Begun::NotClaimed),
                 Created::Exhausted { attempts } => return Ok(Begun::Exhausted { attempts }),
             };
             reservation.disarm();
             let _ = run_tx.send(Some(run.id.clone()));
             let started = Begun::Started {
-                run: run.clone(),
+                run: Box::new(run.clone()),
                 attempts: thread.resume_attempts,
             };
             let driver = this.clone();

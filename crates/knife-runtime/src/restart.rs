@@ -75,8 +75,10 @@ impl RestartService {
     /// Errors: only listing the claims ([`RuntimeError::Store`]); a single thread's
     /// failure is reported in [`SweepReport::failed`] and does not stop the others.
     pub async fn resume_suspended_threads(&self) -> Result<SweepReport, RuntimeError> {
-        let mut report = SweepReport::default();
-        report.children_released = self.release_child_claims().await?;
+        let mut report = SweepReport {
+            children_released: self.release_child_claims().await?,
+            ..SweepReport::default()
+        };
         let active = self.execution.active_threads();
         let suspended = self.execution.store().list_suspended_threads().await?;
         let mut todo = Vec::new();

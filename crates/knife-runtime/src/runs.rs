@@ -53,11 +53,7 @@ impl RunStart {
 #[derive(Debug)]
 pub(crate) enum Created {
     /// The run was written (and, for a continuation, the attempt counted).
-    Started {
-        thread: Thread,
-        project: Project,
-        run: Run,
-    },
+    Started(Box<(Thread, Project, Run)>),
     /// A continuation was asked for a thread that holds no claim: nothing written.
     NotClaimed,
     /// A continuation found the budget spent: the thread was terminalised with
@@ -111,7 +107,9 @@ pub(crate) async fn create_run(
                 code: Some("shutdown".into()),
                 ..RunError::new("interrupted", CONTINUED_AFTER_RESTART)
             };
-            events.extend(end_unfinished_runs(store, &thread, RunStatus::Interrupted, &error, now).await?);
+            events.extend(
+                end_unfinished_runs(store, &thread, RunStatus::Interrupted, &error, now).await?,
+            );
         }
     } else if thread.active_run_id.is_some() {
         // The caller holds this process's reservation for the thread and the data
@@ -122,7 +120,9 @@ pub(crate) async fn create_run(
             "interrupted",
             "knife could not record how this run ended; send the message again to continue",
         );
-        events.extend(end_unfinished_runs(store, &thread, RunStatus::Interrupted, &error, now).await?);
+        events.extend(
+            end_unfinished_runs(store, &thread, RunStatus::Interrupted, &error, now).await?,
+        );
     }
     let project = store
         .get_project(&thread.project_id)
@@ -178,14 +178,13 @@ pub(crate) async fn create_run(
         EventBody::NodeUpdated(root_node(&run, NodeStatus::Running, now)),
     ));
     events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(user_item)));
-    events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread.clone())));
+    events.push(DomainEvent::new(
+        now,
+        EventBody::ThreadUpdated(thread.clone()),
+    ));
     let guard = RowGuard::new(EntityKind::Thread, thread_id.as_str(), version);
     match store.write_if(guard, events).await? {
-        Some(_) => Ok(Created::Started {
-            thread,
-            project,
-            run,
-        }),
+        Some(_) => Ok(Created::Started(Box::new((thread, project, run)))),
         None => Err(RuntimeError::Conflict),
     }
 }
@@ -276,6 +275,9 @@ async fn exhausted_events(
     thread.last_error = Some(error);
     thread.updated_at = now;
     thread.release_claim();
-    events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread.clone())));
+    events.push(DomainEvent::new(
+        now,
+        EventBody::ThreadUpdated(thread.clone()),
+    ));
     Ok(events)
 }
