@@ -12,6 +12,7 @@ pub mod error;
 pub mod execution;
 pub mod ingest;
 pub mod manager;
+pub mod process_groups;
 pub mod recovery;
 pub mod restart;
 pub mod runs;
