@@ -185,6 +185,17 @@ impl Proc {
         }
     }
 
+    /// Sends SIGKILL (a crash: no shutdown code runs) and reaps the process.
+    pub async fn kill_hard(&mut self) -> ExitStatus {
+        let pid = self.pid();
+        let status = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -KILL {pid} failed");
+        self.wait().await
+    }
+
     /// Sends SIGTERM and waits (up to 15 s) for the process to exit.
     pub async fn terminate(&mut self) -> ExitStatus {
         let pid = self.pid();
@@ -272,8 +283,18 @@ pub struct Server {
 impl Server {
     /// Starts a server whose default provider is the mock at `mock_base_url`.
     pub async fn start(mock_base_url: &str) -> Server {
+        Self::start_with(mock_base_url, "").await
+    }
+
+    /// [`Server::start`] with `server_toml` as the `[server]` table's body
+    /// (e.g. `max_resume_attempts = 2`).
+    pub async fn start_with(mock_base_url: &str, server_toml: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("knife.toml"), config_toml(mock_base_url)).unwrap();
+        let mut toml = config_toml(mock_base_url);
+        if !server_toml.is_empty() {
+            toml.push_str(&format!("\n[server]\n{server_toml}\n"));
+        }
+        std::fs::write(dir.path().join("knife.toml"), toml).unwrap();
         std::fs::create_dir_all(dir.path().join("project")).unwrap();
         let proc = Self::spawn_in(dir.path()).await;
         let api = Api::new(&proc.url());
@@ -310,6 +331,11 @@ impl Server {
     /// The project folder of this server's temp dir.
     pub fn project_dir(&self) -> PathBuf {
         self.dir.path().join("project")
+    }
+
+    /// The data directory (holds `knife.db`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     /// The temp dir holding `knife.toml`, `data/` and `project/`.
