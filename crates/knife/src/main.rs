@@ -45,7 +45,7 @@ enum Command {
     /// Database maintenance: `db rebuild` recomputes every projection from the event log.
     #[command(subcommand)]
     Db(threads::DbCommand),
-    /// Benchmarks: `bench store`, `bench stream`.
+    /// Benchmarks: `bench store`, `bench stream`, `bench restart`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }
