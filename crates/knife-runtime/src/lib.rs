@@ -13,6 +13,7 @@ pub mod execution;
 pub mod ingest;
 pub mod manager;
 pub mod process_groups;
+pub mod reaper;
 pub mod recovery;
 pub mod restart;
 pub mod runs;

@@ -25,3 +25,9 @@ CREATE TABLE process_groups (
     label         TEXT    NOT NULL,
     registered_at TEXT    NOT NULL
 );
+
+-- Stale-session reaper (SPEC.md REAP): when a provider session was last seen. The fold
+-- sets it to the session entity's `updated_at` on every provider-session event (so a
+-- rebuild reproduces it); `Store::touch_provider_session` raises it on activity.
+-- Rows written before this migration stay NULL: readers fall back to `updated_at`.
+ALTER TABLE provider_sessions ADD COLUMN last_seen_at_us INTEGER;

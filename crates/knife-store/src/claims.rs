@@ -5,7 +5,7 @@
 use crate::Store;
 use crate::error::StoreError;
 use crate::queries;
-use knife_protocol::{RuntimeRequest, Thread, ThreadId, Timestamp};
+use knife_protocol::{ProviderSession, RuntimeRequest, Thread, ThreadId, Timestamp};
 use rusqlite::params;
 
 /// A process group a knife server spawned (a tool command, an adapter process).
@@ -30,7 +30,75 @@ pub struct ProcessGroupRecord {
     pub registered_at: Timestamp,
 }
 
+/// One provider session bound to one thread, as the stale-session reaper sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionActivity {
+    pub session: ProviderSession,
+    /// The thread the session is bound to.
+    pub thread_id: ThreadId,
+    /// When the session was last seen: the later of its last event's `updated_at`
+    /// and the last [`Store::touch_provider_session`].
+    pub last_seen_at: Timestamp,
+    /// Whether that thread has an active run (an active turn).
+    pub thread_has_active_run: bool,
+}
+
 impl Store {
+    /// Every (provider session, bound thread) pair with its last-seen time, by
+    /// session then thread: the rows the stale-session reaper sweeps (SPEC.md REAP).
+    pub async fn list_session_activity(&self) -> Result<Vec<SessionActivity>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT s.payload_json, b.thread_id, s.last_seen_at_us,                         json_extract(t.payload_json, '$.active_run_id') IS NOT NULL                  FROM provider_session_bindings b                  JOIN provider_sessions s ON s.id = b.provider_session_id                  LEFT JOIN threads t ON t.id = b.thread_id                  ORDER BY s.created_sequence, b.bound_sequence",
+            )?;
+            let rows = stmt.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<i64>>(2)?,
+                    row.get::<_, Option<bool>>(3)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (payload, thread, seen_us, active) = row?;
+                let session: ProviderSession = serde_json::from_str(&payload)?;
+                let touched = seen_us.and_then(chrono::DateTime::from_timestamp_micros);
+                let last_seen_at = touched.map_or(session.updated_at, |t| t.max(session.updated_at));
+                out.push(SessionActivity {
+                    session,
+                    thread_id: ThreadId::from(thread.as_str()),
+                    last_seen_at,
+                    thread_has_active_run: active.unwrap_or(false),
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Marks provider session `id` as seen at `at` (activity on its event stream;
+    /// callers throttle). Never moves the mark back. Operational, not an event: a
+    /// rebuild resets the mark to the session's last `updated_at`. No-op for an
+    /// unknown session.
+    pub async fn touch_provider_session(
+        &self,
+        id: &knife_protocol::ProviderSessionId,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        let id = id.as_str().to_owned();
+        self.inner
+            .writer
+            .run(move |conn| {
+                conn.prepare_cached(
+                    "UPDATE provider_sessions SET last_seen_at_us = ?2                      WHERE id = ?1 AND (last_seen_at_us IS NULL OR last_seen_at_us < ?2)",
+                )?
+                .execute(params![id, at.timestamp_micros()])?;
+                Ok(())
+            })
+            .await
+    }
+
     /// Claimed top-level threads (`time_suspended` set, no parent), oldest claim
     /// first: the work the restart sweep resumes (EXEC-03).
     pub async fn list_suspended_threads(&self) -> Result<Vec<Thread>, StoreError> {

@@ -190,6 +190,10 @@ pub(crate) fn apply_event(
                         text(s.provider_instance_id.as_str()),
                     ),
                     ("status", enum_text(&s.status)?),
+                    (
+                        "last_seen_at_us",
+                        Value::Integer(s.updated_at.timestamp_micros()),
+                    ),
                 ],
                 s,
                 seq,

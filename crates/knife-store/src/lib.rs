@@ -40,7 +40,7 @@ mod stream;
 mod types;
 mod writer;
 
-pub use claims::ProcessGroupRecord;
+pub use claims::{ProcessGroupRecord, SessionActivity};
 pub use error::StoreError;
 pub use types::{EntityKind, RebuildStats, RowGuard, StoreOptions, StreamFilter};
 
