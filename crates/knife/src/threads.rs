@@ -128,8 +128,10 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                 println!("no threads yet; start one with `knife run \"…\"`");
             }
             for t in threads {
+                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
+                let claim = if t.is_claimed() { " claimed" } else { "" };
                 println!(
-                    "{}  {:<8} runs={:<3} {}  {}",
+                    "{}  {:<8} runs={:<3} {}  {}{claim}",
                     t.id,
                     format!("{:?}", t.status).to_lowercase(),
                     t.run_count,
