@@ -388,3 +388,42 @@ async fn e2e_crash_process_groups_left_by_a_killed_server_are_killed_at_boot() {
         .unwrap();
     assert!(store.list_process_groups().await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_crash_two_quick_signals_exit_promptly_and_the_claim_survives() {
+    let mock = gated_mock(&["never finishes", "resumed and finished"]).await;
+    let mut server = Server::start(&mock.base_url()).await;
+    let thread = thread(&server, None).await;
+    server.api.post_message(&thread, "do the work").await;
+    wait_requests(&mock, 1).await;
+
+    // Two SIGTERMs back to back: the second may arrive while the graceful shutdown
+    // runs (exit 130 at once) or be merged with the first by the kernel (exit 0);
+    // either way the process exits promptly and the claim is not lost.
+    let pid = server.proc.pid().to_string();
+    for _ in 0..2 {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+    let started = tokio::time::Instant::now();
+    let status = server.proc.wait().await;
+    assert!(
+        status.success() || status.code() == Some(130),
+        "exit after two signals: {status}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // However far the shutdown got, the claim is there and the next start resumes.
+    mock.gate().open();
+    server.respawn().await;
+    let p = wait_settled(&server, &thread, 2).await;
+    assert_eq!(p.runs[1].status, RunStatus::Completed, "{:?}", p.runs[1]);
+    assert_eq!(continuations(&p).len(), 1);
+    assert!(!p.thread.is_claimed());
+}
