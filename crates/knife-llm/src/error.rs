@@ -40,7 +40,7 @@ pub enum LlmError {
     /// An SSE event carried data that is not the JSON the protocol promises.
     /// The message shows at most [`DECODE_PREVIEW_CHARS`] characters of the data.
     #[error(
-        "the model sent an event that could not be parsed ({message}): {}. Check that base_url points at an OpenAI-compatible endpoint",
+        "the model sent an event that could not be parsed ({message}): {}. Check that base_url points at an endpoint that speaks the provider's driver protocol (openai-chat, anthropic or openai-responses in knife.toml)",
         preview(data)
     )]
     Decode {

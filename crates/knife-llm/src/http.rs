@@ -3,10 +3,12 @@
 
 use std::time::{Duration, SystemTime};
 
+use futures::{Stream, StreamExt};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
 use crate::error::LlmError;
+use crate::sse::{SseEvent, decode_stream};
 
 /// Longest raw (non-JSON) body excerpt kept in an error message, in characters.
 const MESSAGE_BODY_CHARS: usize = 500;
@@ -201,4 +203,100 @@ mod tests {
 pub struct IdleTimeout {
     /// The idle time that elapsed.
     pub after: std::time::Duration,
+}
+
+/// Connection timeouts of a provider's HTTP client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpTimeouts {
+    /// Most time to establish the TCP/TLS connection (default 10 s).
+    pub connect: Duration,
+    /// Most silence between two reads, headers included (default 300 s: reasoning
+    /// models may think for minutes before their first byte).
+    pub idle: Duration,
+}
+
+impl Default for HttpTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            idle: Duration::from_secs(300),
+        }
+    }
+}
+
+impl HttpTimeouts {
+    /// A reqwest client with these timeouts (no overall limit: a long answer may
+    /// stream for minutes).
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .connect_timeout(self.connect)
+            .read_timeout(self.idle)
+            .build()
+            .unwrap_or_else(|err| {
+                tracing::warn!(error = %err, "could not configure HTTP timeouts; using defaults");
+                reqwest::Client::new()
+            })
+    }
+}
+
+/// A body read error: an idle timeout or anything else reqwest reports.
+#[derive(Debug, thiserror::Error)]
+enum BodyReadError {
+    // `#[source]`, not `transparent`: the decoder finds the IdleTimeout by walking
+    // the source chain, and `transparent` would skip it.
+    #[error("the response body went silent")]
+    Idle(#[source] IdleTimeout),
+    #[error("reading the response body failed")]
+    Other(#[source] reqwest::Error),
+}
+
+/// Sends a streaming request and, once a 2xx answer's headers arrived, returns
+/// its body decoded as SSE events.
+///
+/// Errors before the stream: [`LlmError::Timeout`] (connect timeout, or no
+/// headers within the idle timeout), [`LlmError::Transport`] when the request
+/// cannot be sent, [`LlmError::Http`] for non-2xx (see [`http_error`]). Inside
+/// the stream: a body read that times out is [`LlmError::Timeout`], other read
+/// failures and malformed SSE are [`LlmError::Stream`].
+pub async fn open_event_stream(
+    request: reqwest::RequestBuilder,
+    timeouts: HttpTimeouts,
+) -> Result<impl Stream<Item = Result<SseEvent, LlmError>> + Send + 'static, LlmError> {
+    let response = request
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .send()
+        .await
+        .map_err(|err| {
+            if err.is_timeout() {
+                let after = if err.is_connect() {
+                    timeouts.connect
+                } else {
+                    timeouts.idle
+                };
+                LlmError::Timeout { after }
+            } else {
+                LlmError::Transport(error_chain(&err))
+            }
+        })?;
+    if !response.status().is_success() {
+        return Err(http_error_from_response(response).await);
+    }
+    tracing::debug!(
+        status = response.status().as_u16(),
+        url = %response.url(),
+        "model event stream opened"
+    );
+    let idle = timeouts.idle;
+    // A body read that times out becomes an IdleTimeout the decoder reports as
+    // LlmError::Timeout, not as a dropped connection.
+    let bytes = response.bytes_stream().map(move |chunk| {
+        chunk.map_err(|err| {
+            if err.is_timeout() {
+                BodyReadError::Idle(IdleTimeout { after: idle })
+            } else {
+                BodyReadError::Other(err)
+            }
+        })
+    });
+    Ok(decode_stream(bytes))
 }

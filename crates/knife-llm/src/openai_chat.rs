@@ -7,19 +7,16 @@
 
 mod mapper;
 
-use std::collections::VecDeque;
-use std::pin::Pin;
-use std::time::Duration;
-
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::{Map, Value, json};
 
-use crate::error::{LlmError, SseError};
-use crate::http::IdleTimeout;
-use crate::sse::{SseEvent, decode_stream};
+use crate::error::LlmError;
+use crate::http::open_event_stream;
+use crate::sse::SseEvent;
+use crate::stream::map_event_stream;
 use crate::types::{ChatMessage, LlmClient, LlmRequest, LlmStream};
 
-pub use crate::http::parse_retry_after;
+pub use crate::http::{HttpTimeouts, parse_retry_after};
 pub use mapper::{ChatCompletionsMapper, MappedEvent, TEXT_ID, finish_reason, usage_from_json};
 
 /// Builds the JSON body of a streaming `POST /chat/completions`.
@@ -31,7 +28,7 @@ pub use mapper::{ChatCompletionsMapper, MappedEvent, TEXT_ID, finish_reason, usa
 /// (null when absent) and `tool_calls: [{id, type: "function", function: {name,
 /// arguments}}]` when it made calls; `tool` with `tool_call_id` and `content`.
 pub fn chat_request_body(request: &LlmRequest) -> Value {
-    let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    let messages: Vec<Value> = request.messages.iter().filter_map(message_json).collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("messages".into(), Value::Array(messages));
@@ -69,8 +66,10 @@ pub fn chat_request_body(request: &LlmRequest) -> Value {
     Value::Object(body)
 }
 
-fn message_json(message: &ChatMessage) -> Value {
-    match message {
+/// One wire message; `None` for messages Chat Completions has no place for
+/// ([`ChatMessage::Reasoning`]).
+fn message_json(message: &ChatMessage) -> Option<Value> {
+    let value = match message {
         ChatMessage::System { text } => json!({"role": "system", "content": text}),
         ChatMessage::User { text } => json!({"role": "user", "content": text}),
         ChatMessage::Assistant { text, tool_calls } => {
@@ -92,68 +91,25 @@ fn message_json(message: &ChatMessage) -> Value {
         ChatMessage::Tool { call_id, content } => {
             json!({"role": "tool", "tool_call_id": call_id, "content": content})
         }
-    }
+        ChatMessage::Reasoning { .. } => return None,
+    };
+    Some(value)
 }
 
 /// Maps a stream of SSE events of one Chat Completions response to
-/// [`crate::LlmEvent`]s with a [`ChatCompletionsMapper`].
+/// [`crate::LlmEvent`]s with a [`ChatCompletionsMapper`] (see
+/// [`crate::stream::map_event_stream`]).
 ///
-/// Output: the mapped events, ending after the `StepFinish` or with the first
-/// `Err` (input errors are passed through unchanged; a clean end of input runs
-/// [`ChatCompletionsMapper::finish`]). Input after the end is not polled.
-///
-/// One input error is forgiven: [`SseError::EndedEarly`] after a chunk carried a
-/// `finish_reason`. The answer is complete by then; only the last event (usually
-/// `data: [DONE]` sent without its closing blank line) was cut, and per the SSE
-/// spec that unterminated event is discarded, not dispatched. The stream then
-/// ends as at a clean EOF, with the `StepFinish`.
+/// One input error is forgiven: [`crate::SseError::EndedEarly`] after a chunk
+/// carried a `finish_reason`. The answer is complete by then; only the last event
+/// (usually `data: [DONE]` sent without its closing blank line) was cut, and per
+/// the SSE spec that unterminated event is discarded, not dispatched. The stream
+/// then ends as at a clean EOF, with the `StepFinish`.
 pub fn map_chat_stream<S>(events: S) -> LlmStream
 where
     S: Stream<Item = Result<SseEvent, LlmError>> + Send + 'static,
 {
-    struct State<S> {
-        inner: Pin<Box<S>>,
-        mapper: ChatCompletionsMapper,
-        queue: VecDeque<MappedEvent>,
-        done: bool,
-    }
-    let state = State {
-        inner: Box::pin(events),
-        mapper: ChatCompletionsMapper::new(),
-        queue: VecDeque::new(),
-        done: false,
-    };
-    futures::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(item) = st.queue.pop_front() {
-                if item.is_err() {
-                    // First Err ends the stream.
-                    st.queue.clear();
-                    st.done = true;
-                }
-                return Some((item, st));
-            }
-            if st.done || st.mapper.is_ended() {
-                return None;
-            }
-            match st.inner.next().await {
-                Some(Ok(event)) => st.queue.extend(st.mapper.push(&event)),
-                Some(Err(LlmError::Stream(SseError::EndedEarly)))
-                    if st.mapper.saw_finish_reason() =>
-                {
-                    tracing::debug!("stream ended inside an event after the finish reason");
-                    st.done = true;
-                    st.queue.extend(st.mapper.finish());
-                }
-                Some(Err(err)) => st.queue.push_back(Err(err)),
-                None => {
-                    st.done = true;
-                    st.queue.extend(st.mapper.finish());
-                }
-            }
-        }
-    })
-    .boxed()
+    map_event_stream(events, ChatCompletionsMapper::new())
 }
 
 /// Client for an OpenAI-compatible Chat Completions endpoint.
@@ -213,87 +169,13 @@ impl LlmClient for OpenAiChatClient {
         let mut builder = self
             .http
             .post(self.endpoint())
-            .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&chat_request_body(&request));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
-        let response = builder.send().await.map_err(|err| {
-            if err.is_timeout() {
-                let after = if err.is_connect() {
-                    self.timeouts.connect
-                } else {
-                    self.timeouts.idle
-                };
-                LlmError::Timeout { after }
-            } else {
-                LlmError::Transport(crate::http::error_chain(&err))
-            }
-        })?;
-        if !response.status().is_success() {
-            return Err(crate::http::http_error_from_response(response).await);
-        }
-        tracing::debug!(
-            status = response.status().as_u16(),
-            "chat completions stream opened"
-        );
-        let idle = self.timeouts.idle;
-        // A body read that times out becomes an IdleTimeout the decoder reports as
-        // LlmError::Timeout, not as a dropped connection.
-        let bytes = response.bytes_stream().map(move |chunk| {
-            chunk.map_err(|err| {
-                if err.is_timeout() {
-                    BodyReadError::Idle(IdleTimeout { after: idle })
-                } else {
-                    BodyReadError::Other(err)
-                }
-            })
-        });
-        Ok(map_chat_stream(decode_stream(bytes)))
+        let events = open_event_stream(builder, self.timeouts).await?;
+        Ok(map_chat_stream(events))
     }
-}
-
-/// Connection timeouts of a provider's HTTP client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HttpTimeouts {
-    /// Most time to establish the TCP/TLS connection (default 10 s).
-    pub connect: Duration,
-    /// Most silence between two reads, headers included (default 300 s: reasoning
-    /// models may think for minutes before their first byte).
-    pub idle: Duration,
-}
-
-impl Default for HttpTimeouts {
-    fn default() -> Self {
-        Self {
-            connect: Duration::from_secs(10),
-            idle: Duration::from_secs(300),
-        }
-    }
-}
-
-impl HttpTimeouts {
-    fn client(&self) -> reqwest::Client {
-        reqwest::Client::builder()
-            .connect_timeout(self.connect)
-            .read_timeout(self.idle)
-            .build()
-            .unwrap_or_else(|err| {
-                tracing::warn!(error = %err, "could not configure HTTP timeouts; using defaults");
-                reqwest::Client::new()
-            })
-    }
-}
-
-/// A body read error: an idle timeout or anything else reqwest reports.
-#[derive(Debug, thiserror::Error)]
-enum BodyReadError {
-    // `#[source]`, not `transparent`: the decoder finds the IdleTimeout by walking
-    // the source chain, and `transparent` would skip it.
-    #[error("the response body went silent")]
-    Idle(#[source] IdleTimeout),
-    #[error("reading the response body failed")]
-    Other(#[source] reqwest::Error),
 }
 
 #[cfg(test)]
@@ -301,6 +183,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::types::{ToolCallRequest, ToolSpec};
+    use futures::StreamExt;
 
     #[test]
     fn request_body_matches_recorded_openai_request() {

@@ -180,6 +180,21 @@ pub enum ChatMessage {
         /// What the model sees as the tool's result.
         content: String,
     },
+    /// A reasoning block of the assistant message that follows it, as the model
+    /// streamed it ([`LlmEvent::ReasoningDelta`] text and the
+    /// [`LlmEvent::ReasoningEnd`] signature).
+    ///
+    /// Only Anthropic needs it back: a `thinking` block with its signature,
+    /// placed first in the next [`ChatMessage::Assistant`]'s content (required
+    /// when thinking is on and that assistant message made tool calls). Blocks
+    /// without a signature, and this message for every other protocol, are
+    /// skipped when the request is built.
+    Reasoning {
+        /// The reasoning text.
+        text: String,
+        /// The provider's opaque signature of the block (Anthropic), if any.
+        signature: Option<String>,
+    },
 }
 
 /// One streaming request.

@@ -6,7 +6,12 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::{all_sse_fixtures, chat_fixtures, decode_chunks, load, map_chunks, split_at_offsets};
+use common::{
+    all_sse_fixtures, chat_fixtures, decode_chunks, load, map_chunks, map_chunks_with,
+    protocol_fixtures, split_at_offsets,
+};
+use knife_llm::anthropic::AnthropicMapper;
+use knife_llm::openai_responses::ResponsesMapper;
 use knife_llm::sse::SseEvent;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -37,6 +42,30 @@ fn chat_only() -> &'static [(String, Vec<u8>)] {
     fixture_bytes(chat_fixtures, &CELL)
 }
 
+fn anthropic_and_responses() -> &'static [(String, Vec<u8>)] {
+    static CELL: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
+    fixture_bytes(
+        || {
+            let mut list = protocol_fixtures("anthropic-messages");
+            list.extend(protocol_fixtures("responses"));
+            list
+        },
+        &CELL,
+    )
+}
+
+/// Maps the chunks with the mapper of the fixture's protocol.
+fn map_protocol(
+    rel: &str,
+    chunks: &[&[u8]],
+) -> Vec<Result<knife_llm::LlmEvent, knife_llm::LlmError>> {
+    if rel.starts_with("sse/anthropic-messages/") {
+        map_chunks_with(&mut AnthropicMapper::new(), chunks)
+    } else {
+        map_chunks_with(&mut ResponsesMapper::new(), chunks)
+    }
+}
+
 fn offsets(cuts: &[Index], len: usize) -> Vec<usize> {
     let mut offsets: Vec<usize> = cuts.iter().map(|c| c.index(len.max(1))).collect();
     offsets.sort_unstable();
@@ -62,6 +91,15 @@ proptest! {
         let (rel, bytes) = pick.get(chat_only());
         let chunks = split_at_offsets(bytes, &offsets(&cuts, bytes.len()));
         prop_assert_eq!(map_chunks(&chunks), map_chunks(&[bytes]), "{}", rel);
+    }
+
+    /// Any Anthropic Messages or Responses fixture, cut anywhere, maps to the
+    /// same LlmEvents with its protocol's mapper.
+    #[test]
+    fn prop_any_chunking_maps_the_same_for_anthropic_and_responses(pick in any::<Index>(), cuts in prop::collection::vec(any::<Index>(), 0..64)) {
+        let (rel, bytes) = pick.get(anthropic_and_responses());
+        let chunks = split_at_offsets(bytes, &offsets(&cuts, bytes.len()));
+        prop_assert_eq!(map_protocol(rel, &chunks), map_protocol(rel, &[bytes]), "{}", rel);
     }
 
     /// Generated streams: random events written with random line endings

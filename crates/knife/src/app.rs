@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig};
-use knife_llm::openai_chat::{HttpTimeouts, OpenAiChatClient};
 use knife_protocol::ProviderInstanceId;
 use knife_runtime::process_groups::kill_leftover_process_groups;
 use knife_runtime::{
@@ -140,18 +139,11 @@ impl App {
                     p.base_url
                 );
             }
-            let mut timeouts = HttpTimeouts::default();
-            if let Some(secs) = p.connect_timeout_secs {
-                timeouts.connect = Duration::from_secs(secs.max(1));
-            }
-            if let Some(secs) = p.idle_timeout_secs {
-                timeouts.idle = Duration::from_secs(secs.max(1));
-            }
-            let llm = OpenAiChatClient::with_timeouts(p.base_url.clone(), api_key, timeouts);
+            let llm = crate::providers::llm_client(id, p, api_key)?;
             let mut agent = BuiltinAgentConfig::new(
                 ProviderInstanceId::from(id.as_str()),
                 p.model.clone(),
-                Arc::new(llm),
+                llm,
             );
             agent.system_prompt = p.system_prompt.clone();
             adapters.insert(

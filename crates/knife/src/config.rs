@@ -11,6 +11,13 @@ use serde::Deserialize;
 /// Default listen address of `knife serve` (loopback only).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
+/// The provider drivers `driver = "…"` accepts, and each one's default `base_url`.
+pub const DRIVERS: &[(&str, &str)] = &[
+    ("openai-chat", "https://api.openai.com/v1"),
+    ("anthropic", "https://api.anthropic.com/v1"),
+    ("openai-responses", "https://api.openai.com/v1"),
+];
+
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,9 +50,13 @@ pub struct ServerConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// `openai-chat` (OpenAI Chat Completions and compatible servers: Ollama, vLLM, llama.cpp).
+    /// `openai-chat` (OpenAI Chat Completions and compatible servers: Ollama, vLLM,
+    /// llama.cpp), `anthropic` (Anthropic Messages) or `openai-responses` (OpenAI
+    /// Responses). See [`DRIVERS`].
     pub driver: String,
     /// API base URL including the version path, e.g. `https://api.openai.com/v1`.
+    /// Empty or absent: the driver's default ([`DRIVERS`]).
+    #[serde(default)]
     pub base_url: String,
     /// Default model of the instance.
     pub model: String,
@@ -58,6 +69,26 @@ pub struct ProviderConfig {
     /// Seconds of silence from the endpoint before the run fails (default 300; reasoning
     /// models may think for minutes before their first byte).
     pub idle_timeout_secs: Option<u64>,
+    /// The model's output token limit (tokens). The `anthropic` driver sends it
+    /// as `max_tokens`, which Anthropic requires (8192 when unset); the other
+    /// drivers send no cap.
+    pub output_limit: Option<u32>,
+    /// `openai-responses` only: `reasoning.effort` (`minimal`, `low`, `medium`,
+    /// `high`) for reasoning models. Unset: not sent.
+    pub reasoning_effort: Option<String>,
+    /// `openai-responses` only: `reasoning.summary` (`auto`, `concise`,
+    /// `detailed`); reasoning models stream summaries only when this is set.
+    pub reasoning_summary: Option<String>,
+}
+
+impl ProviderConfig {
+    /// The default `base_url` of `driver`, or `None` for an unknown driver.
+    pub fn default_base_url(driver: &str) -> Option<&'static str> {
+        DRIVERS
+            .iter()
+            .find(|(name, _)| *name == driver)
+            .map(|(_, url)| *url)
+    }
 }
 
 impl Config {
@@ -100,6 +131,9 @@ impl Config {
                 system_prompt: None,
                 connect_timeout_secs: None,
                 idle_timeout_secs: None,
+                output_limit: None,
+                reasoning_effort: None,
+                reasoning_summary: None,
             },
         );
         config
@@ -113,15 +147,23 @@ impl Config {
                 path.display()
             )
         })?;
-        let config: Config = toml::from_str(&text)
+        let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
-        for (id, p) in &config.providers {
-            if p.driver != "openai-chat" {
+        for (id, p) in config.providers.iter_mut() {
+            let Some(default_url) = ProviderConfig::default_base_url(&p.driver) else {
                 bail!(
-                    "provider `{id}` in {} has driver `{}`; supported drivers: openai-chat",
+                    "provider `{id}` in {} has driver `{}`; supported drivers: {}",
                     path.display(),
-                    p.driver
+                    p.driver,
+                    DRIVERS
+                        .iter()
+                        .map(|(name, _)| *name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
+            };
+            if p.base_url.trim().is_empty() {
+                p.base_url = default_url.to_owned();
             }
         }
         Ok(config)
@@ -145,6 +187,9 @@ impl Config {
                     system_prompt: None,
                     connect_timeout_secs: None,
                     idle_timeout_secs: None,
+                    output_limit: None,
+                    reasoning_effort: None,
+                    reasoning_summary: None,
                 },
             );
         }
@@ -266,5 +311,56 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn anthropic_and_responses_drivers_parse_with_default_base_urls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("knife.toml");
+        std::fs::write(
+            &path,
+            r#"
+            [providers.claude]
+            driver = "anthropic"
+            model = "claude-sonnet-4-5"
+            api_key_env = "ANTHROPIC_API_KEY"
+            output_limit = 4096
+
+            [providers.gpt]
+            driver = "openai-responses"
+            model = "gpt-5"
+            reasoning_summary = "auto"
+
+            [providers.proxy]
+            driver = "anthropic"
+            base_url = "http://127.0.0.1:9/v1"
+            model = "m"
+            "#,
+        )
+        .unwrap();
+        let c = Config::parse_file(&path).unwrap();
+        assert_eq!(
+            c.providers["claude"].base_url,
+            "https://api.anthropic.com/v1"
+        );
+        assert_eq!(c.providers["claude"].output_limit, Some(4096));
+        assert_eq!(c.providers["gpt"].base_url, "https://api.openai.com/v1");
+        assert_eq!(
+            c.providers["gpt"].reasoning_summary.as_deref(),
+            Some("auto")
+        );
+        assert_eq!(c.providers["proxy"].base_url, "http://127.0.0.1:9/v1");
+    }
+
+    #[test]
+    fn an_unknown_driver_names_the_supported_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("knife.toml");
+        std::fs::write(&path, "[providers.x]\ndriver = 'gemini'\nmodel = 'm'\n").unwrap();
+        let err = Config::parse_file(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("openai-chat, anthropic, openai-responses"),
+            "{err}"
+        );
     }
 }

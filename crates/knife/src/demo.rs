@@ -1,5 +1,6 @@
 //! `knife demo` (mock model + in-process server + sample project, one turn end to
-//! end) and `knife mock-llm` (the scripted OpenAI-compatible server on its own).
+//! end) and `knife mock-llm` (the scripted mock LLM server on its own; it answers
+//! Chat Completions, Anthropic Messages and OpenAI Responses requests).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -136,7 +137,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
     for (t, n) in by_type {
         println!("  {n:>4}  {t}");
     }
-    println!("model requests: {}", mock.chat_requests().len());
+    println!("model requests: {}", mock.model_requests().len());
     println!(
         "\nnext: point knife at a real model (README: \"Use it with a real model\"), then\n  knife serve    and    knife run --project DIR \"your question\""
     );

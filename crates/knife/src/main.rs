@@ -7,6 +7,7 @@ mod client;
 mod config;
 mod demo;
 mod lock;
+mod providers;
 mod render;
 mod run;
 mod serve;
@@ -38,7 +39,8 @@ enum Command {
     /// List threads or show one.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
-    /// A scripted OpenAI-compatible streaming server, for tests, demos and benchmarks.
+    /// A scripted streaming LLM server (Chat Completions, Anthropic Messages and OpenAI
+    /// Responses from one script), for tests, demos and benchmarks.
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,

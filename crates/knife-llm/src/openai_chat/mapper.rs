@@ -12,8 +12,7 @@ use crate::types::{FinishReason, LlmEvent, Usage};
 /// Id of the (single) assistant text part of a Chat Completions step.
 pub const TEXT_ID: &str = "text-0";
 
-/// One item of mapper output.
-pub type MappedEvent = Result<LlmEvent, LlmError>;
+pub use crate::stream::MappedEvent;
 
 /// A tool call being streamed (one `tool_calls[].index`).
 #[derive(Debug)]
@@ -368,6 +367,24 @@ impl ChatCompletionsMapper {
             response_id: self.response_id.clone(),
             model: self.model.clone(),
         }));
+    }
+}
+
+impl crate::stream::EventMapper for ChatCompletionsMapper {
+    fn push(&mut self, event: &SseEvent) -> Vec<MappedEvent> {
+        ChatCompletionsMapper::push(self, event)
+    }
+
+    fn finish(&mut self) -> Vec<MappedEvent> {
+        ChatCompletionsMapper::finish(self)
+    }
+
+    fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    fn answer_complete(&self) -> bool {
+        self.saw_finish_reason()
     }
 }
 

@@ -101,3 +101,170 @@ pub fn chat_fixtures() -> Vec<String> {
         .filter(|p| p.starts_with("sse/chat-completions/") || p.starts_with("adversarial/"))
         .collect()
 }
+
+/// Decoder + any mapper over the chunks, as the clients do (output stops at the
+/// first `Err`; a decoder error at EOF becomes `LlmError::Stream`).
+pub fn map_chunks_with<M: knife_llm::stream::EventMapper>(
+    mapper: &mut M,
+    chunks: &[&[u8]],
+) -> Vec<Result<LlmEvent, LlmError>> {
+    let (events, end) = decode_chunks(chunks);
+    let mut out = Vec::new();
+    for event in &events {
+        out.extend(mapper.push(event));
+    }
+    match end {
+        Ok(()) => out.extend(mapper.finish()),
+        Err(err) if mapper.answer_complete() && err == SseError::EndedEarly => {
+            out.extend(mapper.finish())
+        }
+        Err(err) => out.push(Err(LlmError::Stream(err))),
+    }
+    // Like the client's stream: nothing after the first Err.
+    if let Some(first_err) = out.iter().position(Result::is_err) {
+        out.truncate(first_err + 1);
+    }
+    out
+}
+
+/// Every `.sse` fixture of one protocol folder (`sse/<protocol>/`), sorted.
+pub fn protocol_fixtures(protocol: &str) -> Vec<String> {
+    let prefix = format!("sse/{protocol}/");
+    all_sse_fixtures()
+        .into_iter()
+        .filter(|p| p.starts_with(&prefix))
+        .collect()
+}
+
+/// What a consumer accumulates from a normalised event stream with several
+/// text / reasoning parts (Anthropic, Responses).
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// All text deltas concatenated.
+    pub text: String,
+    /// All reasoning deltas concatenated (`None` when there were none).
+    pub reasoning: Option<String>,
+    /// Each reasoning part: its text and its `ReasoningEnd` signature.
+    pub reasoning_parts: Vec<(String, Option<String>)>,
+    /// `{id, name, arguments}` per `ToolCall`, in order.
+    pub tool_calls: Vec<Value>,
+    /// The `StepFinish`, when the stream had one.
+    pub step_finish: Option<LlmEvent>,
+    /// The error that ended the stream, if one did.
+    pub error: Option<LlmError>,
+}
+
+/// Folds the events, checking the stream grammar on the way: every part is
+/// opened once before its deltas and closed once; tool deltas add up to the
+/// final arguments and `ToolCall` follows `ToolInputEnd`; `StepFinish` or an
+/// `Err` is the last item, appears once, and finds nothing open.
+pub fn summarise(rel: &str, items: &[Result<LlmEvent, LlmError>]) -> Summary {
+    use std::collections::HashMap;
+    let mut s = Summary::default();
+    // id -> open?
+    let mut text_parts: HashMap<String, bool> = HashMap::new();
+    let mut reasoning_parts: HashMap<String, (bool, usize)> = HashMap::new();
+    let mut tool_args: HashMap<String, (String, bool)> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        assert!(
+            s.step_finish.is_none() && s.error.is_none(),
+            "{rel}: item {i} after the end"
+        );
+        let event = match item {
+            Ok(event) => event,
+            Err(err) => {
+                s.error = Some(err.clone());
+                continue;
+            }
+        };
+        match event {
+            LlmEvent::TextStart { id } => {
+                assert!(
+                    text_parts.insert(id.clone(), true).is_none(),
+                    "{rel}: text {id} reopened"
+                );
+            }
+            LlmEvent::TextDelta { id, text } => {
+                assert_eq!(
+                    text_parts.get(id),
+                    Some(&true),
+                    "{rel}: text delta outside {id}"
+                );
+                s.text.push_str(text);
+            }
+            LlmEvent::TextEnd { id } => {
+                assert_eq!(
+                    text_parts.insert(id.clone(), false),
+                    Some(true),
+                    "{rel}: {id}"
+                );
+            }
+            LlmEvent::ReasoningStart { id } => {
+                s.reasoning_parts.push((String::new(), None));
+                let at = s.reasoning_parts.len() - 1;
+                assert!(
+                    reasoning_parts.insert(id.clone(), (true, at)).is_none(),
+                    "{rel}: {id}"
+                );
+            }
+            LlmEvent::ReasoningDelta { id, text } => {
+                let (open, at) = reasoning_parts[id];
+                assert!(open, "{rel}: reasoning delta outside {id}");
+                s.reasoning_parts[at].0.push_str(text);
+                s.reasoning.get_or_insert_default().push_str(text);
+            }
+            LlmEvent::ReasoningEnd { id, signature } => {
+                let entry = reasoning_parts.get_mut(id).expect("end before start");
+                assert!(
+                    std::mem::replace(&mut entry.0, false),
+                    "{rel}: {id} closed twice"
+                );
+                s.reasoning_parts[entry.1].1 = signature.clone();
+            }
+            LlmEvent::ToolInputStart { id, name } => {
+                assert!(!name.is_empty(), "{rel}: tool name");
+                assert!(
+                    tool_args
+                        .insert(id.clone(), (String::new(), true))
+                        .is_none()
+                );
+            }
+            LlmEvent::ToolInputDelta { id, delta } => {
+                let (args, open) = tool_args.get_mut(id).expect("delta before start");
+                assert!(*open);
+                args.push_str(delta);
+            }
+            LlmEvent::ToolInputEnd { id } => {
+                let (_, open) = tool_args.get_mut(id).expect("end before start");
+                assert!(std::mem::replace(open, false), "{rel}: tool closed twice");
+            }
+            LlmEvent::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                let (args, open) = &tool_args[id];
+                assert!(!open, "{rel}: ToolCall before ToolInputEnd");
+                assert_eq!(args, arguments, "{rel}: deltas add up to the arguments");
+                s.tool_calls
+                    .push(serde_json::json!({"id": id, "name": name, "arguments": arguments}));
+            }
+            LlmEvent::StepFinish { .. } => {
+                assert!(
+                    text_parts.values().all(|open| !open),
+                    "{rel}: open text at finish"
+                );
+                assert!(
+                    reasoning_parts.values().all(|(open, _)| !open),
+                    "{rel}: open reasoning"
+                );
+                assert!(
+                    tool_args.values().all(|(_, open)| !open),
+                    "{rel}: open tool"
+                );
+                s.step_finish = Some(event.clone());
+            }
+        }
+    }
+    s
+}

@@ -8,10 +8,23 @@
 //! * `POST /v1/chat/completions` and `POST /chat/completions`: a streamed answer
 //!   (`text/event-stream`, `data: {chunk}\n\n` events ending with `data: [DONE]\n\n`).
 //!   The request's `stream` flag is ignored: the answer always streams.
+//! * `POST /v1/messages` (and `/messages`): the same answers as an Anthropic
+//!   Messages stream (`event: <type>` + `data:` framing: `message_start`, a
+//!   signed `thinking` block, `ping`, a `text` block, `tool_use` blocks with
+//!   `input_json_delta`s, `message_delta`, `message_stop`; ids `msg_mock_N`).
+//! * `POST /v1/responses` (and `/responses`): the same answers as an OpenAI
+//!   Responses stream (`response.created`, a `reasoning` item with a summary
+//!   part, a `message` item, `function_call` items with argument deltas,
+//!   `response.completed`, or `response.incomplete` for a scripted `length`;
+//!   ids `resp_mock_N`).
 //! * `GET /v1/models` (and `/models`): a one-model list; `GET /healthz`: `ok`.
 //!
-//! Every request (any path) is recorded ([`MockLlmHandle::requests`]). What a
-//! chat request gets depends on the [`MockMode`]:
+//! Every request (any path) is recorded ([`MockLlmHandle::requests`]). The three
+//! model routes share one request counter, so a script serves whichever format
+//! asks next ([`MockLlmHandle::model_requests`]; [`ApiFormat`] tells them apart).
+//! Script, replay and HTTP-error responses work in every format; bench streams
+//! are Chat Completions only (other formats get HTTP 400). What a model request
+//! gets depends on the [`MockMode`]:
 //!
 //! * [`MockMode::Script`]: request N gets the script's response N (see below);
 //!   when the script is exhausted, HTTP 500 with a JSON error saying so (or the
@@ -87,6 +100,7 @@
 pub mod bench;
 mod body;
 mod chunks;
+mod formats;
 mod gate;
 mod invariants;
 mod script;
@@ -103,6 +117,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use bench::{BenchStream, parse_write_times, write_time_marker};
+pub use formats::ApiFormat;
 pub use gate::Gate;
 pub use script::{Script, ScriptError, ScriptResponse, ToolCallSpec, UsageSpec};
 
@@ -265,6 +280,20 @@ impl RecordedRequest {
     pub fn is_chat(&self) -> bool {
         self.method == "POST" && server::is_chat_path(&self.path)
     }
+
+    /// The wire format of a model request (`POST` to a chat completions,
+    /// messages or responses path), `None` for any other request.
+    pub fn format(&self) -> Option<ApiFormat> {
+        if self.method != "POST" {
+            return None;
+        }
+        ApiFormat::from_path(&self.path)
+    }
+
+    /// Whether this is a model request of any format (they share the script order).
+    pub fn is_model_request(&self) -> bool {
+        self.format().is_some()
+    }
 }
 
 /// Starts mock LLM servers.
@@ -361,6 +390,15 @@ impl MockLlmHandle {
     /// Every request received so far (any path), in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.requests()
+    }
+
+    /// Model requests of every format (chat completions, messages, responses)
+    /// received so far, in arrival order.
+    pub fn model_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(RecordedRequest::is_model_request)
+            .collect()
     }
 
     /// Chat completions requests received so far.

@@ -18,6 +18,7 @@ use super::RecordedRequest;
 use super::bench::BenchStream;
 use super::body::{BodyPlan, Unit, body_stream};
 use super::chunks::{ChunkCtx, DONE, event, rough_tokens, stream_events};
+use super::formats::{ApiFormat, anthropic_events, responses_events};
 use super::gate::Gate;
 use super::script::{Kind, Script, ScriptResponse, UsageSpec};
 
@@ -38,8 +39,9 @@ pub(crate) struct Shared {
     model: String,
     gate: Gate,
     cancel: CancellationToken,
-    /// Recorded requests and the chat request count, under one lock so the
-    /// script order matches the recording order. A std mutex: never held across `.await`.
+    /// Recorded requests and the model request count (every format), under one
+    /// lock so the script order matches the recording order. A std mutex: never
+    /// held across `.await`.
     log: Mutex<Log>,
     /// Generated tool call ids: `call_1`, `call_2`, ...
     calls: AtomicU64,
@@ -80,10 +82,11 @@ impl Shared {
             .clone()
     }
 
-    /// Records a request; returns the chat request number (from 1) for chat requests.
+    /// Records a request; returns the model request number (from 1, counted
+    /// across all formats) for model requests.
     fn record(&self, request: RecordedRequest) -> Option<usize> {
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        let number = request.is_chat().then(|| {
+        let number = request.is_model_request().then(|| {
             log.chats += 1;
             log.chats
         });
@@ -133,22 +136,23 @@ async fn handle(
         body_text: String::from_utf8_lossy(&body).into_owned(),
     };
     let path = recorded.path.clone();
-    let chat_number = shared.record(recorded);
-    match (method, path.as_str()) {
-        (Method::POST, _) if chat_number.is_some() => {
-            chat(&shared, chat_number.unwrap_or(1), body_json.as_ref()).await
+    let format = recorded.format();
+    let number = shared.record(recorded);
+    match (method, path.as_str(), format, number) {
+        (Method::POST, _, Some(format), Some(number)) => {
+            chat(&shared, number, format, body_json.as_ref()).await
         }
-        (Method::GET, "/v1/models" | "/models") => axum::Json(json!({
+        (Method::GET, "/v1/models" | "/models", ..) => axum::Json(json!({
             "object": "list",
             "data": [{"id": shared.model, "object": "model", "created": 0, "owned_by": "knife-mock"}],
         }))
         .into_response(),
-        (Method::GET, "/healthz") => "ok".into_response(),
-        (method, path) => error_response(
+        (Method::GET, "/healthz", ..) => "ok".into_response(),
+        (method, path, ..) => error_response(
             StatusCode::NOT_FOUND,
             &format!(
                 "mock-llm has no route {method} {path}; use POST /v1/chat/completions, \
-                 GET /v1/models or GET /healthz"
+                 POST /v1/messages, POST /v1/responses, GET /v1/models or GET /healthz"
             ),
             "not_found",
         ),
@@ -196,18 +200,23 @@ fn add_headers(response: &mut Response, extra: &BTreeMap<String, String>) {
     }
 }
 
-/// The answer of chat request number `number` (from 1).
-async fn chat(shared: &Shared, number: usize, request: Option<&Value>) -> Response {
+/// The answer of model request number `number` (from 1) in `format`.
+async fn chat(
+    shared: &Shared,
+    number: usize,
+    format: ApiFormat,
+    request: Option<&Value>,
+) -> Response {
     let model = request
         .and_then(|r| r.get("model"))
         .and_then(Value::as_str)
         .unwrap_or(&shared.model)
         .to_owned();
     let prompt_chars = request
-        .and_then(|r| r.get("messages"))
+        .and_then(|r| r.get(format.conversation_field()))
         .map_or(0, |m| m.to_string().chars().count());
     let ctx = ChunkCtx {
-        id: format!("chatcmpl-mock-{number}"),
+        id: format.response_id(number),
         created: unix_secs(),
         model,
     };
@@ -222,6 +231,7 @@ async fn chat(shared: &Shared, number: usize, request: Option<&Value>) -> Respon
             }),
             &BTreeMap::new(),
         ),
+        Mode::Bench(_) if format != ApiFormat::ChatCompletions => bench_format_error(),
         Mode::Bench(bench) => sse_response(
             shared.stream(bench_plan(
                 &ctx,
@@ -251,9 +261,19 @@ async fn chat(shared: &Shared, number: usize, request: Option<&Value>) -> Respon
                     }
                 },
             };
-            scripted(shared, &ctx, response, prompt_tokens).await
+            scripted(shared, &ctx, format, response, prompt_tokens).await
         }
     }
+}
+
+/// Bench streams are Chat Completions chunks; other formats get a 400 saying so.
+fn bench_format_error() -> Response {
+    error_response(
+        StatusCode::BAD_REQUEST,
+        "mock-llm bench streams speak Chat Completions only; use POST /v1/chat/completions \
+         (driver openai-chat)",
+        "mock_bench_format",
+    )
 }
 
 fn bench_plan(
@@ -286,6 +306,7 @@ fn bench_plan(
 async fn scripted(
     shared: &Shared,
     ctx: &ChunkCtx,
+    format: ApiFormat,
     response: &ScriptResponse,
     prompt_tokens: u64,
 ) -> Response {
@@ -312,7 +333,18 @@ async fn scripted(
     };
     match kind {
         Kind::Stream => {
-            let events = stream_events(ctx, response, prompt_tokens, || shared.next_call_id());
+            let next_call_id = || shared.next_call_id();
+            let events = match format {
+                ApiFormat::ChatCompletions => {
+                    stream_events(ctx, response, prompt_tokens, next_call_id)
+                }
+                ApiFormat::AnthropicMessages => {
+                    anthropic_events(ctx, response, prompt_tokens, next_call_id)
+                }
+                ApiFormat::Responses => {
+                    responses_events(ctx, response, prompt_tokens, next_call_id)
+                }
+            };
             let units = events.events.into_iter().map(Unit::Bytes).collect();
             sse_response(shared.stream(plan(units)), &response.headers)
         }
@@ -320,10 +352,13 @@ async fn scripted(
             let status = StatusCode::from_u16(response.status.unwrap_or(200))
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let body = response.body.clone().unwrap_or_else(|| {
-                json!({"error": {
-                    "message": format!("mock-llm scripted HTTP {}", status.as_u16()),
-                    "type": "server_error",
-                }})
+                let message = format!("mock-llm scripted HTTP {}", status.as_u16());
+                match format {
+                    ApiFormat::AnthropicMessages => json!({"type": "error", "error": {
+                        "type": "api_error", "message": message,
+                    }}),
+                    _ => json!({"error": {"message": message, "type": "server_error"}}),
+                }
                 .to_string()
             });
             let mut out = Response::new(Body::from(body));
@@ -356,6 +391,7 @@ async fn scripted(
                 ),
             }
         }
+        Kind::Bench if format != ApiFormat::ChatCompletions => bench_format_error(),
         Kind::Bench => {
             let deltas = response.bench_deltas.unwrap_or(0);
             let delay = response

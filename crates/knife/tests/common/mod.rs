@@ -283,18 +283,23 @@ pub struct Server {
 impl Server {
     /// Starts a server whose default provider is the mock at `mock_base_url`.
     pub async fn start(mock_base_url: &str) -> Server {
-        Self::start_with(mock_base_url, "").await
+        Self::start_with_config(&config_toml(mock_base_url)).await
     }
 
     /// [`Server::start`] with `server_toml` as the `[server]` table's body
     /// (e.g. `max_resume_attempts = 2`).
     pub async fn start_with(mock_base_url: &str, server_toml: &str) -> Server {
-        let dir = tempfile::tempdir().unwrap();
         let mut toml = config_toml(mock_base_url);
         if !server_toml.is_empty() {
             toml.push_str(&format!("\n[server]\n{server_toml}\n"));
         }
-        std::fs::write(dir.path().join("knife.toml"), toml).unwrap();
+        Self::start_with_config(&toml).await
+    }
+
+    /// Starts a server with `knife.toml` = `config` (e.g. another driver).
+    pub async fn start_with_config(config: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("knife.toml"), config).unwrap();
         std::fs::create_dir_all(dir.path().join("project")).unwrap();
         let proc = Self::spawn_in(dir.path()).await;
         let api = Api::new(&proc.url());

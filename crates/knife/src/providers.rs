@@ -1,0 +1,113 @@
+//! Provider instance → streaming LLM client, by `driver` (knife.toml
+//! `[providers.<id>]`; drivers listed in [`crate::config::DRIVERS`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use knife_llm::LlmClient;
+use knife_llm::anthropic::AnthropicClient;
+use knife_llm::http::HttpTimeouts;
+use knife_llm::openai_chat::OpenAiChatClient;
+use knife_llm::openai_responses::OpenAiResponsesClient;
+
+use crate::config::ProviderConfig;
+
+/// The HTTP timeouts of an instance: 10 s to connect and 300 s of silence unless
+/// `connect_timeout_secs` / `idle_timeout_secs` say otherwise (at least 1 s).
+pub fn timeouts(p: &ProviderConfig) -> HttpTimeouts {
+    let mut timeouts = HttpTimeouts::default();
+    if let Some(secs) = p.connect_timeout_secs {
+        timeouts.connect = Duration::from_secs(secs.max(1));
+    }
+    if let Some(secs) = p.idle_timeout_secs {
+        timeouts.idle = Duration::from_secs(secs.max(1));
+    }
+    timeouts
+}
+
+/// The Responses `reasoning` object from `reasoning_effort` / `reasoning_summary`
+/// (`None` when neither is set).
+fn responses_reasoning(p: &ProviderConfig) -> Option<serde_json::Value> {
+    let mut reasoning = serde_json::Map::new();
+    if let Some(effort) = &p.reasoning_effort {
+        reasoning.insert("effort".into(), effort.clone().into());
+    }
+    if let Some(summary) = &p.reasoning_summary {
+        reasoning.insert("summary".into(), summary.clone().into());
+    }
+    (!reasoning.is_empty()).then_some(serde_json::Value::Object(reasoning))
+}
+
+/// The client of instance `id`: `openai-chat` → Chat Completions (Bearer key),
+/// `anthropic` → Anthropic Messages (`x-api-key`; `max_tokens` from
+/// `output_limit`, else 8192), `openai-responses` → OpenAI Responses
+/// (Bearer key; `reasoning` from `reasoning_effort` / `reasoning_summary`).
+///
+/// Errors: an unknown driver (a config built in code skips the file check).
+pub fn llm_client(
+    id: &str,
+    p: &ProviderConfig,
+    api_key: Option<String>,
+) -> anyhow::Result<Arc<dyn LlmClient>> {
+    let timeouts = timeouts(p);
+    let base_url = if p.base_url.trim().is_empty() {
+        ProviderConfig::default_base_url(&p.driver)
+            .unwrap_or_default()
+            .to_owned()
+    } else {
+        p.base_url.clone()
+    };
+    Ok(match p.driver.as_str() {
+        "openai-chat" => Arc::new(OpenAiChatClient::with_timeouts(base_url, api_key, timeouts)),
+        "anthropic" => {
+            let mut client = AnthropicClient::with_timeouts(base_url, api_key, timeouts);
+            if let Some(max) = p.output_limit {
+                client.default_max_tokens = max.max(1);
+            }
+            Arc::new(client)
+        }
+        "openai-responses" => {
+            let mut client = OpenAiResponsesClient::with_timeouts(base_url, api_key, timeouts);
+            client.reasoning = responses_reasoning(p);
+            Arc::new(client)
+        }
+        other => bail!(
+            "provider `{id}` has driver `{other}`; supported drivers: openai-chat, anthropic, openai-responses"
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn instance(driver: &str) -> ProviderConfig {
+        toml::from_str(&format!("driver = '{driver}'\nmodel = 'm'\n")).unwrap()
+    }
+
+    #[test]
+    fn responses_reasoning_only_when_configured() {
+        let mut p = instance("openai-responses");
+        assert_eq!(responses_reasoning(&p), None);
+        p.reasoning_summary = Some("auto".into());
+        p.reasoning_effort = Some("low".into());
+        assert_eq!(
+            responses_reasoning(&p),
+            Some(serde_json::json!({"effort": "low", "summary": "auto"}))
+        );
+    }
+
+    #[test]
+    fn every_driver_builds_a_client_and_unknown_ones_are_refused() {
+        for driver in ["openai-chat", "anthropic", "openai-responses"] {
+            assert!(llm_client("x", &instance(driver), None).is_ok(), "{driver}");
+        }
+        let err = llm_client("x", &instance("gemini"), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("supported drivers"), "{err}");
+    }
+}
