@@ -427,3 +427,56 @@ async fn e2e_crash_two_quick_signals_exit_promptly_and_the_claim_survives() {
     assert_eq!(continuations(&p).len(), 1);
     assert!(!p.thread.is_claimed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_crash_a_resumed_turn_replays_its_tool_history_validly() {
+    // Request 1: a tool call; request 2: a slow answer the server is killed in;
+    // request 3 (the continuation): a quick answer.
+    let mut slow = ScriptResponse::text("x ".repeat(80).trim().to_owned());
+    slow.deltas = Some(80);
+    slow.stream_deltas_ms = Some(50);
+    let script = Script::new(vec![
+        ScriptResponse::tool_call("list", r#"{"path":"."}"#),
+        slow,
+        ScriptResponse::text("resumed and finished"),
+    ]);
+    let mock = MockLlm::start(MockLlmConfig::script(script)).await.unwrap();
+    let mut server = Server::start(&mock.base_url()).await;
+    std::fs::write(server.project_dir().join("notes.txt"), "hello").unwrap();
+    let thread = thread(&server, None).await;
+    server.api.post_message(&thread, "look around").await;
+    wait_requests(&mock, 2).await;
+    let api = server.api.clone();
+    poll_until("the second answer to stream", RUN_TIMEOUT, || async {
+        let p = api.projection(&thread).await;
+        p.turn_items
+            .iter()
+            .any(|i| matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text.starts_with('x')))
+            .then_some(())
+    })
+    .await;
+
+    server.proc.kill_hard().await;
+    server.respawn().await;
+    let p = wait_settled(&server, &thread, 2).await;
+    assert_eq!(p.runs[1].status, RunStatus::Completed, "{:?}", p.runs[1]);
+    assert_eq!(mock.chat_requests().len(), 3);
+    // The continuation request carries the finished tool call with its result, the
+    // partial answer and the continuation text, in a shape the provider accepts.
+    assert_eq!(mock.tool_call_violations(), Vec::<String>::new());
+    let body = &mock.chat_requests()[2].body_text;
+    assert!(
+        body.contains("notes.txt"),
+        "the tool result is replayed: {body}"
+    );
+    assert!(body.contains("The server restarted"), "{body}");
+    assert_eq!(
+        p.turn_items
+            .iter()
+            .filter(|i| matches!(&i.kind, TurnItemKind::ToolCall { .. }))
+            .count(),
+        1,
+        "the tool ran once: {:#?}",
+        p.turn_items
+    );
+}
