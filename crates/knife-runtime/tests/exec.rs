@@ -465,3 +465,25 @@ async fn exec_10_the_sweep_leaves_threads_draining_in_this_process_untouched() {
     assert_eq!(h.projection(&thread).await.latest_sequence, before);
     exec.shutdown(std::time::Duration::from_secs(5)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn resuming_an_unclaimed_thread_writes_nothing() {
+    let h = Harness::new(Drain::Complete).await;
+    let thread = h.thread(None).await;
+    let exec = h.execution();
+    let before = h.projection(&thread).await.latest_sequence;
+    assert_eq!(
+        exec.resume(&thread).await.unwrap(),
+        ResumeOutcome::NotClaimed
+    );
+    assert_eq!(h.projection(&thread).await.latest_sequence, before);
+    assert!(
+        exec.active_threads().is_empty(),
+        "the reservation was undone"
+    );
+    assert!(h.drains.started().is_empty());
+    // The thread still takes a message.
+    exec.start_run(&thread, "hello".into()).await.unwrap();
+    exec.await_idle(&thread).await;
+    assert!(!h.get(&thread).await.is_claimed());
+}
