@@ -29,6 +29,10 @@ pub struct CreateThreadRequest {
     pub provider_instance_id: Option<ProviderInstanceId>,
     #[serde(default)]
     pub model: Option<String>,
+    /// Makes the new thread a child (sub-agent) thread of this one (EXEC-03: child
+    /// claims are released at restart, never resumed). Must exist in the same project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_thread_id: Option<ThreadId>,
 }
 
 /// `POST /api/threads/{id}/messages`.

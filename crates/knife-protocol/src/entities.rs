@@ -54,6 +54,40 @@ pub struct Thread {
     /// for threads whose runtime publishes no status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_status: Option<AgentStatus>,
+    /// The execution claim (EXEC-04): set when a run starts, in the same transaction
+    /// as `run.created`; cleared by the run's terminal event unless the run was
+    /// interrupted by a shutdown. `None` = unclaimed. A claim with no live run in
+    /// this process is what the restart sweep resumes.
+    #[serde(default)]
+    pub time_suspended: Option<Timestamp>,
+    /// How many times the restart sweep resumed the claimed work since the last
+    /// releasing terminal (EXEC-08/09); reset to 0 with the claim.
+    #[serde(default)]
+    pub resume_attempts: u32,
+    /// The parent of a child (sub-agent) thread; `None` for top-level threads.
+    /// Child claims are never resumed, only released (EXEC-03).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_thread_id: Option<ThreadId>,
+}
+
+impl Thread {
+    /// True while the thread holds an execution claim.
+    pub fn is_claimed(&self) -> bool {
+        self.time_suspended.is_some()
+    }
+
+    /// Takes the claim at `now`; an existing claim keeps its timestamp (EXEC-04).
+    pub fn claim(&mut self, now: Timestamp) {
+        if self.time_suspended.is_none() {
+            self.time_suspended = Some(now);
+        }
+    }
+
+    /// Releases the claim and resets the resume counter (EXEC-04/05/08).
+    pub fn release_claim(&mut self) {
+        self.time_suspended = None;
+        self.resume_attempts = 0;
+    }
 }
 
 /// What the agent working on a thread is doing right now (PROC-06, PROC-09).

@@ -117,6 +117,18 @@ pub async fn create_thread(
             },
         });
     }
+    if let Some(parent) = &request.parent_thread_id {
+        match store.get_thread(parent).await? {
+            Some(p) if p.project_id == request.project_id => {}
+            Some(_) => {
+                return Err(RuntimeError::Invalid(format!(
+                    "parent thread {parent} belongs to another project; pick a parent in project {}",
+                    request.project_id
+                )));
+            }
+            None => return Err(RuntimeError::ThreadNotFound(parent.clone())),
+        }
+    }
     let now = clock.now();
     let thread = Thread {
         id: ThreadId::new(),
@@ -135,6 +147,9 @@ pub async fn create_thread(
         created_at: now,
         updated_at: now,
         agent_status: None,
+        time_suspended: None,
+        resume_attempts: 0,
+        parent_thread_id: request.parent_thread_id,
     };
     store
         .write(vec![DomainEvent::new(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use knife_protocol::*;
-use knife_store::{EntityKind, RowGuard, Store};
+use knife_store::Store;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -20,6 +20,38 @@ use crate::clock::SharedClock;
 use crate::error::RuntimeError;
 use crate::ingest::push_coalesced;
 use crate::manager::{OpenedSession, SessionManager};
+use crate::runs::{Created, RunStart};
+use crate::terminal::{Terminal, terminal_of_outcome};
+
+/// Default budget of resumes per claimed piece of work (EXEC-08).
+pub const DEFAULT_MAX_RESUME_ATTEMPTS: u32 = 10;
+
+/// What [`ExecutionService::resume_within`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResumeOutcome {
+    /// A continuation run started; `attempt` is the thread's `resume_attempts` now.
+    Resumed { run: RunId, attempt: u32 },
+    /// The thread already drains in this process: left untouched (EXEC-10).
+    AlreadyActive,
+    /// The thread holds no claim: nothing to resume.
+    NotClaimed,
+    /// The budget was spent after `attempts` resumes: terminalised with `aborted` (EXEC-08).
+    Exhausted { attempts: u32 },
+}
+
+/// Result of reserving a thread and creating its run.
+enum Begun {
+    Started {
+        run: Box<Run>,
+        attempts: u32,
+    },
+    /// Another run is active in this process (its id, once known).
+    Busy(Option<RunId>),
+    NotClaimed,
+    Exhausted {
+        attempts: u32,
+    },
+}
 
 /// How long an interrupted runtime gets to end its turn itself before the run is
 /// recorded as interrupted anyway.
@@ -93,13 +125,24 @@ impl ExecutionService {
         &self.inner.manager
     }
 
+    /// The store runs are written to.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The clock stamping events.
+    pub fn clock(&self) -> &SharedClock {
+        &self.inner.clock
+    }
+
     /// Starts run N+1 of `thread` with the user's `text` and returns it at once
     /// (status `running`); the turn continues in the background.
     ///
-    /// Writes `run.created`, the user-message turn item and `thread.updated` in one
-    /// transaction guarded by the thread row's version (a concurrent change → `Conflict`).
-    /// Errors: `ThreadNotFound`, `RunInProgress` (one run per thread at a time),
-    /// `Invalid` (empty text), `ProjectNotFound`.
+    /// Writes `run.created`, the user-message turn item and `thread.updated` (with
+    /// the thread's claim, EXEC-04) in one transaction guarded by the thread row's
+    /// version (a concurrent change → `Conflict`). Errors: `ThreadNotFound`,
+    /// `RunInProgress` (one run per thread at a time), `Invalid` (empty text),
+    /// `ProjectNotFound`, `ShuttingDown`.
     pub async fn start_run(&self, thread_id: &ThreadId, text: String) -> Result<Run, RuntimeError> {
         if text.trim().is_empty() {
             return Err(RuntimeError::Invalid(
@@ -107,6 +150,62 @@ impl ExecutionService {
             ));
         }
         self.wait_if_finishing(thread_id).await;
+        match self.begin(thread_id, RunStart::User(text)).await? {
+            Begun::Started { run, .. } => Ok(*run),
+            Begun::Busy(run) => Err(RuntimeError::RunInProgress {
+                thread: thread_id.clone(),
+                run: run.unwrap_or_else(|| RunId::from("(starting)")),
+            }),
+            Begun::NotClaimed | Begun::Exhausted { .. } => Err(RuntimeError::Internal(
+                "a user run was answered as a resume".into(),
+            )),
+        }
+    }
+
+    /// Resumes the claimed work of `thread` after a restart (EXEC-07/09), within the
+    /// default budget of [`DEFAULT_MAX_RESUME_ATTEMPTS`]. See [`Self::resume_within`].
+    pub async fn resume(&self, thread_id: &ThreadId) -> Result<ResumeOutcome, RuntimeError> {
+        self.resume_within(thread_id, DEFAULT_MAX_RESUME_ATTEMPTS)
+            .await
+    }
+
+    /// Resumes the claimed work of `thread`: start-or-join.
+    ///
+    /// * Already running in this process → [`ResumeOutcome::AlreadyActive`], nothing
+    ///   written (EXEC-10).
+    /// * Not claimed → [`ResumeOutcome::NotClaimed`], nothing written.
+    /// * `max_attempts` resumes already spent → the thread is terminalised with an
+    ///   `aborted` failure and its claim released and counter reset, atomically
+    ///   ([`ResumeOutcome::Exhausted`], EXEC-08).
+    /// * Otherwise, in one transaction: the run the dead process left active ends
+    ///   `interrupted` (claim kept), `resume_attempts` is incremented, and a new run
+    ///   opens with the system-originated continuation message (EXEC-07/09); its drain
+    ///   starts in the background ([`ResumeOutcome::Resumed`]).
+    ///
+    /// Errors: `ThreadNotFound`, `ProjectNotFound`, `Conflict`, `ShuttingDown`, `Store`.
+    pub async fn resume_within(
+        &self,
+        thread_id: &ThreadId,
+        max_attempts: u32,
+    ) -> Result<ResumeOutcome, RuntimeError> {
+        Ok(
+            match self
+                .begin(thread_id, RunStart::Continuation { max_attempts })
+                .await?
+            {
+                Begun::Started { run, attempts } => ResumeOutcome::Resumed {
+                    run: run.id,
+                    attempt: attempts,
+                },
+                Begun::Busy(_) => ResumeOutcome::AlreadyActive,
+                Begun::NotClaimed => ResumeOutcome::NotClaimed,
+                Begun::Exhausted { attempts } => ResumeOutcome::Exhausted { attempts },
+            },
+        )
+    }
+
+    /// Reserves `thread_id` in this process, writes its new run and starts the drain.
+    async fn begin(&self, thread_id: &ThreadId, start: RunStart) -> Result<Begun, RuntimeError> {
         let inner = &self.inner;
         let (done_tx, done_rx) = watch::channel(false);
         let (run_tx, run_rx) = watch::channel(None);
@@ -121,11 +220,7 @@ impl ExecutionService {
                 return Err(RuntimeError::ShuttingDown);
             }
             if let Some(run) = active.get(thread_id) {
-                let run = run.run_id.borrow().clone();
-                return Err(RuntimeError::RunInProgress {
-                    thread: thread_id.clone(),
-                    run: run.unwrap_or_else(|| RunId::from("(starting)")),
-                });
+                return Ok(Begun::Busy(run.run_id.borrow().clone()));
             }
             active.insert(
                 thread_id.clone(),
@@ -144,23 +239,37 @@ impl ExecutionService {
         let this = self.clone();
         let thread_id = thread_id.clone();
         let task = tokio::spawn(async move {
-            // Reservation guard: if creating the run fails, the thread is free again.
+            // Reservation guard: if no run is created, the thread is free again.
             let reservation = Reservation {
                 inner: this.inner.clone(),
                 thread: thread_id.clone(),
                 armed: true,
             };
-            let (thread, project, run) = this.create_run(&thread_id, &text).await?;
+            let created = crate::runs::create_run(
+                &this.inner.store,
+                this.inner.clock.as_ref(),
+                &thread_id,
+                &start,
+            )
+            .await?;
+            let (thread, project, run) = match created {
+                Created::Started(started) => *started,
+                Created::NotClaimed => return Ok(Begun::NotClaimed),
+                Created::Exhausted { attempts } => return Ok(Begun::Exhausted { attempts }),
+            };
             reservation.disarm();
             let _ = run_tx.send(Some(run.id.clone()));
-            let started = run.clone();
+            let started = Begun::Started {
+                run: Box::new(run.clone()),
+                attempts: thread.resume_attempts,
+            };
             let driver = this.clone();
             this.inner.tracker.spawn(async move {
                 let ctx = RunContext {
                     thread,
                     root: PathBuf::from(&project.root),
                     run,
-                    text,
+                    text: start.text().to_owned(),
                     cancel,
                     reason,
                     finishing,
@@ -173,95 +282,6 @@ impl ExecutionService {
         });
         task.await
             .map_err(|e| RuntimeError::Internal(format!("starting the run failed: {e}")))?
-    }
-
-    async fn create_run(
-        &self,
-        thread_id: &ThreadId,
-        text: &str,
-    ) -> Result<(Thread, Project, Run), RuntimeError> {
-        let store = &self.inner.store;
-        let version = store
-            .row_version(EntityKind::Thread, thread_id.as_str())
-            .await?;
-        let mut thread = store
-            .get_thread(thread_id)
-            .await?
-            .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
-        if thread.active_run_id.is_some() {
-            // No entry in this process (checked by the caller) and the data directory
-            // is owned by this process: the run's end could not be recorded (its
-            // terminal write failed). Settle it now rather than refuse forever.
-            tracing::warn!(thread = %thread_id, "settling a run whose end was never recorded");
-            crate::recovery::settle_stale_runs(
-                store,
-                self.inner.clock.as_ref(),
-                thread,
-                "knife could not record how this run ended; send the message again to continue",
-            )
-            .await?;
-            return Box::pin(self.create_run(thread_id, text)).await;
-        }
-        let project = store
-            .get_project(&thread.project_id)
-            .await?
-            .ok_or_else(|| RuntimeError::ProjectNotFound(thread.project_id.clone()))?;
-        let now = self.inner.clock.now();
-        let ordinal = thread.run_count + 1;
-        let run_id = RunId::for_thread(thread_id, ordinal);
-        let user_item = TurnItem {
-            id: TurnItemId::user_message_of(&run_id),
-            thread_id: thread_id.clone(),
-            run_id: Some(run_id.clone()),
-            provider_turn_id: None,
-            ordinal: TurnItem::ordinal_in_run(ordinal, 0),
-            status: TurnItemStatus::Completed,
-            started_at: Some(now),
-            completed_at: Some(now),
-            updated_at: now,
-            kind: TurnItemKind::UserMessage {
-                text: text.to_owned(),
-                origin: MessageOrigin::User,
-                description: None,
-            },
-        };
-        let run = Run {
-            id: run_id.clone(),
-            thread_id: thread_id.clone(),
-            ordinal,
-            provider_instance_id: thread.provider_instance_id.clone(),
-            model: thread.model.clone(),
-            status: RunStatus::Running,
-            user_message_id: user_item.id.clone(),
-            requested_at: now,
-            started_at: Some(now),
-            completed_at: None,
-            error: None,
-            usage: None,
-        };
-        thread.status = ThreadStatus::Running;
-        thread.active_run_id = Some(run_id);
-        thread.run_count = ordinal;
-        thread.last_error = None;
-        thread.updated_at = now;
-        let events = vec![
-            DomainEvent::new(now, EventBody::RunCreated(run.clone())),
-            DomainEvent::new(
-                now,
-                EventBody::NodeUpdated(root_node(&run, NodeStatus::Running, now)),
-            ),
-            DomainEvent::new(now, EventBody::TurnItemUpdated(user_item)),
-            DomainEvent::new(now, EventBody::ThreadUpdated(thread.clone())),
-        ];
-        let guard = RowGuard {
-            kind: EntityKind::Thread,
-            id: thread_id.to_string(),
-            expected_version: version,
-        };
-        match store.write_if(guard, events).await? {
-            Some(_) => Ok((thread, project, run)),
-            None => Err(RuntimeError::Conflict),
-        }
     }
 
     /// Asks the active run of `thread` to stop. Returns the run asked, or `None` when
@@ -315,6 +335,17 @@ impl ExecutionService {
             .iter()
             .filter_map(|(t, r)| Some((t.clone(), r.run_id.borrow().clone()?)))
             .collect()
+    }
+
+    /// Every thread with an execution in this process, including runs still being
+    /// created: what the restart sweep must leave untouched (EXEC-10).
+    pub fn active_threads(&self) -> std::collections::HashSet<ThreadId> {
+        lock(&self.inner.active).keys().cloned().collect()
+    }
+
+    /// Whether `thread` has an execution in this process.
+    pub fn is_active(&self, thread: &ThreadId) -> bool {
+        lock(&self.inner.active).contains_key(thread)
     }
 
     /// Refuses new runs ([`RuntimeError::ShuttingDown`]), interrupts every active run
@@ -505,7 +536,10 @@ impl ExecutionService {
         }
     }
 
-    /// Writes the run's terminal state, an error item when it failed, and the idle thread.
+    /// Writes the run's terminal state, an error item when it failed, and the idle
+    /// thread, in one transaction. The terminal is classified by
+    /// [`crate::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
+    /// that same transaction unless the run was interrupted by a shutdown (EXEC-04/05).
     async fn finalize(
         &self,
         ctx: &RunContext,
@@ -534,41 +568,37 @@ impl ExecutionService {
             Some(p) => crate::recovery::settle_unfinished(&p, &run.id, now),
             None => Vec::new(),
         };
-        let label = match &outcome {
-            TurnOutcome::Completed => {
+        let terminal = terminal_of_outcome(outcome, *lock(&ctx.reason));
+        if terminal.releases_claim() {
+            thread.release_claim();
+        }
+        let label = match &terminal {
+            Terminal::Succeeded => {
                 run.status = RunStatus::Completed;
                 thread.status = ThreadStatus::Idle;
                 "completed"
             }
-            TurnOutcome::Interrupted { reason } => {
+            Terminal::Interrupted { reason } => {
                 run.status = RunStatus::Interrupted;
-                run.error = Some(RunError::new(
-                    "interrupted",
-                    format!("the run was interrupted ({reason})"),
-                ));
+                run.error = Some(RunError {
+                    code: Some(reason.as_str().to_owned()),
+                    ..RunError::new(
+                        "interrupted",
+                        format!("the run was interrupted ({})", reason.as_str()),
+                    )
+                });
                 thread.status = ThreadStatus::Idle;
                 "interrupted"
             }
-            TurnOutcome::Failed { error } => {
+            Terminal::Failed { error } => {
                 run.status = RunStatus::Failed;
                 run.error = Some(error.clone());
                 thread.status = ThreadStatus::Failed;
                 thread.last_error = Some(error.clone());
-                let item = TurnItem {
-                    id: TurnItemId::from(format!("item:{}:error", run.id)),
-                    thread_id: thread.id.clone(),
-                    run_id: Some(run.id.clone()),
-                    provider_turn_id: None,
-                    ordinal: TurnItem::ordinal_in_run(run.ordinal, 999_999),
-                    status: TurnItemStatus::Failed,
-                    started_at: Some(now),
-                    completed_at: Some(now),
-                    updated_at: now,
-                    kind: TurnItemKind::Error {
-                        error: error.clone(),
-                    },
-                };
-                events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
+                events.push(DomainEvent::new(
+                    now,
+                    EventBody::TurnItemUpdated(crate::runs::error_item(&run, error, now)),
+                ));
                 "failed"
             }
         };
@@ -585,12 +615,16 @@ impl ExecutionService {
             ),
         );
         events.insert(0, DomainEvent::new(now, EventBody::RunUpdated(run.clone())));
+        let claimed = thread.is_claimed();
         events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
         store.write(events).await?;
         metrics::counter!("knife_runs_total", "outcome" => label).increment(1);
         let seconds = (now - run.requested_at).num_milliseconds().max(0) as f64 / 1000.0;
         metrics::histogram!("knife_run_duration_seconds", "outcome" => label).record(seconds);
-        tracing::info!(thread = %ctx.thread.id, run = %run.id, outcome = label, "run finished");
+        tracing::info!(
+            thread = %ctx.thread.id, run = %run.id, outcome = label, claim_kept = claimed,
+            "run finished"
+        );
         Ok(())
     }
 }

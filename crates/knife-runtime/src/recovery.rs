@@ -1,6 +1,6 @@
 //! Boot reconciliation: settles what the previous process left in flight, before
-//! the server accepts requests. The durable-execution issue extends this with claims
-//! and resumption (EXEC-03..10); until then an interrupted run is ended, not resumed.
+//! the restart sweep ([`crate::restart`]) resumes the claimed work and before the
+//! server accepts requests.
 
 use knife_protocol::*;
 use knife_store::Store;
@@ -15,23 +15,37 @@ pub const TOOL_ABORTED: &str = "Tool execution aborted";
 const STALE_AFTER_RESTART: &str =
     "the server stopped while this run was active; send the message again to continue";
 
+/// Why a runtime request of a dead session can no longer be answered.
+pub const REQUEST_NOT_RESUMABLE: &str =
+    "the agent session that asked ended with the previous server process";
+
 /// What [`reconcile_after_restart`] changed.
 #[derive(Debug, Default)]
 pub struct ReconcileReport {
-    /// Runs that were active in the previous process, now `interrupted`.
+    /// Runs of unclaimed threads that were active in the previous process, now
+    /// `interrupted`. Claimed top-level threads are left to the restart sweep.
     pub runs_interrupted: Vec<(ThreadId, RunId)>,
     /// Provider sessions that were neither `stopped` nor `error`, now `stopped`.
     pub sessions_stopped: usize,
+    /// Runtime requests still `pending`, now `expired` / not resumable.
+    pub requests_expired: usize,
 }
 
-/// Settles the state a previous process left behind. For each thread with an active
-/// run: the run becomes `interrupted` (error type `interrupted`, saying to send the
-/// message again), its unfinished turn items end (`interrupted`; tool calls `failed` with
-/// [`TOOL_ABORTED`]), its unfinished provider turns become `interrupted`, and the thread
-/// goes idle — all in one transaction per thread. Then every provider session not
-/// `stopped`/`error` is marked `stopped` (its process died with the old server).
+/// Settles the state a previous process left behind:
 ///
-/// Call once at boot, before serving. Idempotent: a second call changes nothing.
+/// * each thread with an active run and **no** top-level claim (claimed top-level
+///   threads are the restart sweep's, EXEC-03..10): the run becomes `interrupted`
+///   (error type `interrupted`, saying to send the message again), its unfinished turn
+///   items end (`interrupted`; tool calls `failed` with [`TOOL_ABORTED`]), its pending
+///   requests expire, its unfinished provider turns become `interrupted`, and the thread
+///   goes idle — all in one transaction per thread;
+/// * every runtime request still `pending` becomes `expired` with a `not_resumable`
+///   capability (the session that asked is gone);
+/// * every provider session not `stopped`/`error` is marked `stopped` (its process
+///   died with the old server).
+///
+/// Call once at boot, before the sweep and before serving. Idempotent: a second call
+/// changes nothing.
 pub async fn reconcile_after_restart(
     store: &Store,
     clock: &dyn Clock,
@@ -41,12 +55,25 @@ pub async fn reconcile_after_restart(
         if thread.active_run_id.is_none() && thread.status != ThreadStatus::Running {
             continue;
         }
+        if thread.is_claimed() && thread.parent_thread_id.is_none() {
+            continue; // the restart sweep resumes it
+        }
         let thread_id = thread.id.clone();
         let ended = settle_stale_runs(store, clock, thread, STALE_AFTER_RESTART).await?;
         tracing::info!(thread = %thread_id, runs = ended.len(), "ended the runs the previous process left active");
         report
             .runs_interrupted
             .extend(ended.into_iter().map(|r| (thread_id.clone(), r)));
+    }
+    for request in store.list_pending_runtime_requests().await? {
+        let now = clock.now();
+        store
+            .write(vec![DomainEvent::new(
+                now,
+                EventBody::RuntimeRequestUpdated(expire_request(&request, now)),
+            )])
+            .await?;
+        report.requests_expired += 1;
     }
     for mut session in store.list_provider_sessions().await? {
         if matches!(
@@ -79,23 +106,21 @@ pub async fn settle_stale_runs(
     mut thread: Thread,
     message: &str,
 ) -> Result<Vec<RunId>, RuntimeError> {
-    let Some(projection) = store.thread_projection(&thread.id).await? else {
+    if store.get_thread(&thread.id).await?.is_none() {
         return Ok(Vec::new());
-    };
-    let now = clock.now();
-    let mut events = Vec::new();
-    let mut ended = Vec::new();
-    for run in projection.runs.iter().filter(|r| !r.status.is_terminal()) {
-        let mut run = run.clone();
-        run.status = RunStatus::Interrupted;
-        run.completed_at = Some(now);
-        run.error = Some(RunError::new("interrupted", message));
-        ended.push(run.id.clone());
-        events.extend(settle_unfinished(&projection, &run.id, now));
-        let node = crate::execution::root_node(&run, NodeStatus::Interrupted, now);
-        events.push(DomainEvent::new(now, EventBody::NodeUpdated(node)));
-        events.push(DomainEvent::new(now, EventBody::RunUpdated(run)));
     }
+    let now = clock.now();
+    let error = RunError::new("interrupted", message);
+    let mut events =
+        crate::runs::end_unfinished_runs(store, &thread, RunStatus::Interrupted, &error, now)
+            .await?;
+    let ended = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::RunUpdated(r) => Some(r.id.clone()),
+            _ => None,
+        })
+        .collect();
     thread.status = ThreadStatus::Idle;
     thread.active_run_id = None;
     thread.updated_at = now;
@@ -106,7 +131,8 @@ pub async fn settle_stale_runs(
 
 /// Events that end what `run` left unfinished in `projection`: items still pending,
 /// running or waiting (tool calls `failed` with [`TOOL_ABORTED`], others
-/// `interrupted`) and provider turns still pending or running (`interrupted`).
+/// `interrupted`), provider turns still pending or running (`interrupted`) and
+/// runtime requests still pending (`expired`, not resumable).
 /// Empty when everything already finished.
 pub(crate) fn settle_unfinished(
     projection: &ThreadProjection,
@@ -136,7 +162,28 @@ pub(crate) fn settle_unfinished(
             events.push(DomainEvent::new(now, EventBody::ProviderTurnUpdated(turn)));
         }
     }
+    for request in projection
+        .runtime_requests
+        .iter()
+        .filter(|r| r.run_id.as_ref() == Some(run) && r.status == RuntimeRequestStatus::Pending)
+    {
+        events.push(DomainEvent::new(
+            now,
+            EventBody::RuntimeRequestUpdated(expire_request(request, now)),
+        ));
+    }
     events
+}
+
+/// `request` expired at `now`, with a `not_resumable` capability.
+fn expire_request(request: &RuntimeRequest, now: Timestamp) -> RuntimeRequest {
+    let mut request = request.clone();
+    request.status = RuntimeRequestStatus::Expired;
+    request.resolved_at = Some(now);
+    request.response_capability = ResponseCapability::NotResumable {
+        reason: REQUEST_NOT_RESUMABLE.to_owned(),
+    };
+    request
 }
 
 /// The settled form of an unfinished item, or `None` when it already finished.

@@ -104,3 +104,80 @@ fn not_found_errors_point_at_things_that_exist() {
     assert!(thread.contains("knife threads list"), "{thread}");
     assert!(thread.contains("GET /api/threads"), "{thread}");
 }
+
+#[tokio::test]
+async fn a_child_thread_names_an_existing_parent_of_the_same_project() {
+    use knife_runtime::commands::create_thread;
+    let (dir, store, clock) = store().await;
+    let instance = ProviderInstanceId::from("fake");
+    let mut projects = Vec::new();
+    for name in ["a", "b"] {
+        let root = dir.path().join(name);
+        std::fs::create_dir(&root).unwrap();
+        projects.push(
+            create_project(&store, clock.as_ref(), request(&root))
+                .await
+                .unwrap()
+                .0,
+        );
+    }
+    let thread = |project: &Project, parent: Option<ThreadId>| CreateThreadRequest {
+        project_id: project.id.clone(),
+        title: None,
+        provider_instance_id: None,
+        model: None,
+        parent_thread_id: parent,
+    };
+    let known = std::slice::from_ref(&instance);
+    let parent = create_thread(
+        &store,
+        clock.as_ref(),
+        thread(&projects[0], None),
+        &instance,
+        known,
+    )
+    .await
+    .unwrap();
+    let child = create_thread(
+        &store,
+        clock.as_ref(),
+        thread(&projects[0], Some(parent.id.clone())),
+        &instance,
+        known,
+    )
+    .await
+    .unwrap();
+    assert_eq!(child.parent_thread_id, Some(parent.id.clone()));
+    assert_eq!(
+        store
+            .get_thread(&child.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .parent_thread_id,
+        Some(parent.id.clone())
+    );
+    let elsewhere = create_thread(
+        &store,
+        clock.as_ref(),
+        thread(&projects[1], Some(parent.id.clone())),
+        &instance,
+        known,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(elsewhere, RuntimeError::Invalid(_)), "{elsewhere}");
+    let missing = create_thread(
+        &store,
+        clock.as_ref(),
+        thread(&projects[0], Some(ThreadId::from("thread_nope"))),
+        &instance,
+        known,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(missing, RuntimeError::ThreadNotFound(_)),
+        "{missing}"
+    );
+}

@@ -210,6 +210,7 @@ async fn harness_with_grace(behaviour: Behaviour, grace: Duration) -> Harness {
             title: None,
             provider_instance_id: None,
             model: None,
+            parent_thread_id: None,
         },
         &instance,
         std::slice::from_ref(&instance),

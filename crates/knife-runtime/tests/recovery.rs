@@ -49,6 +49,9 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         created_at: now,
         updated_at: now,
         agent_status: None,
+        time_suspended: None,
+        resume_attempts: 0,
+        parent_thread_id: None,
     };
     let run = Run {
         id: run_id.clone(),

@@ -92,6 +92,7 @@ impl Server {
                 title: None,
                 provider_instance_id: None,
                 model: None,
+                parent_thread_id: None,
             },
             &instance,
             std::slice::from_ref(&instance),

@@ -142,6 +142,15 @@ pub(crate) fn apply_event(
                     "updated_at_us",
                     Value::Integer(t.updated_at.timestamp_micros()),
                 ),
+                (
+                    "time_suspended_us",
+                    t.time_suspended
+                        .map_or(Value::Null, |c| Value::Integer(c.timestamp_micros())),
+                ),
+                (
+                    "parent_thread_id",
+                    opt_text(t.parent_thread_id.as_ref().map(|p| p.as_str())),
+                ),
             ],
             t,
             seq,
@@ -181,6 +190,10 @@ pub(crate) fn apply_event(
                         text(s.provider_instance_id.as_str()),
                     ),
                     ("status", enum_text(&s.status)?),
+                    (
+                        "last_seen_at_us",
+                        Value::Integer(s.updated_at.timestamp_micros()),
+                    ),
                 ],
                 s,
                 seq,

@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod claims;
 mod error;
 mod fold;
 mod queries;
@@ -39,6 +40,7 @@ mod stream;
 mod types;
 mod writer;
 
+pub use claims::{ProcessGroupRecord, SessionActivity};
 pub use error::StoreError;
 pub use types::{EntityKind, RebuildStats, RowGuard, StoreOptions, StreamFilter};
 

@@ -31,6 +31,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "project_unique_root",
         sql: include_str!("../migrations/0002_project_unique_root.sql"),
     },
+    Migration {
+        version: 3,
+        name: "execution_claims",
+        sql: include_str!("../migrations/0003_execution_claims.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.
@@ -44,7 +49,9 @@ pub(crate) fn latest_version() -> i64 {
 /// Durability choice: in WAL mode `synchronous=NORMAL` never corrupts the file and
 /// keeps every committed transaction across a *process* crash (SIGKILL); only an OS
 /// crash or power loss may roll back the last few commits. knife accepts that for
-/// all writes, including claims and terminal events (ARCHITECTURE.md "Storage").
+/// all writes, including claims and terminal events: a claim shares its transaction
+/// with the run's start and a release with the run's terminal, so a rollback loses
+/// both or neither (docs/2026-11-29-durable-execution.md).
 pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {

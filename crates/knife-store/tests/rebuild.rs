@@ -160,11 +160,19 @@ fn to_event(op: &Op) -> DomainEvent {
             &format!("project{p}"),
             at,
         ))),
-        Op::Thread { t, p, at } => ev(EventBody::ThreadUpdated(thread(
-            &th(t),
-            &format!("project{p}"),
-            at,
-        ))),
+        Op::Thread { t, p, at } => {
+            // Claims and parents vary with the generated values, so rebuild must
+            // reproduce the claim columns too (migration 0003).
+            let mut thread = thread(&th(t), &format!("project{p}"), at);
+            if at % 3 == 0 {
+                thread.claim(ts(at));
+                thread.resume_attempts = u32::try_from(at % 4).unwrap_or(0);
+            }
+            if t % 2 == 1 {
+                thread.parent_thread_id = Some(ThreadId::from(th(t - 1).as_str()));
+            }
+            ev(EventBody::ThreadUpdated(thread))
+        }
         Op::Run { t, ordinal, status } => ev(EventBody::RunUpdated(run(
             &th(t),
             ordinal,

@@ -11,7 +11,11 @@ use anyhow::{Context, bail};
 use knife_agent::permissions::PermissionRules;
 use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig, ToolPolicy};
 use knife_protocol::ProviderInstanceId;
-use knife_runtime::{ExecutionService, ProviderAdapter, SessionManager, SharedClock, SystemClock};
+use knife_runtime::process_groups::kill_leftover_process_groups;
+use knife_runtime::{
+    ExecutionService, ProviderAdapter, RestartOptions, RestartService, SessionManager, SharedClock,
+    SystemClock,
+};
 use knife_server::AppState;
 use knife_store::Store;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -60,6 +64,14 @@ fn describe_metrics() {
         "knife_adapter_events_total",
         "Adapter events written to the event log (after coalescing)"
     );
+    metrics::describe_counter!(
+        "knife_resumes_total",
+        "Claimed threads handled by the restart sweep, by outcome (resumed, exhausted, failed)"
+    );
+    metrics::describe_counter!(
+        "knife_resume_budget_exhausted_total",
+        "Threads ended with `aborted` because their work was interrupted max_resume_attempts times"
+    );
 }
 
 impl App {
@@ -86,15 +98,32 @@ impl App {
             .await
             .with_context(|| format!("cannot open the knife database in {}", data_dir.display()))?;
         let clock: SharedClock = Arc::new(SystemClock);
-        // Before anything can start a run: settle what the previous process left active.
+        // Installed before the boot's own work so its counters (resumes) are kept.
+        let metrics = metrics_handle();
+        // Boot order (issue 4): reconcile what died with the previous process, kill
+        // the process groups it left running, then (below, once execution exists) the
+        // restart sweep resumes claimed work; only then does the server accept requests.
         let report = knife_runtime::recovery::reconcile_after_restart(&store, clock.as_ref())
             .await
             .context("cannot reconcile the state left by the previous process")?;
-        if !report.runs_interrupted.is_empty() || report.sessions_stopped > 0 {
+        if !report.runs_interrupted.is_empty()
+            || report.sessions_stopped > 0
+            || report.requests_expired > 0
+        {
             tracing::info!(
                 runs_interrupted = report.runs_interrupted.len(),
                 sessions_stopped = report.sessions_stopped,
+                requests_expired = report.requests_expired,
                 "reconciled the previous process's state"
+            );
+        }
+        let killed = kill_leftover_process_groups(&store)
+            .await
+            .context("cannot kill the process groups left by the previous process")?;
+        if !killed.killed.is_empty() {
+            tracing::info!(
+                killed = killed.killed.len(),
+                "killed process groups left by the previous process"
             );
         }
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
@@ -150,12 +179,31 @@ impl App {
         let default_instance = ProviderInstanceId::from(config.default_instance()?.as_str());
         let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
         let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+        let options = RestartOptions {
+            max_resume_attempts: config
+                .server
+                .max_resume_attempts
+                .unwrap_or(RestartOptions::default().max_resume_attempts),
+        };
+        let sweep = RestartService::new(execution.clone(), options)
+            .resume_suspended_threads()
+            .await
+            .context("cannot resume the work claimed by the previous process")?;
+        if !sweep.resumed.is_empty() || !sweep.exhausted.is_empty() {
+            tracing::info!(
+                resumed = sweep.resumed.len(),
+                exhausted = sweep.exhausted.len(),
+                children_released = sweep.children_released.len(),
+                failed = sweep.failed.len(),
+                "restart sweep done"
+            );
+        }
         let state = AppState {
             store: store.clone(),
             execution: execution.clone(),
             clock,
             default_instance,
-            metrics: metrics_handle(),
+            metrics,
             api_token: api_token.map(Arc::from),
             closing: CancellationToken::new(),
         };

@@ -48,6 +48,9 @@ pub struct ServerConfig {
     pub data_dir: Option<PathBuf>,
     /// Env var holding the API token required for non-loopback binds (default `KNIFE_API_TOKEN`).
     pub api_token_env: Option<String>,
+    /// Resumes after a restart allowed per piece of claimed work before it is ended
+    /// with an `aborted` error (default 10; SPEC.md EXEC-08). Env `KNIFE_MAX_RESUME_ATTEMPTS`.
+    pub max_resume_attempts: Option<u32>,
 }
 
 /// One provider instance (`[providers.<id>]`).
@@ -227,6 +230,9 @@ impl Config {
         }
         if let Some(v) = var("KNIFE_LISTEN") {
             self.server.listen = Some(v);
+        }
+        if let Some(n) = var("KNIFE_MAX_RESUME_ATTEMPTS").and_then(|v| v.trim().parse().ok()) {
+            self.server.max_resume_attempts = Some(n);
         }
     }
 

@@ -47,7 +47,7 @@ enum Command {
     /// Database maintenance: `db rebuild` recomputes every projection from the event log.
     #[command(subcommand)]
     Db(threads::DbCommand),
-    /// Benchmarks: `bench store`, `bench stream`, `bench processor`.
+    /// Benchmarks: `bench store`, `bench stream`, `bench processor`, `bench restart`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }

@@ -141,6 +141,7 @@ async fn new_thread(client: &ApiClient, args: &RunArgs) -> anyhow::Result<Thread
         title: Some(title),
         provider_instance_id: args.provider.as_deref().map(ProviderInstanceId::from),
         model: args.model.clone(),
+        parent_thread_id: None,
     };
     client.post("/api/threads", &req).await
 }

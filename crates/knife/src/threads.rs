@@ -128,8 +128,10 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                 println!("no threads yet; start one with `knife run \"…\"`");
             }
             for t in threads {
+                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
+                let claim = if t.is_claimed() { " claimed" } else { "" };
                 println!(
-                    "{}  {:<8} runs={:<3} {}  {}",
+                    "{}  {:<8} runs={:<3} {}  {}{claim}",
                     t.id,
                     format!("{:?}", t.status).to_lowercase(),
                     t.run_count,
@@ -174,6 +176,18 @@ fn print_projection(p: &ThreadProjection) {
             .unwrap_or_default()
     );
     println!("runs     {}", t.run_count);
+    // The execution claim (SPEC.md EXEC-04): held while work runs or waits for a restart.
+    match t.time_suspended {
+        Some(at) => println!(
+            "claim    held since {} · resume attempts {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            t.resume_attempts
+        ),
+        None => println!("claim    none"),
+    }
+    if let Some(parent) = &t.parent_thread_id {
+        println!("parent   {parent}");
+    }
     if let Some(e) = &t.last_error {
         println!("error    {} ({})", e.message, e.error_type);
     }

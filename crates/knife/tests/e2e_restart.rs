@@ -1,5 +1,6 @@
 // Process tests of stopping the server mid-run: SIGTERM (graceful: the run is settled
-// before exit) and SIGKILL (crash: the restarted server must not leave the run running).
+// before exit, its claim kept) and SIGKILL (crash); either way the restarted server
+// resumes the claimed work with a continuation run and then takes new messages.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -43,6 +44,15 @@ async fn start_slow_run(server: &Server) -> (String, String) {
     (thread, run)
 }
 
+/// Waits until `thread` has no active run; returns its projection.
+async fn wait_idle(server: &Server, thread: &str) -> ThreadProjection {
+    poll_until("the thread to go idle", RUN_TIMEOUT, || async {
+        let p = server.api.projection(thread).await;
+        p.thread.active_run_id.is_none().then_some(p)
+    })
+    .await
+}
+
 fn assert_nothing_running(p: &ThreadProjection) {
     assert!(
         p.thread.active_run_id.is_none(),
@@ -83,14 +93,16 @@ async fn e2e_sigterm_mid_run_settles_the_run_before_exit() {
         started.elapsed()
     );
 
-    // The run was settled by the old process (or by the new one before it serves).
-    let p = server.api.projection(&thread).await;
+    // The run was settled by the old process; the restart resumed the work in a
+    // continuation run ("quick answer one"), which ends on its own.
+    let p = wait_idle(&server, &thread).await;
     let run1 = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
     assert!(
         matches!(run1.status, RunStatus::Interrupted | RunStatus::Completed),
         "run after SIGTERM: {run1:?}"
     );
     assert_nothing_running(&p);
+    assert!(!p.thread.is_claimed(), "{:?}", p.thread);
     // The user message survived.
     assert!(p.turn_items.iter().any(
         |i| matches!(&i.kind, TurnItemKind::UserMessage { text, .. } if text == "answer slowly")
@@ -122,8 +134,8 @@ async fn e2e_sigkill_mid_run_restart_does_not_leave_the_run_running() {
     assert!(!status.success(), "SIGKILL exit: {status}");
     server.respawn().await;
 
-    // Boot reconciliation settles the run the killed process left active (the
-    // durable-execution issue will resume it instead); it must reach a terminal status.
+    // The restart ends the run the killed process left active and resumes the work
+    // in a continuation run; everything must reach a terminal status.
     let deadline = tokio::time::Instant::now() + RUN_TIMEOUT;
     let p = loop {
         let p = server.api.projection(&thread).await;

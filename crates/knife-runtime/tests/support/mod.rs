@@ -109,6 +109,7 @@ impl Harness {
                 title: Some("mgr".into()),
                 provider_instance_id: Some(instance.clone()),
                 model: None,
+                parent_thread_id: None,
             },
             &instance,
             std::slice::from_ref(&instance),

@@ -1,7 +1,8 @@
-//! `knife bench`: measured numbers for the store and for live streaming.
+//! `knife bench`: measured numbers for the store, live streaming and the restart sweep.
 //! Prints tables; nothing here asserts a speed (benchmarks measure, tests prove).
 
 mod processor;
+mod restart;
 mod store;
 mod stream;
 
@@ -35,6 +36,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 500)]
         deltas: usize,
     },
+    /// N claimed threads and a restart sweep over no-op drains: time from boot to the
+    /// first drain of the last thread, and memory.
+    Restart {
+        /// Claimed threads.
+        #[arg(long, default_value_t = 10_000)]
+        threads: usize,
+    },
 }
 
 pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -42,6 +50,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Store { events } => store::run(events).await?,
         BenchCommand::Processor { deltas } => processor::run(deltas).await?,
         BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
+        BenchCommand::Restart { threads } => restart::run(threads).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

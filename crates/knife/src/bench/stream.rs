@@ -48,6 +48,7 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
             title: Some(format!("bench {i}")),
             provider_instance_id: None,
             model: None,
+            parent_thread_id: None,
         };
         let t: Thread = client.post("/api/threads", &req).await?;
         thread_ids.push(t.id);

@@ -185,6 +185,17 @@ impl Proc {
         }
     }
 
+    /// Sends SIGKILL (a crash: no shutdown code runs) and reaps the process.
+    pub async fn kill_hard(&mut self) -> ExitStatus {
+        let pid = self.pid();
+        let status = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -KILL {pid} failed");
+        self.wait().await
+    }
+
     /// Sends SIGTERM and waits (up to 15 s) for the process to exit.
     pub async fn terminate(&mut self) -> ExitStatus {
         let pid = self.pid();
@@ -275,6 +286,16 @@ impl Server {
         Self::start_with_config(&config_toml(mock_base_url)).await
     }
 
+    /// [`Server::start`] with `server_toml` as the `[server]` table's body
+    /// (e.g. `max_resume_attempts = 2`).
+    pub async fn start_with(mock_base_url: &str, server_toml: &str) -> Server {
+        let mut toml = config_toml(mock_base_url);
+        if !server_toml.is_empty() {
+            toml.push_str(&format!("\n[server]\n{server_toml}\n"));
+        }
+        Self::start_with_config(&toml).await
+    }
+
     /// Starts a server with `knife.toml` = `config` (e.g. another driver).
     pub async fn start_with_config(config: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
@@ -315,6 +336,11 @@ impl Server {
     /// The project folder of this server's temp dir.
     pub fn project_dir(&self) -> PathBuf {
         self.dir.path().join("project")
+    }
+
+    /// The data directory (holds `knife.db`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     /// The temp dir holding `knife.toml`, `data/` and `project/`.

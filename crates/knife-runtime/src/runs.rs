@@ -1,0 +1,283 @@
+//! Creating runs: the one transaction that starts a run (run, root node, user item,
+//! thread with its claim, EXEC-04), the continuation run a restart resumes with
+//! (EXEC-07/09), and the terminal of a thread whose resume budget is spent (EXEC-08).
+
+use knife_protocol::*;
+use knife_store::{EntityKind, RowGuard, Store};
+
+use crate::clock::Clock;
+use crate::error::RuntimeError;
+use crate::execution::root_node;
+use crate::recovery::settle_unfinished;
+
+/// Text of the synthetic user message each resume appends (EXEC-07).
+pub const CONTINUE_AFTER_SERVER_RESTART: &str = "The server restarted while you were working. \
+     Continue from where you left off without repeating completed work.";
+
+/// Description of that message, shown by clients (EXEC-07).
+pub const CONTINUE_DESCRIPTION: &str = "Continuing after restart";
+
+/// Error type of a thread whose resume budget is spent (EXEC-08).
+pub const RESUME_EXHAUSTED_TYPE: &str = "aborted";
+
+/// Message of that error (EXEC-08).
+pub const RESUME_EXHAUSTED_MESSAGE: &str = "Execution was interrupted repeatedly and will not \
+     be resumed automatically. Send a new message to continue.";
+
+/// Error message of a run whose process died and whose work a continuation run took over.
+const CONTINUED_AFTER_RESTART: &str =
+    "the server stopped while this run was active; knife continues the work in the next run";
+
+/// What opens a run.
+#[derive(Clone, Debug)]
+pub(crate) enum RunStart {
+    /// A message typed by the user.
+    User(String),
+    /// A resume of claimed work after a restart (EXEC-07): counts one attempt and
+    /// opens the run with the system continuation message, unless `max_attempts`
+    /// resumes were already spent (EXEC-08).
+    Continuation { max_attempts: u32 },
+}
+
+impl RunStart {
+    /// The text the model sees as the run's user message.
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            RunStart::User(text) => text,
+            RunStart::Continuation { .. } => CONTINUE_AFTER_SERVER_RESTART,
+        }
+    }
+}
+
+/// What [`create_run`] did.
+#[derive(Debug)]
+pub(crate) enum Created {
+    /// The run was written (and, for a continuation, the attempt counted).
+    Started(Box<(Thread, Project, Run)>),
+    /// A continuation was asked for a thread that holds no claim: nothing written.
+    NotClaimed,
+    /// A continuation found the budget spent: the thread was terminalised with
+    /// `aborted`, its claim released and its counter reset, in one transaction.
+    Exhausted { attempts: u32 },
+}
+
+/// Creates run N+1 of `thread_id` in one compare-and-set transaction on the thread
+/// row: `run.created`, its root node, the user item and `thread.updated` carrying
+/// the claim (taken, or kept with its original timestamp, EXEC-04).
+///
+/// A continuation also ends the run the dead process left active (tools "Tool
+/// execution aborted", pending requests expired; the claim stays) and increments
+/// `resume_attempts` in the same transaction, so the attempt is durable before the
+/// drain starts (EXEC-09). At the budget it writes the `aborted` terminal instead.
+///
+/// Errors: `ThreadNotFound`, `ProjectNotFound`, `Conflict` (the row moved), `Store`.
+pub(crate) async fn create_run(
+    store: &Store,
+    clock: &dyn Clock,
+    thread_id: &ThreadId,
+    start: &RunStart,
+) -> Result<Created, RuntimeError> {
+    let version = store
+        .row_version(EntityKind::Thread, thread_id.as_str())
+        .await?;
+    let mut thread = store
+        .get_thread(thread_id)
+        .await?
+        .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
+    let now = clock.now();
+    let mut events = Vec::new();
+    if let RunStart::Continuation { max_attempts } = start {
+        if !thread.is_claimed() {
+            return Ok(Created::NotClaimed);
+        }
+        let attempts = thread.resume_attempts.saturating_add(1);
+        if attempts > *max_attempts {
+            let events = exhausted_events(store, &mut thread, now).await?;
+            let guard = RowGuard::new(EntityKind::Thread, thread_id.as_str(), version);
+            return match store.write_if(guard, events).await? {
+                Some(_) => Ok(Created::Exhausted {
+                    attempts: attempts - 1,
+                }),
+                None => Err(RuntimeError::Conflict),
+            };
+        }
+        thread.resume_attempts = attempts;
+        if thread.active_run_id.is_some() {
+            let error = RunError {
+                code: Some("shutdown".into()),
+                ..RunError::new("interrupted", CONTINUED_AFTER_RESTART)
+            };
+            events.extend(
+                end_unfinished_runs(store, &thread, RunStatus::Interrupted, &error, now).await?,
+            );
+        }
+    } else if thread.active_run_id.is_some() {
+        // The caller holds this process's reservation for the thread and the data
+        // directory belongs to this process: the run's end could not be recorded (its
+        // terminal write failed). Settle it now rather than refuse forever.
+        tracing::warn!(thread = %thread_id, "settling a run whose end was never recorded");
+        let error = RunError::new(
+            "interrupted",
+            "knife could not record how this run ended; send the message again to continue",
+        );
+        events.extend(
+            end_unfinished_runs(store, &thread, RunStatus::Interrupted, &error, now).await?,
+        );
+    }
+    let project = store
+        .get_project(&thread.project_id)
+        .await?
+        .ok_or_else(|| RuntimeError::ProjectNotFound(thread.project_id.clone()))?;
+    let ordinal = thread.run_count + 1;
+    let run_id = RunId::for_thread(thread_id, ordinal);
+    let (origin, description) = match start {
+        RunStart::User(_) => (MessageOrigin::User, None),
+        RunStart::Continuation { .. } => {
+            (MessageOrigin::System, Some(CONTINUE_DESCRIPTION.to_owned()))
+        }
+    };
+    let user_item = TurnItem {
+        id: TurnItemId::user_message_of(&run_id),
+        thread_id: thread_id.clone(),
+        run_id: Some(run_id.clone()),
+        provider_turn_id: None,
+        ordinal: TurnItem::ordinal_in_run(ordinal, 0),
+        status: TurnItemStatus::Completed,
+        started_at: Some(now),
+        completed_at: Some(now),
+        updated_at: now,
+        kind: TurnItemKind::UserMessage {
+            text: start.text().to_owned(),
+            origin,
+            description,
+        },
+    };
+    let run = Run {
+        id: run_id.clone(),
+        thread_id: thread_id.clone(),
+        ordinal,
+        provider_instance_id: thread.provider_instance_id.clone(),
+        model: thread.model.clone(),
+        status: RunStatus::Running,
+        user_message_id: user_item.id.clone(),
+        requested_at: now,
+        started_at: Some(now),
+        completed_at: None,
+        error: None,
+        usage: None,
+    };
+    thread.status = ThreadStatus::Running;
+    thread.active_run_id = Some(run_id);
+    thread.run_count = ordinal;
+    thread.last_error = None;
+    thread.updated_at = now;
+    thread.claim(now);
+    events.push(DomainEvent::new(now, EventBody::RunCreated(run.clone())));
+    events.push(DomainEvent::new(
+        now,
+        EventBody::NodeUpdated(root_node(&run, NodeStatus::Running, now)),
+    ));
+    events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(user_item)));
+    events.push(DomainEvent::new(
+        now,
+        EventBody::ThreadUpdated(thread.clone()),
+    ));
+    let guard = RowGuard::new(EntityKind::Thread, thread_id.as_str(), version);
+    match store.write_if(guard, events).await? {
+        Some(_) => Ok(Created::Started(Box::new((thread, project, run)))),
+        None => Err(RuntimeError::Conflict),
+    }
+}
+
+/// Events that end every unfinished run of `thread` with `status` and `error`
+/// (items, provider turns and pending requests settled, root node ended). The
+/// thread itself is not included.
+pub(crate) async fn end_unfinished_runs(
+    store: &Store,
+    thread: &Thread,
+    status: RunStatus,
+    error: &RunError,
+    now: Timestamp,
+) -> Result<Vec<DomainEvent>, RuntimeError> {
+    let Some(projection) = store.thread_projection(&thread.id).await? else {
+        return Ok(Vec::new());
+    };
+    let node_status = match status {
+        RunStatus::Failed => NodeStatus::Failed,
+        _ => NodeStatus::Interrupted,
+    };
+    let mut events = Vec::new();
+    for run in projection.runs.iter().filter(|r| !r.status.is_terminal()) {
+        let mut run = run.clone();
+        run.status = status;
+        run.completed_at = Some(now);
+        run.error = Some(error.clone());
+        events.extend(settle_unfinished(&projection, &run.id, now));
+        if status == RunStatus::Failed {
+            events.push(DomainEvent::new(
+                now,
+                EventBody::TurnItemUpdated(error_item(&run, error, now)),
+            ));
+        }
+        events.push(DomainEvent::new(
+            now,
+            EventBody::NodeUpdated(root_node(&run, node_status, now)),
+        ));
+        events.push(DomainEvent::new(now, EventBody::RunUpdated(run)));
+    }
+    Ok(events)
+}
+
+/// The `error` turn item of a failed `run` (id `item:<run>:error`, the run's last ordinal).
+pub(crate) fn error_item(run: &Run, error: &RunError, now: Timestamp) -> TurnItem {
+    TurnItem {
+        id: TurnItemId::from(format!("item:{}:error", run.id)),
+        thread_id: run.thread_id.clone(),
+        run_id: Some(run.id.clone()),
+        provider_turn_id: None,
+        ordinal: TurnItem::ordinal_in_run(run.ordinal, 999_999),
+        status: TurnItemStatus::Failed,
+        started_at: Some(now),
+        completed_at: Some(now),
+        updated_at: now,
+        kind: TurnItemKind::Error {
+            error: error.clone(),
+        },
+    }
+}
+
+/// The terminal of a thread whose resume budget is spent (EXEC-08): its unfinished
+/// run fails with `aborted` (or, when the last run already ended with a shutdown
+/// interrupt, that run gets the `aborted` error item), the thread fails with that
+/// error, and the claim is released with the counter reset — all in the returned
+/// events, for one transaction. Updates `thread` in place.
+async fn exhausted_events(
+    store: &Store,
+    thread: &mut Thread,
+    now: Timestamp,
+) -> Result<Vec<DomainEvent>, RuntimeError> {
+    let error = RunError::new(RESUME_EXHAUSTED_TYPE, RESUME_EXHAUSTED_MESSAGE);
+    let mut events = Vec::new();
+    if thread.active_run_id.is_some() {
+        events = end_unfinished_runs(store, thread, RunStatus::Failed, &error, now).await?;
+    } else if thread.run_count > 0
+        && let Some(run) = store
+            .get_run(&RunId::for_thread(&thread.id, thread.run_count))
+            .await?
+    {
+        events.push(DomainEvent::new(
+            now,
+            EventBody::TurnItemUpdated(error_item(&run, &error, now)),
+        ));
+    }
+    thread.status = ThreadStatus::Failed;
+    thread.active_run_id = None;
+    thread.last_error = Some(error);
+    thread.updated_at = now;
+    thread.release_claim();
+    events.push(DomainEvent::new(
+        now,
+        EventBody::ThreadUpdated(thread.clone()),
+    ));
+    Ok(events)
+}

@@ -1,0 +1,71 @@
+//! Boot reconciliation with claims: claimed top-level threads are left to the
+//! restart sweep, unclaimed and child threads are settled, pending requests expire.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use knife_protocol::*;
+use knife_runtime::recovery::{REQUEST_NOT_RESUMABLE, reconcile_after_restart};
+
+#[tokio::test(start_paused = true)]
+async fn reconcile_leaves_claimed_work_to_the_sweep_and_expires_pending_requests() {
+    let h = Harness::new(Drain::Complete).await;
+    let claimed = h.thread(None).await;
+    let child = h.thread(Some(&claimed)).await;
+    let claimed_run = h.seed_dead_run(&claimed, 0).await;
+    let child_run = h.seed_dead_run(&child, 0).await;
+    let now = chrono::Utc::now();
+    let request = RuntimeRequest {
+        id: RuntimeRequestId::from("request_1"),
+        thread_id: claimed.clone(),
+        run_id: Some(claimed_run.clone()),
+        node_id: NodeId::root_of(&claimed_run),
+        provider_turn_id: None,
+        kind: RuntimeRequestKind::Command,
+        status: RuntimeRequestStatus::Pending,
+        response_capability: ResponseCapability::Live {
+            provider_session_id: ProviderSessionId::from("provider-session:fake:x"),
+        },
+        prompt: Some("rm -rf target".into()),
+        created_at: now,
+        resolved_at: None,
+        decision: None,
+    };
+    h.store
+        .write(vec![DomainEvent::new(
+            now,
+            EventBody::RuntimeRequestUpdated(request.clone()),
+        )])
+        .await
+        .unwrap();
+
+    let report = reconcile_after_restart(&h.store, h.clock.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(report.requests_expired, 1);
+    assert_eq!(report.runs_interrupted, vec![(child.clone(), child_run)]);
+    // The claimed top-level run is untouched: the sweep resumes it.
+    let run = h.store.get_run(&claimed_run).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert!(h.get(&claimed).await.is_claimed());
+    let expired = h
+        .store
+        .get_runtime_request(&request.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(expired.status, RuntimeRequestStatus::Expired);
+    assert_eq!(
+        expired.response_capability,
+        ResponseCapability::NotResumable {
+            reason: REQUEST_NOT_RESUMABLE.into()
+        }
+    );
+    // Idempotent.
+    let again = reconcile_after_restart(&h.store, h.clock.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(again.requests_expired, 0);
+    assert!(again.runs_interrupted.is_empty());
+}

@@ -1,0 +1,199 @@
+//! `knife bench restart`: N claimed threads left by a "dead" process, then a boot's
+//! restart sweep over a no-op runtime. Measures the time from the start of the sweep
+//! to the first drain of the last thread, until every drain finished, and memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use knife_protocol::*;
+use knife_runtime::commands::create_project;
+use knife_runtime::*;
+use knife_store::Store;
+use tokio::sync::{mpsc, watch};
+
+pub async fn run(threads: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path().join("bench.db")).await?;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let root = dir.path().join("project");
+    std::fs::create_dir(&root)?;
+    let (project, _) = create_project(
+        &store,
+        clock.as_ref(),
+        CreateProjectRequest {
+            root: root.display().to_string(),
+            name: None,
+        },
+    )
+    .await?;
+    let instance = ProviderInstanceId::from("noop");
+    println!("knife bench restart: {threads} claimed threads, no-op drains");
+    let seeded = Instant::now();
+    let now = clock.now();
+    let mut batch = Vec::new();
+    for i in 0..threads {
+        let thread = Thread {
+            id: ThreadId::new(),
+            project_id: project.id.clone(),
+            title: format!("bench {i}"),
+            provider_instance_id: instance.clone(),
+            model: None,
+            status: ThreadStatus::Idle,
+            active_run_id: None,
+            run_count: 0,
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+            agent_status: None,
+            time_suspended: Some(now),
+            resume_attempts: 0,
+            parent_thread_id: None,
+        };
+        batch.push(DomainEvent::new(now, EventBody::ThreadCreated(thread)));
+        if batch.len() == 500 {
+            store.write(std::mem::take(&mut batch)).await?;
+        }
+    }
+    store.write(batch).await?;
+    println!(
+        "seeded in {:.2} s; RSS {} MiB",
+        seeded.elapsed().as_secs_f64(),
+        rss_mib("VmRSS")
+    );
+
+    let drains = Arc::new(Drains::default());
+    let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+    adapters.insert(
+        instance,
+        Arc::new(NoopAdapter {
+            drains: drains.clone(),
+        }),
+    );
+    let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
+    let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+    let boot = Instant::now();
+    let report = RestartService::new(execution.clone(), RestartOptions::default())
+        .resume_suspended_threads()
+        .await?;
+    let swept = boot.elapsed();
+    let rss_after_sweep = rss_mib("VmRSS");
+    let mut first = drains.first.subscribe();
+    first.wait_for(|n| *n >= threads).await?;
+    let last_first_drain = boot.elapsed();
+    let mut finished = Vec::new();
+    for (thread, _, _) in &report.resumed {
+        finished.push(execution.await_idle(thread));
+    }
+    futures::future::join_all(finished).await;
+    let all_done = boot.elapsed();
+    let claimed = store.list_suspended_threads().await?.len();
+    println!(
+        "{:<44} {:>10}",
+        "resumed by the sweep",
+        report.resumed.len()
+    );
+    println!(
+        "{:<44} {:>10.3}",
+        "sweep returned (all resumes committed), s",
+        swept.as_secs_f64()
+    );
+    println!(
+        "{:<44} {:>10.3}",
+        "first drain of the last thread, s",
+        last_first_drain.as_secs_f64()
+    );
+    println!(
+        "{:<44} {:>10.3}",
+        "every drain finished, s",
+        all_done.as_secs_f64()
+    );
+    println!("{:<44} {:>10}", "claims left afterwards", claimed);
+    println!("{:<44} {:>10}", "RSS after the sweep, MiB", rss_after_sweep);
+    println!("{:<44} {:>10}", "peak RSS (VmHWM), MiB", rss_mib("VmHWM"));
+    execution.shutdown(std::time::Duration::from_secs(30)).await;
+    Ok(())
+}
+
+/// `field` (`VmRSS`, `VmHWM`) of `/proc/self/status` in MiB; 0 when unknown.
+fn rss_mib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
+}
+
+/// Counts first drains (turns started) across the bench.
+#[derive(Default)]
+struct Drains {
+    first: watch::Sender<usize>,
+}
+
+struct NoopAdapter {
+    drains: Arc<Drains>,
+}
+
+struct NoopSession {
+    drains: Arc<Drains>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>>>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
+}
+
+#[async_trait::async_trait]
+impl ProviderAdapter for NoopAdapter {
+    fn driver(&self) -> &str {
+        "noop"
+    }
+    fn capabilities(&self) -> ProviderCapabilities {
+        ProviderCapabilities::default()
+    }
+    async fn open(&self, _: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Ok(Arc::new(NoopSession {
+            drains: self.drains.clone(),
+            tx: Mutex::new(Some(tx)),
+            rx: Mutex::new(Some(rx)),
+        }))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[async_trait::async_trait]
+impl SessionRuntime for NoopSession {
+    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
+        self.drains.first.send_modify(|n| *n += 1);
+        let tx = lock(&self.tx).clone().ok_or(AdapterError::Closed)?;
+        let _ = tx.send(Ok(AdapterEvent::TurnTerminal {
+            thread_id: input.thread_id,
+            run_id: input.run_id,
+            provider_turn_id: input.provider_turn_id,
+            outcome: TurnOutcome::Completed,
+            usage: None,
+        }));
+        Ok(())
+    }
+    async fn interrupt_turn(&self, _: &ThreadId, _: InterruptReason) -> Result<(), AdapterError> {
+        Ok(())
+    }
+    async fn resume_thread(&self, _: &ThreadId, _: Option<String>) -> Result<(), AdapterError> {
+        Ok(())
+    }
+    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {
+        let mut rx = lock(&self.rx).take()?;
+        Some(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
+    }
+    async fn close(&self) -> Result<(), AdapterError> {
+        lock(&self.tx).take();
+        Ok(())
+    }
+}
