@@ -32,7 +32,12 @@ async fn serve(token: Option<&str>) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("knife.db")).await.unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
-    let manager = SessionManager::new(store.clone(), clock.clone(), HashMap::new());
+    let manager = SessionManager::new(
+        Arc::new(store.clone()),
+        clock.clone(),
+        HashMap::new(),
+        SessionManagerOptions::default(),
+    );
     let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
     let state = AppState {
         store: store.clone(),
