@@ -498,6 +498,7 @@ impl ExecutionService {
                     continue;
                 }
                 _ = sleep_until_opt(grace_deadline) => {
+                    self.release_unresponsive(ctx, handle);
                     return (interrupted(ctx), None);
                 }
             };
@@ -524,6 +525,37 @@ impl ExecutionService {
                 Some(Ok(_)) => {}
             }
         }
+    }
+
+    /// The runtime did not end its turn within the interrupt grace: an exclusive
+    /// session is released in the background (reason `runtime_error`), so the thread's
+    /// next message gets a fresh runtime instead of one still busy with the old turn.
+    /// A shared session is left alone (other threads' turns run on it); the stuck-turn
+    /// watchdog ends the turn there.
+    fn release_unresponsive(&self, ctx: &RunContext, handle: &SessionHandle) {
+        if handle.session().capabilities.shared_sessions {
+            return;
+        }
+        let manager = self.inner.manager.clone();
+        let id = handle.id().clone();
+        let thread = ctx.thread.id.clone();
+        let detail = format!(
+            "The provider runtime did not stop its turn within the interrupt grace of {:.1} s; \
+             knife closed it. The next message starts a new one.",
+            self.inner.interrupt_grace.as_secs_f64()
+        );
+        tokio::spawn(async move {
+            if let Err(e) = manager
+                .release(
+                    &id,
+                    crate::sessions::ReleaseReason::RuntimeError,
+                    Some(detail),
+                )
+                .await
+            {
+                tracing::warn!(%thread, session = %id, error = %e, "could not release an unresponsive provider session");
+            }
+        });
     }
 
     /// Writes the run's terminal state, an error item when it failed, and the idle

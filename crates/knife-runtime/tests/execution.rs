@@ -384,6 +384,14 @@ async fn an_interrupt_the_runtime_ignores_ends_the_run_after_the_grace_period() 
     assert_eq!(p.thread.status, ThreadStatus::Idle);
     // The runtime never settled its streaming item; the run's end did.
     assert_all_settled(&p);
+    // The unresponsive runtime is released, so the next message gets a fresh one.
+    let p = projection_until(&h, "the release of the unresponsive session", |p| {
+        p.provider_sessions[0].status == SessionStatus::Error
+    })
+    .await;
+    let error = p.provider_sessions[0].last_error.clone().unwrap();
+    assert!(error.contains("interrupt grace"), "{error}");
+    assert!(!h.exec.manager().is_live(&p.provider_sessions[0].id));
 }
 
 #[tokio::test]
@@ -696,4 +704,64 @@ async fn projection_until(
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Issue 5 item 7 through execution: a turn whose runtime goes silent is ended by the
+/// session manager's stuck-turn watchdog, and the run fails with `provider.stalled`
+/// (execution acts on the first terminal of its turn, the synthetic one).
+#[tokio::test]
+async fn a_stalled_turn_fails_the_run_through_the_watchdog() {
+    let h = harness_with(
+        Behaviour {
+            snapshots: vec!["thinking".into()],
+            ..Default::default()
+        },
+        INTERRUPT_GRACE,
+        SessionManagerOptions {
+            turn_stall_timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
+    )
+    .await;
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    let (run, p) = finished(&h, &run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(
+        run.error.unwrap().error_type,
+        knife_runtime::sessions::STALLED_ERROR_TYPE
+    );
+    assert_eq!(p.thread.status, ThreadStatus::Failed);
+    assert_all_settled(&p);
+}
+
+/// `session_of` hands out the active run's session handle (for answering runtime
+/// requests of the running turn); none once the run ended.
+#[tokio::test]
+async fn session_of_names_the_active_runs_session() {
+    let h = harness(Behaviour {
+        honour_interrupt: true,
+        ..Default::default()
+    })
+    .await;
+    assert!(h.exec.session_of(&h.thread.id).is_none());
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let handle = loop {
+        if let Some(handle) = h.exec.session_of(&h.thread.id) {
+            break handle;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no session handle");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        handle.id(),
+        &ProviderSessionId::exclusive(&ProviderInstanceId::from("fake"), &h.thread.id)
+    );
+    assert_eq!(handle.attached_threads(), vec![h.thread.id.clone()]);
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    finished(&h, &run.id).await;
+    assert!(h.exec.session_of(&h.thread.id).is_none());
 }

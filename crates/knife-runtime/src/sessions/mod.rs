@@ -37,6 +37,7 @@ pub use handle::SessionHandle;
 pub use health::{AgentHealth, OOM_KILLED_MESSAGE};
 pub use info::LiveSessionInfo;
 pub use open::OpenRequest;
+pub use pump::TOUCH_INTERVAL;
 pub use stopper::ManagerStopper;
 pub use store::{SessionStore, WriteKind};
 pub use watchdog::STALLED_ERROR_TYPE;
