@@ -58,7 +58,7 @@ async fn session_status(api: &Api, thread: &str) -> Vec<SessionStatus> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_turns_run_through_the_session_manager_and_idle_sessions_are_released() {
     let mock = MockLlm::script(SCRIPT, &[]).await;
-    let server = server(&mock, "idle_timeout_secs = 2").await;
+    let server = server(&mock, "idle_timeout_secs = 3").await;
     let api = &server.api;
     let project = api.create_project(&server.project_dir()).await;
     let thread = api.create_thread(&project).await;
@@ -85,21 +85,6 @@ async fn e2e_turns_run_through_the_session_manager_and_idle_sessions_are_release
     let events = turn(api, &thread, "two").await;
     assert_eq!(attaches(&events), 1, "one provider-session.attached");
     assert_eq!(live_sessions(api).await.len(), 1);
-
-    // `knife sessions list` shows it, through the running server.
-    let out = run_cli(
-        server.path(),
-        &["sessions", "list", "--server", &server.proc.url()],
-    )
-    .await;
-    assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stdout
-            .contains(&session.provider_session_id.to_string()),
-        "{}",
-        out.stdout
-    );
-    assert!(out.stdout.contains(&thread), "{}", out.stdout);
 
     // MGR-48: the manager's metrics are served at /metrics after a turn.
     let metrics = api
@@ -144,6 +129,24 @@ async fn e2e_sessions_close_through_the_cli_and_the_api() {
     let thread = api.create_thread(&project).await;
     turn(api, &thread, "one").await;
     let id = live_sessions(api).await[0].provider_session_id.to_string();
+
+    // `knife sessions list` shows it, through the running server.
+    let out = run_cli(
+        server.path(),
+        &["sessions", "list", "--server", &server.proc.url()],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains(&id), "{}", out.stdout);
+    assert!(out.stdout.contains(&thread), "{}", out.stdout);
+    let out = run_cli(
+        server.path(),
+        &["sessions", "list", "--json", "--server", &server.proc.url()],
+    )
+    .await;
+    let listed: Vec<LiveSession> = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].provider_session_id.to_string(), id);
 
     // Unknown session: 404 through the API and a failing CLI.
     let (status, body) = api
