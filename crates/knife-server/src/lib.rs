@@ -4,6 +4,7 @@
 //! `POST/GET /api/projects` (POST: 201 new, 200 when the folder is already a project), `POST/GET /api/threads`, `GET /api/threads/{id}`,
 //! `POST /api/threads/{id}/messages` (202, starts a run), `POST /api/threads/{id}/interrupt`,
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
+//! `GET /api/sessions` (live provider sessions), `POST /api/sessions/{id}/close`,
 //! `GET /healthz`, `GET /metrics` (Prometheus text). Every error is JSON, including
 //! 404 for unknown paths (inside or outside `/api`), 405 for an unsupported method on a
 //! known path, and 400 for a malformed query string.
@@ -17,6 +18,7 @@
 mod error;
 mod events;
 mod routes;
+mod sessions;
 
 pub use error::ApiErr;
 pub use routes::router;

@@ -34,6 +34,8 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/messages", post(post_message))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/events", get(crate::events::sse_events))
+        .route("/sessions", get(crate::sessions::list_sessions))
+        .route("/sessions/{id}/close", post(crate::sessions::close_session))
         .route_layer(header_only());
     // Layered apart from the other routes: a browser cannot set headers on a
     // WebSocket, so only this route also accepts the token in the query string.
