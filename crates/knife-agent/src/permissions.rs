@@ -234,6 +234,8 @@ pub struct ApprovalRequest {
     pub subject: String,
     /// The call's arguments object, as the model sent it.
     pub input: Value,
+    /// Which rule asked: `permission rule N` (0-based) or `the default rule`.
+    pub rule: String,
 }
 
 /// The answer to an [`ApprovalRequest`].
@@ -492,6 +494,7 @@ mod tests {
                 tool: "bash".into(),
                 subject: "ls".into(),
                 input: serde_json::json!({"command": "ls"}),
+                rule: "the default rule".into(),
             })
             .await;
         assert_eq!(d, ApprovalDecision::Allow);

@@ -31,6 +31,7 @@ async fn reconcile_leaves_claimed_work_to_the_sweep_and_expires_pending_requests
         created_at: now,
         resolved_at: None,
         decision: None,
+        tool_approval: None,
     };
     h.store
         .write(vec![DomainEvent::new(

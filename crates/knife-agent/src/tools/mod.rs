@@ -344,33 +344,36 @@ impl ToolSet {
             .policy()
             .permissions
             .evaluate(name, &subject, tool.mutating());
+        let rule = match decision.source {
+            DecisionSource::Rule(i) => format!("permission rule {i}"),
+            DecisionSource::Default => "the default rule".to_owned(),
+        };
         match decision.action {
             PermissionAction::Allow => Permission::Allowed,
             PermissionAction::Deny => Permission::Denied(ToolError::PermissionDenied {
                 tool: name.to_owned(),
                 subject,
-                rule: match decision.source {
-                    DecisionSource::Rule(i) => format!("permission rule {i}"),
-                    DecisionSource::Default => "the default rule".to_owned(),
-                },
+                rule,
             }),
             PermissionAction::Ask => Permission::Ask(ApprovalRequest {
                 call_id: call_id.to_owned(),
                 tool: name.to_owned(),
                 subject,
                 input: args.clone(),
+                rule,
             }),
         }
     }
 
     /// The permission check of one call, run by the agent loop before the call
     /// is marked running: [`Self::permission`], and for an `ask` the context's
-    /// approval gate is awaited (the turn waits here; an interrupt drops the
-    /// wait). A loop that marks the item `waiting` meanwhile calls
-    /// [`Self::permission`] and the gate itself.
+    /// automatic approval gate ([`ToolPolicy::approvals`]) is awaited. The built-in
+    /// agent's loop does not use this: it calls [`Self::permission`] and, without an
+    /// automatic gate, asks the user with a runtime request (`crate::approvals`).
     ///
     /// Errors: [`ToolError::PermissionDenied`] for a `deny` rule,
-    /// [`ToolError::Rejected`] when the gate refuses.
+    /// [`ToolError::Rejected`] when the gate refuses, or when the policy has no
+    /// automatic gate (nobody to ask outside the agent loop).
     pub async fn authorize(
         &self,
         call_id: &str,
@@ -383,7 +386,17 @@ impl ToolSet {
             Permission::Denied(e) => Err(e),
             Permission::Ask(request) => {
                 let tool = request.tool.clone();
-                match ctx.policy().approvals.request(request).await {
+                let Some(gate) = ctx.policy().approvals.as_ref() else {
+                    return Err(ToolError::Rejected {
+                        tool,
+                        message: Some(
+                            "no approval gate answers here; approvals are asked by the \
+                             agent loop"
+                                .into(),
+                        ),
+                    });
+                };
+                match gate.request(request).await {
                     ApprovalDecision::Allow => Ok(()),
                     ApprovalDecision::Deny { message } => {
                         Err(ToolError::Rejected { tool, message })
