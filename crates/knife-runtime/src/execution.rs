@@ -75,7 +75,12 @@ struct ActiveRun {
     /// Set once the turn ended and its terminal state is being written: a new
     /// message then waits for that write instead of getting a spurious 409.
     finishing: Arc<AtomicBool>,
+    /// The runtime the turn runs on, while it runs (answers to runtime requests).
+    runtime: RuntimeSlot,
 }
+
+/// The live runtime of an active run, set once its session is open.
+type RuntimeSlot = Arc<Mutex<Option<Arc<dyn SessionRuntime>>>>;
 
 struct Inner {
     store: Store,
@@ -212,6 +217,7 @@ impl ExecutionService {
         let cancel = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
         let finishing = Arc::new(AtomicBool::new(false));
+        let runtime_slot = RuntimeSlot::default();
         {
             let mut active = lock(&inner.active);
             // Checked under the same lock `shutdown` sets it under: a run either is
@@ -230,6 +236,7 @@ impl ExecutionService {
                     reason: reason.clone(),
                     done: done_rx,
                     finishing: finishing.clone(),
+                    runtime: runtime_slot.clone(),
                 },
             );
         }
@@ -273,6 +280,7 @@ impl ExecutionService {
                     cancel,
                     reason,
                     finishing,
+                    runtime: runtime_slot,
                 };
                 driver.drive(ctx).await;
                 lock(&driver.inner.active).remove(&thread_id);
@@ -319,6 +327,24 @@ impl ExecutionService {
         *lock(&run.reason) = Some(why);
         run.cancel.cancel();
         Some(run.run_id.clone())
+    }
+
+    /// Answers runtime request `request` of `thread` (a tool approval) with `answer`,
+    /// through the runtime of the thread's active run, and returns the request as
+    /// stored once resolved (see [`crate::answers::answer_request`]).
+    ///
+    /// Errors: `ThreadNotFound`, `RequestNotFound`, `RequestNotPending` (answered,
+    /// expired, cancelled, or no live turn waits for it), `Store`.
+    pub async fn respond_to_request(
+        &self,
+        thread: &ThreadId,
+        request: &RuntimeRequestId,
+        answer: RequestAnswer,
+    ) -> Result<RuntimeRequest, RuntimeError> {
+        let runtime = lock(&self.inner.active)
+            .get(thread)
+            .and_then(|run| lock(&run.runtime).clone());
+        crate::answers::answer_request(&self.inner.store, thread, request, answer, runtime).await
     }
 
     /// Waits until `thread` has no active run in this process.
@@ -439,6 +465,7 @@ impl ExecutionService {
             runtime,
             mut events,
         } = opened;
+        *lock(&ctx.runtime) = Some(Arc::clone(&runtime));
         let result = if ctx.cancel.is_cancelled() {
             (interrupted(ctx), None)
         } else {
@@ -447,6 +474,7 @@ impl ExecutionService {
                 Err(e) => (failed("provider.runtime", e.to_string()), None),
             }
         };
+        lock(&ctx.runtime).take();
         drop(events);
         if let Err(e) = inner
             .manager
@@ -646,6 +674,7 @@ struct RunContext {
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
+    runtime: RuntimeSlot,
 }
 
 struct Reservation {

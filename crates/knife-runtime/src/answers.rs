@@ -1,0 +1,119 @@
+//! Answering runtime requests (tool approvals) on behalf of the API: find the
+//! request, check it can still be answered, hand the answer to the live runtime
+//! that asked, and return the request once its resolution is stored
+//! (`POST /api/threads/{id}/requests/{request_id}`, issue 3 item 6).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use knife_protocol::*;
+use knife_store::Store;
+
+use crate::adapter::{AdapterError, SessionRuntime};
+use crate::error::RuntimeError;
+
+/// Longest [`answer_request`] waits for the runtime's `resolved` update to be stored.
+pub const RESOLUTION_WAIT: Duration = Duration::from_secs(2);
+
+/// Gives `answer` to runtime request `request` of `thread`, through `runtime` (the
+/// live runtime of the thread's active run, if any), and returns the request as
+/// stored afterwards (status `resolved` once the runtime recorded it; still
+/// `pending` only if that took longer than [`RESOLUTION_WAIT`]).
+///
+/// Errors: [`RuntimeError::ThreadNotFound`]; [`RuntimeError::RequestNotFound`]
+/// (unknown id, or a request of another thread); [`RuntimeError::RequestNotPending`]
+/// when it is resolved, expired or cancelled, when no live runtime waits for it, or
+/// when the runtime refuses the answer; [`RuntimeError::Store`].
+pub async fn answer_request(
+    store: &Store,
+    thread: &ThreadId,
+    request: &RuntimeRequestId,
+    answer: RequestAnswer,
+    runtime: Option<Arc<dyn SessionRuntime>>,
+) -> Result<RuntimeRequest, RuntimeError> {
+    let current = store
+        .get_runtime_request(request)
+        .await?
+        .filter(|r| &r.thread_id == thread);
+    let Some(current) = current else {
+        if store.get_thread(thread).await?.is_none() {
+            return Err(RuntimeError::ThreadNotFound(thread.clone()));
+        }
+        return Err(RuntimeError::RequestNotFound {
+            thread: thread.clone(),
+            request: request.clone(),
+        });
+    };
+    if current.status != RuntimeRequestStatus::Pending {
+        return Err(RuntimeError::RequestNotPending {
+            request: request.clone(),
+            reason: not_pending_reason(&current),
+        });
+    }
+    let Some(runtime) = runtime else {
+        return Err(RuntimeError::RequestNotPending {
+            request: request.clone(),
+            reason: "no running turn of this server waits for it (the run ended or the server \
+                     restarted); it will be marked expired, send a new message instead"
+                .into(),
+        });
+    };
+    runtime
+        .respond_to_runtime_request(request, answer)
+        .await
+        .map_err(|e| RuntimeError::RequestNotPending {
+            request: request.clone(),
+            reason: match e {
+                AdapterError::RequestNotPending(why) => why,
+                other => other.to_string(),
+            },
+        })?;
+    wait_resolved(store, request).await
+}
+
+/// Polls the store (every 10 ms, up to [`RESOLUTION_WAIT`]) until `request` is no
+/// longer pending; returns the last row read.
+async fn wait_resolved(
+    store: &Store,
+    request: &RuntimeRequestId,
+) -> Result<RuntimeRequest, RuntimeError> {
+    let deadline = tokio::time::Instant::now() + RESOLUTION_WAIT;
+    loop {
+        let row = store.get_runtime_request(request).await?.ok_or_else(|| {
+            RuntimeError::Internal(format!("runtime request {request} vanished from the store"))
+        })?;
+        if row.status != RuntimeRequestStatus::Pending || tokio::time::Instant::now() >= deadline {
+            return Ok(row);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Why a request that is not pending cannot be answered, for the 409 message.
+pub fn not_pending_reason(request: &RuntimeRequest) -> String {
+    let when = request
+        .resolved_at
+        .map(|t| format!(" at {}", t.to_rfc3339()))
+        .unwrap_or_default();
+    match request.status {
+        RuntimeRequestStatus::Pending => "it is still pending".into(),
+        RuntimeRequestStatus::Resolved => {
+            let decision = request
+                .decision
+                .map(|d| match d {
+                    ApprovalDecision::AllowOnce => "allow_once",
+                    ApprovalDecision::AllowAlways => "allow_always",
+                    ApprovalDecision::Deny => "deny",
+                })
+                .unwrap_or("an answer");
+            format!("it was already answered with {decision}{when}")
+        }
+        RuntimeRequestStatus::Expired => match &request.response_capability {
+            ResponseCapability::NotResumable { reason } => format!("it expired{when}: {reason}"),
+            ResponseCapability::Live { .. } => format!("it expired{when}"),
+        },
+        RuntimeRequestStatus::Cancelled => {
+            format!("it was cancelled{when}: its turn stopped before it was answered")
+        }
+    }
+}

@@ -1,0 +1,242 @@
+// Tool approvals over the real HTTP API with the real binary (issue 3 item 6): the
+// mock model asks for a `bash` call, the default rule asks, the request shows up on
+// the thread's event stream, and `POST /api/threads/{id}/requests/{request_id}`
+// answers it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use knife_protocol::*;
+use reqwest::StatusCode;
+use serde_json::json;
+
+const SCRIPT: &str = r#"
+[[response]]
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = "echo approved > approved.txt && echo wrote it" }
+
+[[response]]
+text = "all done"
+"#;
+
+/// Follows the thread's SSE stream until a `pending` runtime request appears.
+async fn pending_request_on_stream(api: &Api, thread: &str) -> RuntimeRequest {
+    let fut = async {
+        let resp = api
+            .http
+            .get(format!("{}/api/threads/{thread}/events?after=0", api.base))
+            .timeout(RUN_TIMEOUT + std::time::Duration::from_secs(5))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let mut sse = Box::pin(knife_llm::sse::decode_stream(resp.bytes_stream()));
+        while let Some(item) = sse.next().await {
+            let item = item.expect("the SSE stream broke");
+            let event: StoredEvent = serde_json::from_str(&item.data).unwrap();
+            if let EventBody::RuntimeRequestUpdated(r) = event.event.body
+                && r.status == RuntimeRequestStatus::Pending
+            {
+                assert_eq!(item.event, "runtime-request.updated");
+                return r;
+            }
+        }
+        panic!("the event stream ended before a runtime request appeared");
+    };
+    tokio::time::timeout(RUN_TIMEOUT, fut)
+        .await
+        .expect("no runtime request appeared on the event stream")
+}
+
+async fn answer(
+    api: &Api,
+    thread: &str,
+    request: &RuntimeRequestId,
+    body: serde_json::Value,
+) -> (StatusCode, serde_json::Value) {
+    api.post(&format!("/api/threads/{thread}/requests/{request}"), &body)
+        .await
+}
+
+struct Started {
+    _mock: MockLlm,
+    server: Server,
+    thread: String,
+    run: String,
+    request: RuntimeRequest,
+}
+
+async fn start_and_wait_for_the_request() -> Started {
+    let mock = MockLlm::script(SCRIPT, &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let api = &server.api;
+    let project = api.create_project(&server.project_dir()).await;
+    let thread = api.create_thread(&project).await;
+    let run = api.post_message(&thread, "write the file").await;
+    let request = pending_request_on_stream(api, &thread).await;
+    Started {
+        _mock: mock,
+        server,
+        thread,
+        run,
+        request,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_allow_once_runs_the_command_and_the_turn_finishes() {
+    let s = start_and_wait_for_the_request().await;
+    let api = &s.server.api;
+    assert_eq!(s.request.kind, RuntimeRequestKind::Command);
+    let detail = s.request.tool_approval.clone().unwrap();
+    assert_eq!(detail.tool, "bash");
+    assert_eq!(
+        detail.subject,
+        "echo approved > approved.txt && echo wrote it"
+    );
+    // The turn waits: the item shows it, nothing ran.
+    let p = api.projection(&s.thread).await;
+    assert!(!s.server.project_dir().join("approved.txt").exists());
+    let item = p
+        .turn_items
+        .iter()
+        .find(|i| i.id.as_str() == format!("item:{}", s.request.id))
+        .unwrap_or_else(|| panic!("no approval item: {:#?}", p.turn_items));
+    assert_eq!(item.status, TurnItemStatus::Waiting);
+    let (status, listed) = api
+        .get(&format!("/api/threads/{}/requests", s.thread))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed[0]["id"], s.request.id.as_str());
+    assert_eq!(listed[0]["status"], "pending");
+
+    let (status, body) = answer(
+        api,
+        &s.thread,
+        &s.request.id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let resolved: RuntimeRequest = serde_json::from_value(body).unwrap();
+    assert_eq!(resolved.status, RuntimeRequestStatus::Resolved);
+    assert_eq!(resolved.decision, Some(ApprovalDecision::AllowOnce));
+
+    let (events, run) = api.follow_run(&s.thread, &s.run, 0).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    let tool_output = events.iter().rev().find_map(|e| match &e.event.body {
+        EventBody::TurnItemUpdated(TurnItem {
+            kind: TurnItemKind::ToolCall {
+                output: Some(out), ..
+            },
+            ..
+        }) => Some(out.clone()),
+        _ => None,
+    });
+    assert!(
+        tool_output
+            .as_deref()
+            .unwrap_or_default()
+            .contains("wrote it"),
+        "{tool_output:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.server.project_dir().join("approved.txt")).unwrap(),
+        "approved\n"
+    );
+    let p = api.projection(&s.thread).await;
+    let answer_text = p.turn_items.iter().find_map(|i| match &i.kind {
+        TurnItemKind::AssistantMessage { text, .. } => Some(text.clone()),
+        _ => None,
+    });
+    assert_eq!(answer_text.as_deref(), Some("all done"));
+    let node = p.nodes.iter().find(|n| n.id == s.request.node_id).unwrap();
+    assert_eq!(node.status, NodeStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_deny_puts_the_denial_and_message_in_the_transcript() {
+    let s = start_and_wait_for_the_request().await;
+    let api = &s.server.api;
+    let (status, body) = answer(
+        api,
+        &s.thread,
+        &s.request.id,
+        json!({"decision": "deny", "message": "not in this repo"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "resolved");
+    assert_eq!(body["decision"], "deny");
+
+    let (_, run) = api.follow_run(&s.thread, &s.run, 0).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    assert!(!s.server.project_dir().join("approved.txt").exists());
+    let p = api.projection(&s.thread).await;
+    let tool = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::ToolCall { .. }))
+        .unwrap();
+    assert_eq!(tool.status, TurnItemStatus::Failed);
+    match &tool.kind {
+        TurnItemKind::ToolCall { error: Some(e), .. } => assert!(
+            e.starts_with("the user denied this bash call: not in this repo"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let approval = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::Approval { .. }))
+        .unwrap();
+    assert_eq!(approval.status, TurnItemStatus::Completed);
+    assert!(matches!(&approval.kind, TurnItemKind::Approval {
+        decision: Some(ApprovalDecision::Deny), message: Some(m), ..
+    } if m == "not in this repo"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_answering_twice_is_a_conflict_and_unknown_ids_are_not_found() {
+    let s = start_and_wait_for_the_request().await;
+    let api = &s.server.api;
+    let (status, body) = answer(
+        api,
+        &s.thread,
+        &s.request.id,
+        json!({"decision": "allow_always"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = answer(api, &s.thread, &s.request.id, json!({"decision": "deny"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_api_error(&body, "request_not_pending");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already answered with allow_always"),
+        "{body}"
+    );
+
+    let unknown = RuntimeRequestId::from("request_nope");
+    let (status, body) = answer(api, &s.thread, &unknown, json!({"decision": "deny"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_api_error(&body, "not_found");
+    let (status, body) = answer(
+        api,
+        "thread_nope",
+        &s.request.id,
+        json!({"decision": "deny"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = answer(api, &s.thread, &s.request.id, json!({"decision": "maybe"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (_, run) = api.follow_run(&s.thread, &s.run, 0).await;
+    assert_eq!(run.status, RunStatus::Completed);
+}
