@@ -180,7 +180,9 @@ impl ProviderAdapter for BuiltinAgentAdapter {
             Some(project) => Arc::new(project),
             None => Arc::clone(&self.config.tool_policy),
         };
-        let tool_ctx = tool_ctx.with_policy(policy);
+        let tool_ctx = tool_ctx
+            .with_policy(policy)
+            .with_thread(input.thread_id.clone());
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Arc::new(BuiltinSession {
             config: Arc::clone(&self.config),

@@ -7,6 +7,7 @@ mod client;
 mod config;
 mod demo;
 mod lock;
+mod process_registry;
 mod providers;
 mod render;
 mod run;

@@ -156,6 +156,8 @@ pub struct ToolContext {
     root: Arc<PathBuf>,
     cancel: CancellationToken,
     policy: Arc<ToolPolicy>,
+    /// The thread the calls work for (recorded with the process groups they start).
+    thread: Option<knife_protocol::ThreadId>,
 }
 
 impl ToolContext {
@@ -183,6 +185,7 @@ impl ToolContext {
             root: Arc::new(canonical),
             cancel: CancellationToken::new(),
             policy: Arc::new(ToolPolicy::default()),
+            thread: None,
         })
     }
 
@@ -200,6 +203,19 @@ impl ToolContext {
             policy,
             ..self.clone()
         }
+    }
+
+    /// The same context working for `thread` (process groups are recorded with it).
+    pub fn with_thread(&self, thread: knife_protocol::ThreadId) -> Self {
+        Self {
+            thread: Some(thread),
+            ..self.clone()
+        }
+    }
+
+    /// The thread the calls work for, if set ([`Self::with_thread`]).
+    pub fn thread(&self) -> Option<&knife_protocol::ThreadId> {
+        self.thread.as_ref()
     }
 
     /// The canonical project root.

@@ -40,15 +40,24 @@ pub struct ProcessGroupRecord {
     /// The kernel's boot id when the group started
     /// (`/proc/sys/kernel/random/boot_id`). Linux only.
     pub boot_id: Option<String>,
+    /// The thread whose tool call started the group (the session's thread), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<knife_protocol::ThreadId>,
+    /// What the group runs, for logs: `bash: <command>` (first line, ≤ 80 chars).
+    #[serde(default)]
+    pub label: String,
 }
 
 impl ProcessGroupRecord {
-    /// The record of group `pgid`, read now (call it while the leader runs).
+    /// The record of group `pgid`, read now (call it while the leader runs); no
+    /// thread, empty label.
     pub fn capture(pgid: u32) -> Self {
         Self {
             pgid,
             leader_start_ticks: start_ticks(pgid),
             boot_id: boot_id(),
+            thread_id: None,
+            label: String::new(),
         }
     }
 
