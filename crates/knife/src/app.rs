@@ -145,6 +145,7 @@ impl App {
                 .collect(),
             permissions: PermissionRules::new(config.permissions.clone())
                 .context("invalid [[permissions]] in the config")?,
+            project_permissions: config.project_permissions()?,
             ..ToolPolicy::default()
         });
         for (id, p) in &config.providers {
