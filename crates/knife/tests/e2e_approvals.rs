@@ -240,3 +240,78 @@ async fn e2e_approvals_answering_twice_is_a_conflict_and_unknown_ids_are_not_fou
     let (_, run) = api.follow_run(&s.thread, &s.run, 0).await;
     assert_eq!(run.status, RunStatus::Completed);
 }
+
+/// `knife run` without a terminal prints how to answer; `knife approve` from
+/// "another terminal" lists the pending request and answers it; the run finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_knife_approve_answers_a_knife_run_from_another_terminal() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let mock = MockLlm::script(SCRIPT, &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.project_dir().display().to_string();
+    let mut run = knife_command(server.path());
+    run.args(["run", "--server", &url, "--project", &project, "write it"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = run.spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let hint = tokio::time::timeout(RUN_TIMEOUT, async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            eprintln!("[knife run] {line}");
+            if let Some(rest) = line.trim().strip_prefix("answer with: ") {
+                return rest.to_owned();
+            }
+        }
+        panic!("knife run ended without printing how to answer");
+    })
+    .await
+    .expect("knife run printed no approval hint");
+    // `knife approve <thread> <request> --allow|--always|--deny [--message TEXT]`
+    let words: Vec<&str> = hint.split_whitespace().collect();
+    assert_eq!(&words[..2], ["knife", "approve"], "{hint}");
+    let (thread, request) = (words[2].to_owned(), words[3].to_owned());
+
+    let listed = run_cli(server.path(), &["approve", "--server", &url, &thread]).await;
+    assert!(listed.status.success(), "{}", listed.stderr);
+    assert!(
+        listed.stdout.contains(&request) && listed.stdout.contains("bash: echo approved"),
+        "{}",
+        listed.stdout
+    );
+    let answered = run_cli(
+        server.path(),
+        &["approve", "--server", &url, &thread, &request, "--allow"],
+    )
+    .await;
+    assert!(answered.status.success(), "{}", answered.stderr);
+    assert!(answered.stdout.contains("resolved"), "{}", answered.stdout);
+
+    let status = tokio::time::timeout(RUN_TIMEOUT, child.wait())
+        .await
+        .expect("knife run did not finish after the approval")
+        .unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    assert!(status.success(), "knife run exited with {status}");
+    assert!(out.contains("all done"), "stdout: {out}");
+    assert!(server.project_dir().join("approved.txt").exists());
+
+    let again = run_cli(
+        server.path(),
+        &["approve", "--server", &url, &thread, &request, "--deny"],
+    )
+    .await;
+    assert!(!again.status.success());
+    assert!(
+        again.stderr.contains("already answered"),
+        "{}",
+        again.stderr
+    );
+}
