@@ -315,3 +315,62 @@ async fn e2e_approvals_knife_approve_answers_a_knife_run_from_another_terminal()
         again.stderr
     );
 }
+
+/// A request pending when its server dies is expired / not resumable after the
+/// restart (MGR-41 at boot): answering it is a 409 that says so, and its approval
+/// item, node and tool item are settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_a_request_pending_at_a_crash_is_expired_after_the_restart() {
+    let mut s = start_and_wait_for_the_request().await;
+    s.server.proc.kill_hard().await;
+    s.server.respawn().await;
+    let api = s.server.api.clone();
+    let settled = poll_until("the request to expire", RUN_TIMEOUT, || async {
+        let (_, r) = api
+            .get(&format!(
+                "/api/threads/{}/requests/{}",
+                s.thread, s.request.id
+            ))
+            .await;
+        (r["status"] != "pending").then_some(r)
+    })
+    .await;
+    let settled: RuntimeRequest = serde_json::from_value(settled).unwrap();
+    assert_eq!(settled.status, RuntimeRequestStatus::Expired);
+    assert!(matches!(
+        settled.response_capability,
+        ResponseCapability::NotResumable { .. }
+    ));
+    let (status, body) = answer(
+        &api,
+        &s.thread,
+        &s.request.id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{body}"
+    );
+    let p = api.settled_thread_json(&s.thread).await;
+    let p: ThreadProjection = serde_json::from_value(p).unwrap();
+    let item = p
+        .turn_items
+        .iter()
+        .find(|i| i.id.as_str() == format!("item:{}", s.request.id))
+        .unwrap();
+    assert!(
+        matches!(
+            item.status,
+            TurnItemStatus::Failed | TurnItemStatus::Interrupted
+        ),
+        "{item:?}"
+    );
+    let node = p.nodes.iter().find(|n| n.id == s.request.node_id).unwrap();
+    assert_eq!(node.status, NodeStatus::Failed, "{node:?}");
+    assert!(!s.server.project_dir().join("approved.txt").exists());
+}
