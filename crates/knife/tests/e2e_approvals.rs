@@ -374,3 +374,51 @@ async fn e2e_approvals_a_request_pending_at_a_crash_is_expired_after_the_restart
     assert_eq!(node.status, NodeStatus::Failed, "{node:?}");
     assert!(!s.server.project_dir().join("approved.txt").exists());
 }
+
+/// Interrupting a run that waits for an approval cancels the request, aborts the
+/// tool call (PROC-08 wording) and leaves the thread idle; a late answer is a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_interrupt_while_waiting_cancels_the_request() {
+    let s = start_and_wait_for_the_request().await;
+    let api = &s.server.api;
+    let (status, body) = api
+        .post(&format!("/api/threads/{}/interrupt", s.thread), &json!({}))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let (_, run) = api.follow_run(&s.thread, &s.run, 0).await;
+    assert_eq!(run.status, RunStatus::Interrupted, "{run:?}");
+    let p: ThreadProjection =
+        serde_json::from_value(api.settled_thread_json(&s.thread).await).unwrap();
+    let request = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == s.request.id)
+        .unwrap();
+    assert_eq!(request.status, RuntimeRequestStatus::Cancelled);
+    let tool = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::ToolCall { .. }))
+        .unwrap();
+    assert!(
+        matches!(&tool.kind, TurnItemKind::ToolCall { error: Some(e), .. } if e == "Tool execution aborted"),
+        "{tool:?}"
+    );
+    assert_eq!(p.thread.agent_status, Some(AgentStatus::Idle));
+    let (status, body) = answer(
+        api,
+        &s.thread,
+        &s.request.id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled"),
+        "{body}"
+    );
+    assert!(!s.server.project_dir().join("approved.txt").exists());
+}
