@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{ArgGroup, Args};
 use knife_protocol::*;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::client::{ApiClient, find_server};
 use crate::config::Config;
@@ -124,9 +124,24 @@ async fn answer_request(
 }
 
 /// The interactive side of `knife run`: requests of the run are queued here by the
-/// renderer; one task asks on the terminal and posts the answers.
+/// renderer; one task asks on the terminal and posts the answers. A request settled
+/// meanwhile (answered from another terminal, expired) stops being asked.
 pub struct Prompter {
     requests: mpsc::UnboundedSender<RuntimeRequest>,
+    settled: watch::Sender<Settled>,
+}
+
+/// Requests no longer pending, as seen on the event stream.
+type Settled = std::collections::HashSet<RuntimeRequestId>;
+
+/// What one prompt ended with.
+#[derive(Debug, PartialEq)]
+enum Asked {
+    Answer(RequestAnswer),
+    /// The request was settled elsewhere while asking.
+    Settled,
+    /// stdin closed.
+    Closed,
 }
 
 impl Prompter {
@@ -137,42 +152,68 @@ impl Prompter {
             return None;
         }
         let (requests, mut rx) = mpsc::unbounded_channel::<RuntimeRequest>();
+        let (settled, settled_rx) = watch::channel(Settled::new());
         let mut lines = stdin_lines();
         tokio::spawn(async move {
             while let Some(request) = rx.recv().await {
-                let Some(answer) = ask(&request, &mut lines).await else {
-                    return;
-                };
-                if let Err(e) = answer_request(&client, &thread, &request.id, &answer).await {
-                    eprintln!("  could not answer: {e:#}");
+                match ask(&request, &mut lines, settled_rx.clone()).await {
+                    Asked::Answer(answer) => {
+                        if let Err(e) = answer_request(&client, &thread, &request.id, &answer).await
+                        {
+                            eprintln!("  could not answer: {e:#}");
+                        }
+                    }
+                    Asked::Settled => eprintln!("\n  (answered elsewhere)"),
+                    Asked::Closed => return,
                 }
             }
         });
-        Some(Self { requests })
+        Some(Self { requests, settled })
     }
 
     /// Queues `request` to be asked.
     pub fn ask(&self, request: &RuntimeRequest) {
         let _ = self.requests.send(request.clone());
     }
+
+    /// `request` is no longer pending: stop asking it (or do not start).
+    pub fn settled(&self, request: &RuntimeRequestId) {
+        self.settled.send_modify(|s| {
+            s.insert(request.clone());
+        });
+    }
 }
 
 /// Asks one request on the terminal: `y` once, `a` always, `n` deny (then an
-/// optional message). `None` when stdin closed.
+/// optional message). Stops when the request shows up in `settled`.
 async fn ask(
     request: &RuntimeRequest,
     lines: &mut mpsc::UnboundedReceiver<String>,
-) -> Option<RequestAnswer> {
+    mut settled: watch::Receiver<Settled>,
+) -> Asked {
     let question = |text: &str| {
         eprint!("{text}");
         let _ = std::io::stderr().flush();
     };
+    if settled.borrow().contains(&request.id) {
+        return Asked::Settled;
+    }
     question(&format!(
         "? allow {}\n  [y] once, [a] always, [n] no: ",
         describe(request)
     ));
+    let mut next_line = async || {
+        tokio::select! {
+            line = lines.recv() => line.map(Ok),
+            _ = settled.wait_for(|s| s.contains(&request.id)) => Some(Err(())),
+        }
+    };
     loop {
-        let line = lines.recv().await?;
+        let line = match next_line().await {
+            Some(Ok(line)) => line,
+            Some(Err(())) => return Asked::Settled,
+            None => return Asked::Closed,
+        };
         let decision = match line.trim().to_lowercase().as_str() {
             "y" | "yes" => ApprovalDecision::AllowOnce,
             "a" | "always" => ApprovalDecision::AllowAlways,
@@ -184,12 +225,15 @@ async fn ask(
         };
         let message = if decision == ApprovalDecision::Deny {
             question("  message for the agent (optional, Enter to skip): ");
-            let text = lines.recv().await.unwrap_or_default();
-            Some(text.trim().to_owned()).filter(|t| !t.is_empty())
+            match next_line().await {
+                Some(Ok(text)) => Some(text.trim().to_owned()).filter(|t| !t.is_empty()),
+                Some(Err(())) => return Asked::Settled,
+                None => None,
+            }
         } else {
             None
         };
-        return Some(RequestAnswer { decision, message });
+        return Asked::Answer(RequestAnswer { decision, message });
     }
 }
 
@@ -244,7 +288,24 @@ mod tests {
             tx.send((*line).to_owned()).unwrap();
         }
         drop(tx);
-        ask(&request(), &mut rx).await
+        let (_settled, settled_rx) = watch::channel(Settled::new());
+        match ask(&request(), &mut rx, settled_rx).await {
+            Asked::Answer(a) => Some(a),
+            Asked::Closed => None,
+            Asked::Settled => panic!("settled"),
+        }
+    }
+
+    #[tokio::test]
+    async fn approvals_a_request_answered_elsewhere_stops_being_asked() {
+        let (_lines_tx, mut lines) = mpsc::unbounded_channel::<String>();
+        let (settled, settled_rx) = watch::channel(Settled::new());
+        let asking = tokio::spawn(async move { ask(&request(), &mut lines, settled_rx).await });
+        tokio::task::yield_now().await;
+        settled.send_modify(|s| {
+            s.insert(RuntimeRequestId::from("request_1"));
+        });
+        assert_eq!(asking.await.unwrap(), Asked::Settled);
     }
 
     #[tokio::test]

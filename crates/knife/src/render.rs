@@ -96,6 +96,9 @@ impl<'p> RunView<'p> {
         if !self.settled.insert(request.id.clone()) || !self.asked.contains(&request.id) {
             return;
         }
+        if let Some(prompter) = self.prompter {
+            prompter.settled(&request.id);
+        }
         let outcome = match (request.status, request.decision) {
             (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => {
                 "✓ allowed once".to_owned()
