@@ -422,3 +422,58 @@ async fn e2e_approvals_interrupt_while_waiting_cancels_the_request() {
     );
     assert!(!s.server.project_dir().join("approved.txt").exists());
 }
+
+/// `knife run` on a terminal (a pty from util-linux `script`) asks and takes `y`.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_knife_run_asks_on_a_terminal() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mock = MockLlm::script(SCRIPT, &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.project_dir().display().to_string();
+    let line = format!(
+        "'{}' run --server '{url}' --project '{project}' 'write it'",
+        knife_bin().display()
+    );
+    // `script` runs the command on a pseudo-terminal and relays our stdin to it.
+    let mut cmd = tokio::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env_remove("KNIFE_CONFIG")
+        .env_remove("KNIFE_DATA_DIR")
+        .env_remove("KNIFE_SERVER")
+        .env_remove("KNIFE_API_TOKEN")
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .env("XDG_CONFIG_HOME", server.path())
+        .current_dir(server.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .expect("util-linux `script` is needed for this test");
+    let mut stdin = child.stdin.take().unwrap();
+    // Typed ahead: the prompt reads it once the request appears.
+    stdin.write_all(b"y\n").await.unwrap();
+    let status = tokio::time::timeout(RUN_TIMEOUT, child.wait())
+        .await
+        .expect("knife run on a terminal did not finish")
+        .unwrap();
+    drop(stdin);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    eprintln!("[script knife run]\n{out}");
+    assert!(status.success(), "exit {status}: {out}");
+    assert!(out.contains("? allow bash: echo approved"), "{out}");
+    assert!(out.contains("allowed once"), "{out}");
+    assert!(out.contains("all done"), "{out}");
+    assert!(server.project_dir().join("approved.txt").exists());
+}
