@@ -87,3 +87,45 @@ async fn e2e_process_groups_a_killed_servers_bash_command_is_killed_at_the_next_
     );
     server.proc.terminate().await;
 }
+
+/// A command that ends normally is forgotten: no row is left for the next boot.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_process_groups_a_finished_command_is_unregistered() {
+    const QUICK: &str = r#"
+[[response]]
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = "echo $$ > leader.pid" }
+
+[[response]]
+text = "done"
+"#;
+    let mock = MockLlm::script(QUICK, &[]).await;
+    let config = format!(
+        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n",
+        config_toml(&mock.base_url())
+    );
+    let mut server = Server::start_with_config(&config).await;
+    let api = server.api.clone();
+    let project = api.create_project(&server.project_dir()).await;
+    let thread = api.create_thread(&project).await;
+    let run = api.post_message(&thread, "run it").await;
+    let (_, done) = api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, knife_protocol::RunStatus::Completed);
+    let leader: i32 = std::fs::read_to_string(server.project_dir().join("leader.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let status = server.proc.terminate().await;
+    assert!(status.success());
+    let store = Store::open(server.data_dir().join("knife.db"))
+        .await
+        .unwrap();
+    let rows = store.list_process_groups().await.unwrap();
+    assert!(
+        rows.iter().all(|r| r.pgid != leader),
+        "the finished command's group is still recorded: {rows:?}"
+    );
+}
