@@ -11,9 +11,10 @@
 //! blocking filesystem work runs on tokio's blocking pool. `bash` runs in the root
 //! in its own process group (see [`bash`]).
 //!
-//! Before a call runs, the agent loop asks [`ToolSet::authorize`]: the context's
-//! [`PermissionRules`](crate::permissions::PermissionRules) decide allow / ask / deny, and an `ask` waits on the
-//! context's [`ApprovalGate`](crate::permissions::ApprovalGate).
+//! Before a call runs, the agent loop asks [`ToolSet::permission`]: the context's
+//! [`PermissionRules`](crate::permissions::PermissionRules) decide allow / ask / deny;
+//! an `ask` is put to the user as a runtime request (`crate::approvals`) unless the
+//! policy has an automatic [`ApprovalGate`](crate::permissions::ApprovalGate).
 
 pub mod bash;
 mod edit;
