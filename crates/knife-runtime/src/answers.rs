@@ -31,6 +31,28 @@ pub async fn answer_request(
     answer: RequestAnswer,
     runtime: Option<Arc<dyn SessionRuntime>>,
 ) -> Result<RuntimeRequest, RuntimeError> {
+    check_pending(store, thread, request).await?;
+    let Some(runtime) = runtime else {
+        return Err(no_live_turn(request));
+    };
+    runtime
+        .respond_to_runtime_request(request, answer)
+        .await
+        .map_err(|e| refused(request, e))?;
+    wait_resolved(store, request).await
+}
+
+/// The request, when it exists on `thread` and is still `pending` (the first step
+/// of [`answer_request`], for callers that reach the runtime another way, e.g.
+/// through a session handle).
+///
+/// Errors: `ThreadNotFound`, `RequestNotFound`, `RequestNotPending`
+/// ([`not_pending_reason`]), `Store`.
+pub async fn check_pending(
+    store: &Store,
+    thread: &ThreadId,
+    request: &RuntimeRequestId,
+) -> Result<RuntimeRequest, RuntimeError> {
     let current = store
         .get_runtime_request(request)
         .await?
@@ -50,30 +72,35 @@ pub async fn answer_request(
             reason: not_pending_reason(&current),
         });
     }
-    let Some(runtime) = runtime else {
-        return Err(RuntimeError::RequestNotPending {
-            request: request.clone(),
-            reason: "no running turn of this server waits for it (the run ended or the server \
-                     restarted); it will be marked expired, send a new message instead"
-                .into(),
-        });
-    };
-    runtime
-        .respond_to_runtime_request(request, answer)
-        .await
-        .map_err(|e| RuntimeError::RequestNotPending {
-            request: request.clone(),
-            reason: match e {
-                AdapterError::RequestNotPending(why) => why,
-                other => other.to_string(),
-            },
-        })?;
-    wait_resolved(store, request).await
+    Ok(current)
+}
+
+/// `RequestNotPending` for a pending request no live runtime of this server waits on.
+pub fn no_live_turn(request: &RuntimeRequestId) -> RuntimeError {
+    RuntimeError::RequestNotPending {
+        request: request.clone(),
+        reason: "no running turn of this server waits for it (the run ended or the server \
+                 restarted); it will be marked expired, send a new message instead"
+            .into(),
+    }
+}
+
+/// `RequestNotPending` for an answer the runtime refused with `error`.
+pub fn refused(request: &RuntimeRequestId, error: AdapterError) -> RuntimeError {
+    RuntimeError::RequestNotPending {
+        request: request.clone(),
+        reason: match error {
+            AdapterError::RequestNotPending(why) => why,
+            other => other.to_string(),
+        },
+    }
 }
 
 /// Polls the store (every 10 ms, up to [`RESOLUTION_WAIT`]) until `request` is no
-/// longer pending; returns the last row read.
-async fn wait_resolved(
+/// longer pending; returns the last row read (the last step of [`answer_request`]).
+///
+/// Errors: `Store`; `Internal` when the request vanished.
+pub async fn wait_resolved(
     store: &Store,
     request: &RuntimeRequestId,
 ) -> Result<RuntimeRequest, RuntimeError> {
