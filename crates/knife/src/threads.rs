@@ -270,6 +270,14 @@ fn print_item(item: &TurnItem) {
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default();
             println!("approval {tool} {subject} → {answer}{note}");
+            if let (TurnItemStatus::Waiting, TurnItemKind::Approval { request_id, .. }) =
+                (item.status, &item.kind)
+            {
+                println!(
+                    "  answer: {}",
+                    crate::approve::approve_hint(&item.thread_id, request_id)
+                );
+            }
         }
     }
 }

@@ -272,6 +272,20 @@ async fn e2e_approvals_knife_approve_answers_a_knife_run_from_another_terminal()
     assert_eq!(&words[..2], ["knife", "approve"], "{hint}");
     let (thread, request) = (words[2].to_owned(), words[3].to_owned());
 
+    let shown = run_cli(
+        server.path(),
+        &["threads", "show", &thread, "--server", &url],
+    )
+    .await;
+    assert!(shown.status.success(), "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains("approval bash echo approved")
+            && shown
+                .stdout
+                .contains(&format!("answer: knife approve {thread} {request}")),
+        "{}",
+        shown.stdout
+    );
     let listed = run_cli(server.path(), &["approve", "--server", &url, &thread]).await;
     assert!(listed.status.success(), "{}", listed.stderr);
     assert!(
