@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{TurnPlan, run_turn};
+use crate::approvals::ApprovalBroker;
 use crate::messages::{build_messages, default_system_prompt};
 use crate::processor::ContextLimits;
 use crate::recorder::{EventSender, TurnIdentity, TurnRecorder};
@@ -160,21 +161,28 @@ impl ProviderAdapter for BuiltinAgentAdapter {
         }
     }
 
-    /// Opens a session rooted at `input.cwd` (canonicalized; tools cannot leave it).
+    /// Opens a session rooted at `input.cwd` (canonicalized; tools cannot leave it),
+    /// under the tool policy with that root's per-project rules if any
+    /// ([`ToolPolicy::for_project`]).
     /// Nothing is spawned until a turn starts. The session entity itself
     /// (`ProviderSessionUpdated`) is the session manager's to write, so the
     /// session's event stream carries turn events only.
     ///
     /// Errors: [`AdapterError::Open`] when the project root cannot be resolved.
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        let tool_ctx = ToolContext::new(&input.cwd)
-            .map_err(|e| {
-                AdapterError::Open(format!(
-                    "the project root {} cannot be used: {e}",
-                    input.cwd.display()
-                ))
-            })?
-            .with_policy(Arc::clone(&self.config.tool_policy));
+        let tool_ctx = ToolContext::new(&input.cwd).map_err(|e| {
+            AdapterError::Open(format!(
+                "the project root {} cannot be used: {e}",
+                input.cwd.display()
+            ))
+        })?;
+        let policy = match self.config.tool_policy.for_project(tool_ctx.root()) {
+            Some(project) => Arc::new(project),
+            None => Arc::clone(&self.config.tool_policy),
+        };
+        let tool_ctx = tool_ctx
+            .with_policy(policy)
+            .with_thread(input.thread_id.clone());
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Arc::new(BuiltinSession {
             config: Arc::clone(&self.config),
@@ -187,6 +195,7 @@ impl ProviderAdapter for BuiltinAgentAdapter {
             active: Arc::new(Mutex::new(None)),
             next_generation: Mutex::new(0),
             cancel: CancellationToken::new(),
+            approvals: Arc::default(),
         }))
     }
 }
@@ -218,6 +227,8 @@ struct BuiltinSession {
     next_generation: Mutex<u64>,
     /// Parent of every turn's token; cancelled by `close`.
     cancel: CancellationToken,
+    /// Approvals waiting for an answer and `allow_always` grants (session-scoped).
+    approvals: Arc<ApprovalBroker>,
 }
 
 impl BuiltinSession {
@@ -299,6 +310,7 @@ impl SessionRuntime for BuiltinSession {
                 context_limit: self.config.context_limit,
                 output_limit: self.config.output_limit,
             },
+            approvals: Arc::clone(&self.approvals),
         };
         let slot = Arc::clone(&self.active);
         let on_finish = Box::new(move || {
@@ -372,6 +384,19 @@ impl SessionRuntime for BuiltinSession {
         _native_thread_id: Option<String>,
     ) -> Result<(), AdapterError> {
         Ok(())
+    }
+
+    /// Delivers the user's answer to the turn waiting on approval `request`; the
+    /// turn then records the request `resolved` and runs (or refuses) the call.
+    ///
+    /// Errors: [`AdapterError::RequestNotPending`] when no turn of this session
+    /// waits on `request` (unknown, already answered, or its turn stopped).
+    async fn respond_to_runtime_request(
+        &self,
+        request: &RuntimeRequestId,
+        answer: RequestAnswer,
+    ) -> Result<(), AdapterError> {
+        self.approvals.answer(request, answer)
     }
 
     fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {

@@ -12,11 +12,13 @@ use knife_llm::{ChatMessage, LlmClient, LlmError, LlmRequest};
 use knife_protocol::{AgentError, RunError};
 use tokio_util::sync::CancellationToken;
 
+use crate::approvals::ApprovalBroker;
 use crate::compaction::compact;
 use crate::messages::wire_tool_call;
+use crate::permissions::{ApprovalDecision, ApprovalRequest};
 use crate::processor::{Call, ContextLimits, ProcessResult, Processor};
 use crate::recorder::{TurnRecorder, TurnStop};
-use crate::tools::{ToolContext, ToolError, ToolSet};
+use crate::tools::{Permission, ToolContext, ToolError, ToolSet};
 
 /// What a turn needs besides its recorder.
 pub(crate) struct TurnPlan {
@@ -31,6 +33,8 @@ pub(crate) struct TurnPlan {
     pub pending: String,
     pub retry: RetryPolicy,
     pub limits: ContextLimits,
+    /// The session's open approvals and `allow_always` grants.
+    pub approvals: Arc<ApprovalBroker>,
 }
 
 /// Runs one turn to its end and emits its terminal event.
@@ -77,6 +81,7 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         pending,
         retry,
         limits,
+        approvals,
     } = plan;
     let specs = tools.specs();
     let processor = Processor {
@@ -123,7 +128,7 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         }
         let calls = message.calls;
         let had_calls = !calls.is_empty();
-        run_tools(rec, &tools, &tool_ctx, calls, &mut messages).await;
+        run_tools(rec, &tools, &tool_ctx, &approvals, calls, &mut messages).await;
         if result == ProcessResult::Compact {
             if just_compacted && !has_output {
                 let error = RunError {
@@ -166,6 +171,7 @@ async fn run_tools(
     rec: &mut TurnRecorder,
     tools: &ToolSet,
     tool_ctx: &ToolContext,
+    approvals: &Arc<ApprovalBroker>,
     calls: Vec<Call>,
     messages: &mut Vec<ChatMessage>,
 ) {
@@ -177,14 +183,24 @@ async fn run_tools(
         }
         let result = match call.parsed {
             // Permission hook: rules decide allow / ask / deny; an `ask` waits here
-            // on the approval gate. A refusal is the call's result (the model reads it).
-            Ok(args) => match tools.authorize(&call.id, &call.name, &args, tool_ctx).await {
-                Ok(()) => {
-                    rec.tool_running(call.idx);
-                    tools.execute(&call.name, args, tool_ctx).await
+            // for the user's answer. A refusal is the call's result (the model reads it).
+            Ok(args) => {
+                let verdict = match tools.permission(&call.id, &call.name, &args, tool_ctx) {
+                    Permission::Allowed => Ok(()),
+                    Permission::Denied(e) => Err(e),
+                    Permission::Ask(ask) => {
+                        let mutating = tools.is_mutating(&call.name);
+                        approve(rec, tool_ctx, approvals, call.idx, ask, mutating).await
+                    }
+                };
+                match verdict {
+                    Ok(()) => {
+                        rec.tool_running(call.idx);
+                        tools.execute(&call.name, args, tool_ctx).await
+                    }
+                    Err(refused) => Err(refused),
                 }
-                Err(refused) => Err(refused),
-            },
+            }
             Err(message) => Err(ToolError::InvalidArguments {
                 tool: call.name.clone(),
                 message,
@@ -199,6 +215,52 @@ async fn run_tools(
             call_id: call.id,
             content,
         });
+    }
+}
+
+/// Settles an `ask` verdict: an earlier `allow_always` of this session on the same
+/// tool and subject allows at once; an automatic gate of the policy answers if set;
+/// otherwise the user is asked with a runtime request and the turn waits
+/// (`crate::approvals`). An interrupt drops this future at the wait; the recorder
+/// then cancels the request.
+///
+/// Errors: [`ToolError::Rejected`] (with the user's message) on `deny`;
+/// [`ToolError::Aborted`] when the session went away without an answer.
+async fn approve(
+    rec: &mut TurnRecorder,
+    tool_ctx: &ToolContext,
+    approvals: &Arc<ApprovalBroker>,
+    tool_idx: usize,
+    ask: ApprovalRequest,
+    mutating: bool,
+) -> Result<(), ToolError> {
+    if approvals.always_allows(&ask.tool, &ask.subject) {
+        return Ok(());
+    }
+    let tool = ask.tool.clone();
+    if let Some(gate) = tool_ctx.policy().approvals.as_ref() {
+        return match gate.request(ask).await {
+            ApprovalDecision::Allow => Ok(()),
+            ApprovalDecision::Deny { message } => Err(ToolError::Rejected { tool, message }),
+        };
+    }
+    let id = knife_protocol::RuntimeRequestId::new();
+    let (answer, _guard) = approvals.register(id.clone());
+    rec.approval_requested(tool_idx, &ask, &id, mutating);
+    let Ok(answer) = answer.await else {
+        return Err(ToolError::Aborted);
+    };
+    rec.approval_answered(&answer);
+    match answer.decision {
+        knife_protocol::ApprovalDecision::AllowOnce => Ok(()),
+        knife_protocol::ApprovalDecision::AllowAlways => {
+            approvals.grant_always(&ask.tool, &ask.subject);
+            Ok(())
+        }
+        knife_protocol::ApprovalDecision::Deny => Err(ToolError::Rejected {
+            tool,
+            message: answer.message,
+        }),
     }
 }
 
@@ -325,6 +387,7 @@ mod tests {
                 context_limit: 0,
                 output_limit: 0,
             },
+            approvals: Arc::default(),
         };
         let cancel = CancellationToken::new();
         let handle = tokio::spawn(run_turn(

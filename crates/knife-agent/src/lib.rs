@@ -10,9 +10,11 @@
 //! - [`tools`]: `read`, `list`, `glob`, `grep`, `write`, `edit` (confined to the
 //!   project root) and `bash` (runs in it, in a process group of its own).
 //! - [`permissions`]: allow / ask / deny rules per tool call and the approval hook.
+//! - `approvals`: `ask` → runtime request → the user's answer (issue 3 item 6).
 
 pub mod adapter;
 mod agent;
+mod approvals;
 pub mod compaction;
 pub mod messages;
 pub mod permissions;

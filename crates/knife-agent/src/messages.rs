@@ -109,7 +109,9 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
             }
             TurnItemKind::Reasoning { .. }
             | TurnItemKind::Error { .. }
-            | TurnItemKind::Compaction { .. } => {}
+            | TurnItemKind::Compaction { .. }
+            // The tool item carries the approval's outcome (its output or the denial).
+            | TurnItemKind::Approval { .. } => {}
         }
     }
     pending.flush(&mut messages);

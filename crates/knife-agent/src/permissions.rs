@@ -20,9 +20,9 @@
 //! string, so `rm *` does not match `cd x && rm y`: use `deny` rules as a seat belt,
 //! not as a sandbox.
 //!
-//! An `ask` goes through the [`ApprovalGate`] of the tool context; today's gate
-//! ([`AllowAll`]) answers at once. The session-manager work replaces it with one
-//! that persists a runtime request and waits for the user's answer.
+//! An `ask` is put to the user as a runtime request and the turn waits for the
+//! answer (`crate::approvals`), unless the tool policy sets an automatic
+//! [`ApprovalGate`] (e.g. [`AllowAll`] for tests and unattended embeddings).
 
 use std::sync::Arc;
 
@@ -234,6 +234,8 @@ pub struct ApprovalRequest {
     pub subject: String,
     /// The call's arguments object, as the model sent it.
     pub input: Value,
+    /// Which rule asked: `permission rule N` (0-based) or `the default rule`.
+    pub rule: String,
 }
 
 /// The answer to an [`ApprovalRequest`].
@@ -248,19 +250,20 @@ pub enum ApprovalDecision {
     },
 }
 
-/// Decides `ask` calls. The agent loop awaits [`ApprovalGate::request`] before it
+/// Decides `ask` calls automatically when set as `ToolPolicy::approvals` (instead
+/// of asking the user). The agent loop awaits [`ApprovalGate::request`] before it
 /// marks the call running; the turn waits meanwhile. An interrupt drops the
 /// pending future (the turn's task is cancelled at that await), so an
-/// implementation must treat a dropped request as abandoned (e.g. expire the
-/// runtime request it persisted).
+/// implementation must treat a dropped request as abandoned.
 #[async_trait::async_trait]
 pub trait ApprovalGate: Send + Sync + 'static {
     /// Asks for permission to run one call and waits for the answer.
     async fn request(&self, request: ApprovalRequest) -> ApprovalDecision;
 }
 
-/// The gate used until approvals exist: allows every `ask` at once. `deny` rules
-/// still apply (they never reach a gate).
+/// An automatic gate that allows every `ask` at once (tests, unattended use:
+/// `ToolPolicy { approvals: Some(Arc::new(AllowAll)), .. }`). `deny` rules still
+/// apply (they never reach a gate).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AllowAll;
 
@@ -492,6 +495,7 @@ mod tests {
                 tool: "bash".into(),
                 subject: "ls".into(),
                 input: serde_json::json!({"command": "ls"}),
+                rule: "the default rule".into(),
             })
             .await;
         assert_eq!(d, ApprovalDecision::Allow);

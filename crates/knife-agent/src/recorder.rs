@@ -21,6 +21,8 @@ use tokio::time::Instant;
 
 use crate::tools::ToolError;
 
+mod approval;
+
 /// Sender side of a session's adapter event stream.
 pub(crate) type EventSender = UnboundedSender<Result<AdapterEvent, AdapterError>>;
 
@@ -90,6 +92,8 @@ pub(crate) struct TurnRecorder {
     finished: bool,
     /// Runs once, right before the terminal event (frees the session's turn slot).
     on_finish: Option<Box<dyn FnOnce() + Send>>,
+    /// The tool approval the turn waits on, if any.
+    approval: Option<approval::PendingApproval>,
 }
 
 impl TurnRecorder {
@@ -130,6 +134,7 @@ impl TurnRecorder {
             status: None,
             finished: false,
             on_finish: Some(on_finish),
+            approval: None,
         }
     }
 
@@ -584,6 +589,8 @@ impl TurnRecorder {
                 TurnOutcome::Failed { error },
             ),
         };
+        // An approval still waiting is cancelled with its node and item.
+        self.cancel_approval();
         // Items are settled (and so persisted) before the terminal event.
         for idx in 0..self.items.len() {
             if !self.items[idx].open {

@@ -432,6 +432,7 @@ async fn interrupting_a_turn_kills_the_command_group_and_leaves_the_thread_idle(
     let observed = Arc::new(Observed::default());
     let policy = Arc::new(ToolPolicy {
         process_observer: Some(Arc::clone(&observed) as Arc<dyn ProcessObserver>),
+        approvals: Some(Arc::new(knife_agent::permissions::AllowAll)),
         ..ToolPolicy::default()
     });
     let llm = FakeLlm::new(vec![

@@ -396,7 +396,7 @@ fn gate(answer: ApprovalDecision) -> Arc<Gate> {
 fn policy(rules: Vec<PermissionRule>, gate: Arc<Gate>) -> Arc<ToolPolicy> {
     Arc::new(ToolPolicy {
         permissions: PermissionRules::new(rules).unwrap(),
-        approvals: gate,
+        approvals: Some(gate),
         ..ToolPolicy::default()
     })
 }
@@ -489,6 +489,7 @@ async fn permission_is_the_verdict_without_waiting() {
             tool: "bash".into(),
             subject: "cargo build".into(),
             input: args,
+            rule: "the default rule".into(),
         })
     );
     match tools.permission("c4", "bash", &json!({"command": "rm -rf src"}), &ctx) {

@@ -99,6 +99,19 @@ pub struct InterruptResponse {
     pub run_id: Option<RunId>,
 }
 
+/// `POST /api/threads/{id}/requests/{request_id}`: the user's answer to a runtime
+/// request (tool approval). Also what an adapter's `respond_to_runtime_request` gets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestAnswer {
+    /// `allow_once`, `allow_always` (this tool on this exact subject for the rest of
+    /// the thread's session) or `deny`.
+    pub decision: ApprovalDecision,
+    /// Optional words for the agent (with `deny`: why, or what to do instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// The full projection of one thread (`GET /api/threads/{id}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ThreadProjection {

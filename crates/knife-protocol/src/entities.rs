@@ -399,6 +399,28 @@ pub struct RuntimeRequest {
     pub created_at: Timestamp,
     pub resolved_at: Option<Timestamp>,
     pub decision: Option<ApprovalDecision>,
+    /// For a tool approval of the built-in agent: the call, the rule that asked,
+    /// and the user's message with the answer. `None` for other requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_approval: Option<ToolApproval>,
+}
+
+/// What a tool approval request is about (see [`RuntimeRequest::tool_approval`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolApproval {
+    /// The model's id of the call (the tool item's `call_id`).
+    pub call_id: String,
+    /// The tool's name (`bash`, `write`, `edit`, …).
+    pub tool: String,
+    /// The call's subject the rules matched: root-relative path or command.
+    pub subject: String,
+    /// The call's arguments as the model sent them.
+    pub input: Value,
+    /// Which rule asked: `permission rule 3` or `the default rule`.
+    pub rule: String,
+    /// The user's words given with the answer (e.g. why it was denied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Kind of an execution node.
@@ -511,6 +533,25 @@ pub enum TurnItemKind {
     Compaction {
         /// The model's summary (empty while it is being written).
         summary: String,
+    },
+    /// A tool call waiting for (or answered by) the user's approval. Its id is
+    /// `item:<request id>`; status `waiting` while pending, `completed` once
+    /// answered, `failed` / `cancelled` when the request expired or the turn
+    /// stopped. Not sent to the model (the tool item carries the outcome).
+    Approval {
+        /// The runtime request answering it (`POST /api/threads/{id}/requests/{request_id}`).
+        request_id: RuntimeRequestId,
+        /// The tool call it guards.
+        call_id: String,
+        tool: String,
+        /// Path or command the rules matched.
+        subject: String,
+        /// The user's answer, once given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decision: Option<ApprovalDecision>,
+        /// The user's words given with the answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
 }
 

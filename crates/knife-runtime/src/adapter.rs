@@ -74,6 +74,10 @@ pub enum AdapterError {
     /// The session is closed; open a new one.
     #[error("the provider session is closed")]
     Closed,
+    /// `respond_to_runtime_request` named a request this session is not waiting
+    /// on (unknown, already answered, or its turn ended); the message says which.
+    #[error("{0}")]
+    RequestNotPending(String),
 }
 
 /// A configured kind of agent runtime. Implemented by the built-in agent and by
@@ -159,15 +163,17 @@ pub trait SessionRuntime: Send + Sync + 'static {
         ))
     }
 
-    /// Answers runtime request `request` (an approval) with `decision`. Default:
-    /// [`AdapterError::Runtime`] saying the runtime takes no answers. Provisional shape:
-    /// the permissions issue may widen it (user-input answers).
+    /// Answers runtime request `request` (an approval) with `answer` (decision and the
+    /// user's optional message). The runtime emits the request's `resolved` update
+    /// itself. Default: [`AdapterError::Runtime`] saying the runtime takes no answers.
+    /// Errors: an unknown or already answered request →
+    /// [`AdapterError::RequestNotPending`].
     async fn respond_to_runtime_request(
         &self,
         request: &RuntimeRequestId,
-        decision: ApprovalDecision,
+        answer: RequestAnswer,
     ) -> Result<(), AdapterError> {
-        let _ = (request, decision);
+        let _ = (request, answer);
         Err(AdapterError::Runtime(
             "this runtime does not take answers to runtime requests".into(),
         ))

@@ -39,6 +39,22 @@ pub enum RuntimeError {
     ShuttingDown,
     #[error("internal error: {0}; this is a bug in knife, please report it")]
     Internal(String),
+    /// A runtime request of a thread does not exist (HTTP 404).
+    #[error(
+        "runtime request {request} does not exist on thread {thread}; list the thread's \
+         requests with GET /api/threads/{thread}/requests"
+    )]
+    RequestNotFound {
+        thread: ThreadId,
+        request: RuntimeRequestId,
+    },
+    /// A runtime request can no longer be answered (HTTP 409): already resolved,
+    /// expired or cancelled, or no live session waits for it. `reason` says which.
+    #[error("runtime request {request} cannot be answered: {reason}")]
+    RequestNotPending {
+        request: RuntimeRequestId,
+        reason: String,
+    },
     #[error(transparent)]
     Store(#[from] knife_store::StoreError),
     /// A session-manager operation (close, release, detach) failed.

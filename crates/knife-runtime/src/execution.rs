@@ -336,6 +336,36 @@ impl ExecutionService {
         Some(run.run_id.clone())
     }
 
+    /// Answers runtime request `request` of `thread` (a tool approval) with `answer`,
+    /// through the runtime of the thread's active run, and returns the request as
+    /// stored once resolved (see [`crate::answers`]).
+    ///
+    /// Errors: `ThreadNotFound`, `RequestNotFound`, `RequestNotPending` (answered,
+    /// expired, cancelled, or no live turn waits for it), `Store`.
+    pub async fn respond_to_request(
+        &self,
+        thread: &ThreadId,
+        request: &RuntimeRequestId,
+        answer: RequestAnswer,
+    ) -> Result<RuntimeRequest, RuntimeError> {
+        use crate::answers::{check_pending, no_live_turn, refused, wait_resolved};
+        check_pending(&self.inner.store, thread, request).await?;
+        let Some(handle) = self.session_of(thread) else {
+            return Err(no_live_turn(request));
+        };
+        match handle.respond_to_runtime_request(request, answer).await {
+            Ok(()) => {}
+            Err(crate::SessionError::Runtime(e)) => return Err(refused(request, e)),
+            Err(e) => {
+                return Err(RuntimeError::RequestNotPending {
+                    request: request.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+        wait_resolved(&self.inner.store, request).await
+    }
+
     /// Waits until `thread` has no active run in this process.
     pub async fn await_idle(&self, thread: &ThreadId) {
         let done = lock(&self.inner.active).get(thread).map(|r| r.done.clone());

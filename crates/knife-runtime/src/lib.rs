@@ -6,6 +6,7 @@
 //! external runtimes (knife-adapters) implement [`ProviderAdapter`].
 
 pub mod adapter;
+pub mod answers;
 pub mod clock;
 pub mod commands;
 pub mod error;

@@ -7,6 +7,7 @@ use knife_store::Store;
 
 use crate::clock::Clock;
 use crate::error::RuntimeError;
+use crate::sessions::requests::expire_request_events;
 
 /// Error text of a tool call that was running when its process died (PROC-08 wording).
 pub const TOOL_ABORTED: &str = "Tool execution aborted";
@@ -67,12 +68,16 @@ pub async fn reconcile_after_restart(
     }
     for request in store.list_pending_runtime_requests().await? {
         let now = clock.now();
-        store
-            .write(vec![DomainEvent::new(
+        let events = match store.thread_projection(&request.thread_id).await? {
+            Some(projection) => {
+                expire_request_events(&request, &projection, REQUEST_NOT_RESUMABLE, now)
+            }
+            None => vec![DomainEvent::new(
                 now,
                 EventBody::RuntimeRequestUpdated(expire_request(&request, now)),
-            )])
-            .await?;
+            )],
+        };
+        store.write(events).await?;
         report.requests_expired += 1;
     }
     for mut session in store.list_provider_sessions().await? {
@@ -171,9 +176,11 @@ pub(crate) fn settle_unfinished(
         .iter()
         .filter(|r| r.run_id.as_ref() == Some(run) && r.status == RuntimeRequestStatus::Pending)
     {
-        events.push(DomainEvent::new(
+        events.extend(expire_request_events(
+            request,
+            projection,
+            REQUEST_NOT_RESUMABLE,
             now,
-            EventBody::RuntimeRequestUpdated(expire_request(request, now)),
         ));
     }
     events

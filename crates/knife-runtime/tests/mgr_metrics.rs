@@ -96,7 +96,10 @@ async fn mgr_48_session_and_turn_metrics_have_the_spec_names_and_labels() {
     handle
         .respond_to_runtime_request(
             &knife_protocol::RuntimeRequestId::from("request_1"),
-            knife_protocol::ApprovalDecision::AllowOnce,
+            knife_protocol::RequestAnswer {
+                decision: knife_protocol::ApprovalDecision::AllowOnce,
+                message: None,
+            },
         )
         .await
         .unwrap();

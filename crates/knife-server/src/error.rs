@@ -96,6 +96,8 @@ impl From<RuntimeError> for ApiErr {
                 (StatusCode::CONFLICT, "conflict")
             }
             RuntimeError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            RuntimeError::RequestNotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            RuntimeError::RequestNotPending { .. } => (StatusCode::CONFLICT, "request_not_pending"),
             RuntimeError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             RuntimeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             RuntimeError::Session(_) => (StatusCode::INTERNAL_SERVER_ERROR, "provider_session"),

@@ -1,4 +1,5 @@
-//! REST handlers: projects, threads, messages, interrupts, health and metrics.
+//! REST handlers: projects, threads, messages, interrupts, runtime requests
+//! (approvals), health and metrics.
 //! Handlers validate input and delegate to knife-runtime; they own no state.
 
 use std::sync::Arc;
@@ -33,6 +34,11 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}", get(get_thread))
         .route("/threads/{id}/messages", post(post_message))
         .route("/threads/{id}/interrupt", post(interrupt))
+        .route("/threads/{id}/requests", get(list_requests))
+        .route(
+            "/threads/{id}/requests/{request_id}",
+            post(answer_request).get(get_request),
+        )
         .route("/threads/{id}/events", get(crate::events::sse_events))
         .route("/sessions", get(crate::sessions::list_sessions))
         .route("/sessions/{id}/close", post(crate::sessions::close_session))
@@ -229,6 +235,58 @@ async fn interrupt(
         thread_id: id,
         run_id,
     }))
+}
+
+/// `GET /api/threads/{id}/requests`: the thread's runtime requests (approvals),
+/// oldest first, every status (pending ones are those still waiting for an answer).
+async fn list_requests(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<Vec<RuntimeRequest>>, ApiErr> {
+    let Some(p) = s.store.thread_projection(&id).await? else {
+        return Err(thread_not_found(&id));
+    };
+    let mut requests = p.runtime_requests;
+    requests.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+    Ok(Json(requests))
+}
+
+/// `GET /api/threads/{id}/requests/{request_id}`: one runtime request.
+async fn get_request(
+    State(s): State<AppState>,
+    Path((id, request_id)): Path<(ThreadId, RuntimeRequestId)>,
+) -> Result<Json<RuntimeRequest>, ApiErr> {
+    match s.store.get_runtime_request(&request_id).await? {
+        Some(r) if r.thread_id == id => Ok(Json(r)),
+        _ if s.store.get_thread(&id).await?.is_none() => Err(thread_not_found(&id)),
+        _ => Err(knife_runtime::RuntimeError::RequestNotFound {
+            thread: id,
+            request: request_id,
+        }
+        .into()),
+    }
+}
+
+/// `POST /api/threads/{id}/requests/{request_id}` with `{"decision": "allow_once" |
+/// "allow_always" | "deny", "message"?: string}`: 200 with the resolved request;
+/// 404 unknown thread or request; 409 `request_not_pending` when it was already
+/// answered, expired or cancelled, or no running turn waits for it.
+async fn answer_request(
+    State(s): State<AppState>,
+    Path((id, request_id)): Path<(ThreadId, RuntimeRequestId)>,
+    payload: Result<Json<RequestAnswer>, JsonRejection>,
+) -> Result<Json<RuntimeRequest>, ApiErr> {
+    let answer = body(payload)?;
+    let request = s
+        .execution
+        .respond_to_request(&id, &request_id, answer)
+        .await?;
+    Ok(Json(request))
+}
+
+/// 404 for an unknown thread.
+fn thread_not_found(id: &ThreadId) -> ApiErr {
+    knife_runtime::RuntimeError::ThreadNotFound(id.clone()).into()
 }
 
 async fn render_metrics(State(s): State<AppState>) -> impl IntoResponse {

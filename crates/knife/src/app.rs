@@ -151,7 +151,13 @@ impl App {
         // Commands the agent runs must not see knife's secrets: every provider's
         // API-key variable and the API token's are stripped from their
         // environment (KNIFE_* always is).
+        // Every `bash` process group is recorded, so the next boot kills the ones a
+        // crash leaves running (the kill above).
+        let observer = crate::process_registry::RegistryObserver::start(
+            knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone()),
+        );
         let tool_policy = Arc::new(ToolPolicy {
+            process_observer: Some(Arc::new(observer)),
             secret_env_vars: config
                 .providers
                 .values()
@@ -160,6 +166,7 @@ impl App {
                 .collect(),
             permissions: PermissionRules::new(config.permissions.clone())
                 .context("invalid [[permissions]] in the config")?,
+            project_permissions: config.project_permissions()?,
             ..ToolPolicy::default()
         });
         for (id, p) in &config.providers {

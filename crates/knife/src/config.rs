@@ -39,6 +39,23 @@ pub struct Config {
     /// allowed and `write` / `edit` / `bash` ask (docs/tools.md).
     #[serde(default)]
     pub permissions: Vec<PermissionRule>,
+    /// Per-project settings (`[[projects]]` with `root`), today permission
+    /// overrides: a project's `[[projects.permissions]]` come after the global
+    /// `[[permissions]]`, so they win for sessions in that project root.
+    #[serde(default)]
+    pub projects: Vec<ProjectConfig>,
+}
+
+/// `[[projects]]`: settings of the project whose root folder is `root`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// The project's root folder (as given to `knife run` / `POST /api/projects`).
+    /// A relative path is relative to the config file's folder.
+    pub root: PathBuf,
+    /// Rules appended after the global `[[permissions]]` for this project.
+    #[serde(default)]
+    pub permissions: Vec<PermissionRule>,
 }
 
 /// `[server]`.
@@ -223,6 +240,19 @@ impl Config {
             .with_context(|| format!("invalid config file {}", path.display()))?;
         PermissionRules::new(config.permissions.clone())
             .with_context(|| format!("invalid [[permissions]] in {}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for project in &mut config.projects {
+            if project.root.is_relative() {
+                project.root = base.join(&project.root);
+            }
+            PermissionRules::new(project.permissions.clone()).with_context(|| {
+                format!(
+                    "invalid [[projects.permissions]] of project {} in {}",
+                    project.root.display(),
+                    path.display()
+                )
+            })?;
+        }
         for (id, p) in config.providers.iter_mut() {
             let Some(default_url) = ProviderConfig::default_base_url(&p.driver) else {
                 bail!(
@@ -241,6 +271,37 @@ impl Config {
             }
         }
         Ok(config)
+    }
+
+    /// The per-project rule lists for the tool policy: each `[[projects]]` root
+    /// (canonicalized when it exists) with the global rules followed by its own.
+    /// A root that does not exist is kept as written, with a warning.
+    ///
+    /// Errors: an invalid glob (normally caught by [`Config::parse_file`]).
+    pub fn project_permissions(&self) -> anyhow::Result<Vec<(PathBuf, PermissionRules)>> {
+        let global = PermissionRules::new(self.permissions.clone())
+            .context("invalid [[permissions]] in the config")?;
+        self.projects
+            .iter()
+            .filter(|p| !p.permissions.is_empty())
+            .map(|p| {
+                let root = std::fs::canonicalize(&p.root).unwrap_or_else(|e| {
+                    tracing::warn!(
+                        root = %p.root.display(), error = %e,
+                        "a [[projects]] root of the config cannot be resolved; its rules apply \
+                         only to a project at exactly this path"
+                    );
+                    p.root.clone()
+                });
+                let rules = global.then(p.permissions.clone()).with_context(|| {
+                    format!(
+                        "invalid [[projects.permissions]] of project {}",
+                        p.root.display()
+                    )
+                })?;
+                Ok((root, rules))
+            })
+            .collect()
     }
 
     /// Env overrides: `KNIFE_DEFAULT_PROVIDER`, `KNIFE_LISTEN`, and per instance
@@ -530,5 +591,58 @@ mod tests {
         );
         std::fs::write(&path, "[[permissions]]\ntool = 'bash'\naction = 'maybe'\n").unwrap();
         assert!(Config::parse_file(&path).is_err());
+    }
+
+    #[test]
+    fn approvals_project_permission_overrides_come_after_the_global_rules() {
+        use knife_agent::permissions::PermissionAction;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("app")).unwrap();
+        let path = dir.path().join("knife.toml");
+        std::fs::write(
+            &path,
+            r#"
+            [[permissions]]
+            tool = "bash"
+            action = "deny"
+
+            [[projects]]
+            root = "app"
+
+            [[projects.permissions]]
+            tool = "bash"
+            pattern = "cargo *"
+            action = "allow"
+
+            [[projects]]
+            root = "/no/such/folder"
+            "#,
+        )
+        .unwrap();
+        let c = Config::parse_file(&path).unwrap();
+        assert_eq!(c.projects.len(), 2);
+        let per_project = c.project_permissions().unwrap();
+        assert_eq!(per_project.len(), 1, "projects without rules are skipped");
+        let (root, rules) = &per_project[0];
+        assert_eq!(
+            root,
+            &std::fs::canonicalize(dir.path().join("app")).unwrap()
+        );
+        assert_eq!(
+            rules.evaluate("bash", "cargo test", true).action,
+            PermissionAction::Allow
+        );
+        assert_eq!(
+            rules.evaluate("bash", "curl x", true).action,
+            PermissionAction::Deny
+        );
+
+        std::fs::write(
+            &path,
+            "[[projects]]\nroot = '.'\n[[projects.permissions]]\ntool = '[x'\naction = 'deny'\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", Config::parse_file(&path).unwrap_err());
+        assert!(err.contains("[[projects.permissions]]"), "{err}");
     }
 }

@@ -2,11 +2,13 @@
 //! crash-safe session runtime for AI coding agents.
 
 mod app;
+mod approve;
 mod bench;
 mod client;
 mod config;
 mod demo;
 mod lock;
+mod process_registry;
 mod providers;
 mod render;
 mod run;
@@ -37,6 +39,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Send one prompt to an agent in a project and stream the answer.
     Run(run::RunArgs),
+    /// Answer a tool approval of a running turn from another terminal (or list a
+    /// thread's pending approvals).
+    Approve(approve::ApproveArgs),
     /// List threads or show one.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve::serve(config, args).await,
             Command::Run(args) => run::run(config, args).await,
+            Command::Approve(args) => approve::approve(config, args).await,
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,

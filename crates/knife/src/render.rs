@@ -1,26 +1,32 @@
 //! Terminal rendering of a run: streams assistant text to stdout as it grows,
-//! prints tool calls compactly to stderr, and shows a spinner while waiting.
+//! prints tool calls compactly to stderr, shows a spinner while waiting, and hands
+//! the run's approval requests to the terminal prompt (or prints how to answer them).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::time::Duration;
 
 use futures::StreamExt;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use knife_protocol::*;
 
+use crate::approve::{Prompter, approve_hint, describe};
 use crate::client::ApiClient;
 
 /// Follows `thread`'s events after `after` until `run` reaches a terminal status,
-/// rendering as it goes. Returns the final run.
+/// rendering as it goes. A pending approval request of the run goes to `prompter`
+/// when given, else the `knife approve` line that answers it is printed. Returns
+/// the final run.
 pub async fn follow_run(
     client: &ApiClient,
     thread: &ThreadId,
     run: &RunId,
     after: u64,
+    prompter: Option<&Prompter>,
 ) -> anyhow::Result<Run> {
     let mut events = Box::pin(client.events(thread, after).await?);
     let mut view = RunView::new();
+    view.prompter = prompter;
     while let Some(event) = events.next().await {
         let event = event?;
         if let Some(done) = view.apply(&event, run) {
@@ -33,14 +39,18 @@ pub async fn follow_run(
 }
 
 /// Incremental renderer of turn items.
-pub struct RunView {
+pub struct RunView<'p> {
     printed: HashMap<TurnItemId, usize>,
     tools: HashMap<TurnItemId, TurnItemStatus>,
     spinner: ProgressBar,
     mid_line: bool,
+    prompter: Option<&'p Prompter>,
+    /// Requests already shown as pending / as settled.
+    asked: HashSet<RuntimeRequestId>,
+    settled: HashSet<RuntimeRequestId>,
 }
 
-impl RunView {
+impl<'p> RunView<'p> {
     fn new() -> Self {
         let spinner = ProgressBar::new_spinner();
         spinner.set_style(
@@ -54,7 +64,53 @@ impl RunView {
             tools: HashMap::new(),
             spinner,
             mid_line: false,
+            prompter: None,
+            asked: HashSet::new(),
+            settled: HashSet::new(),
         }
+    }
+
+    /// A runtime request of the run: pending → hide the spinner and ask (or print
+    /// how to answer); settled → show the outcome and bring the spinner back.
+    fn request(&mut self, request: &RuntimeRequest) {
+        let pending = request.status == RuntimeRequestStatus::Pending;
+        if pending {
+            if !self.asked.insert(request.id.clone()) {
+                return;
+            }
+            self.spinner.set_draw_target(ProgressDrawTarget::hidden());
+            if std::mem::take(&mut self.mid_line) {
+                println!();
+            }
+            match self.prompter {
+                Some(prompter) => prompter.ask(request),
+                None => eprintln!(
+                    "? approval needed: {}
+  answer with: {}",
+                    describe(request),
+                    approve_hint(&request.thread_id, &request.id)
+                ),
+            }
+            return;
+        }
+        if !self.settled.insert(request.id.clone()) || !self.asked.contains(&request.id) {
+            return;
+        }
+        if let Some(prompter) = self.prompter {
+            prompter.settled(&request.id);
+        }
+        let outcome = match (request.status, request.decision) {
+            (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => {
+                "✓ allowed once".to_owned()
+            }
+            (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => {
+                "✓ allowed always".to_owned()
+            }
+            (RuntimeRequestStatus::Resolved, _) => "✗ denied".to_owned(),
+            (status, _) => format!("✗ request {}", format!("{status:?}").to_lowercase()),
+        };
+        eprintln!("  {outcome}");
+        self.spinner.set_draw_target(ProgressDrawTarget::stderr());
     }
 
     fn finish(&mut self) {
@@ -70,6 +126,9 @@ impl RunView {
         match &event.event.body {
             EventBody::TurnItemUpdated(item) if item.run_id.as_ref() == Some(run) => {
                 self.item(item)
+            }
+            EventBody::RuntimeRequestUpdated(r) if r.run_id.as_ref() == Some(run) => {
+                self.request(r)
             }
             EventBody::RunUpdated(r) if &r.id == run && r.status.is_terminal() => {
                 return Some(r.clone());

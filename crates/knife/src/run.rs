@@ -9,6 +9,7 @@ use clap::Args;
 use knife_protocol::*;
 
 use crate::app::InProcessServer;
+use crate::approve::Prompter;
 use crate::client::{ApiClient, find_server};
 use crate::config::Config;
 use crate::render::follow_run;
@@ -82,7 +83,10 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
         .await?;
     eprintln!("thread {} · {}", thread.id, posted.run_id);
     let mut interrupted = false;
-    let follow = follow_run(client, &thread.id, &posted.run_id, after);
+    // Approvals are asked here when there is a terminal; else the renderer prints
+    // the `knife approve` command that answers them.
+    let prompter = Prompter::start(client.clone(), thread.id.clone());
+    let follow = follow_run(client, &thread.id, &posted.run_id, after, prompter.as_ref());
     tokio::pin!(follow);
     let run = tokio::select! {
         run = &mut follow => run?,

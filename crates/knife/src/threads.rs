@@ -252,5 +252,32 @@ fn print_item(item: &TurnItem) {
         TurnItemKind::Compaction { summary } => {
             println!("compaction: history summarised ({} chars)", summary.len())
         }
+        TurnItemKind::Approval {
+            tool,
+            subject,
+            decision,
+            message,
+            ..
+        } => {
+            let answer = match decision {
+                Some(ApprovalDecision::AllowOnce) => "allowed once".to_owned(),
+                Some(ApprovalDecision::AllowAlways) => "allowed always".to_owned(),
+                Some(ApprovalDecision::Deny) => "denied".to_owned(),
+                None => format!("{:?}", item.status).to_lowercase(),
+            };
+            let note = message
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
+            println!("approval {tool} {subject} → {answer}{note}");
+            if let (TurnItemStatus::Waiting, TurnItemKind::Approval { request_id, .. }) =
+                (item.status, &item.kind)
+            {
+                println!(
+                    "  answer: {}",
+                    crate::approve::approve_hint(&item.thread_id, request_id)
+                );
+            }
+        }
     }
 }

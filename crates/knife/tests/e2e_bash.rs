@@ -22,6 +22,15 @@ arguments = { command = '''sh -c 'trap "" TERM; echo $$ > child.pid; exec sleep 
 text = "the next turn works"
 "#;
 
+/// The test config plus a rule allowing every `bash` call: no one answers
+/// approvals in these tests.
+fn bash_allowed(base_url: &str) -> String {
+    format!(
+        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n",
+        config_toml(base_url)
+    )
+}
+
 /// Whether `pid` is a running (not zombie) process, read from /proc.
 fn pid_alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -46,7 +55,7 @@ async fn child_pid(project: &Path) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_interrupting_a_bash_call_kills_its_process_group() {
     let mock = MockLlm::script(SCRIPT, &[]).await;
-    let server = Server::start(&mock.base_url()).await;
+    let server = Server::start_with_config(&bash_allowed(&mock.base_url())).await;
     let api = &server.api;
     let project_dir = server.project_dir();
     let project = api.create_project(&project_dir).await;
@@ -101,7 +110,7 @@ async fn e2e_interrupting_a_bash_call_kills_its_process_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_server_shutdown_kills_a_running_command() {
     let mock = MockLlm::script(SCRIPT, &[]).await;
-    let mut server = Server::start(&mock.base_url()).await;
+    let mut server = Server::start_with_config(&bash_allowed(&mock.base_url())).await;
     let api = server.api.clone();
     let project_dir = server.project_dir();
     let project = api.create_project(&project_dir).await;

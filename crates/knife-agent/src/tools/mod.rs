@@ -11,9 +11,10 @@
 //! blocking filesystem work runs on tokio's blocking pool. `bash` runs in the root
 //! in its own process group (see [`bash`]).
 //!
-//! Before a call runs, the agent loop asks [`ToolSet::authorize`]: the context's
-//! [`PermissionRules`](crate::permissions::PermissionRules) decide allow / ask / deny, and an `ask` waits on the
-//! context's [`ApprovalGate`](crate::permissions::ApprovalGate).
+//! Before a call runs, the agent loop asks [`ToolSet::permission`]: the context's
+//! [`PermissionRules`](crate::permissions::PermissionRules) decide allow / ask / deny;
+//! an `ask` is put to the user as a runtime request (`crate::approvals`) unless the
+//! policy has an automatic [`ApprovalGate`](crate::permissions::ApprovalGate).
 
 pub mod bash;
 mod edit;
@@ -156,6 +157,8 @@ pub struct ToolContext {
     root: Arc<PathBuf>,
     cancel: CancellationToken,
     policy: Arc<ToolPolicy>,
+    /// The thread the calls work for (recorded with the process groups they start).
+    thread: Option<knife_protocol::ThreadId>,
 }
 
 impl ToolContext {
@@ -183,6 +186,7 @@ impl ToolContext {
             root: Arc::new(canonical),
             cancel: CancellationToken::new(),
             policy: Arc::new(ToolPolicy::default()),
+            thread: None,
         })
     }
 
@@ -200,6 +204,19 @@ impl ToolContext {
             policy,
             ..self.clone()
         }
+    }
+
+    /// The same context working for `thread` (process groups are recorded with it).
+    pub fn with_thread(&self, thread: knife_protocol::ThreadId) -> Self {
+        Self {
+            thread: Some(thread),
+            ..self.clone()
+        }
+    }
+
+    /// The thread the calls work for, if set ([`Self::with_thread`]).
+    pub fn thread(&self) -> Option<&knife_protocol::ThreadId> {
+        self.thread.as_ref()
     }
 
     /// The canonical project root.
@@ -344,33 +361,36 @@ impl ToolSet {
             .policy()
             .permissions
             .evaluate(name, &subject, tool.mutating());
+        let rule = match decision.source {
+            DecisionSource::Rule(i) => format!("permission rule {i}"),
+            DecisionSource::Default => "the default rule".to_owned(),
+        };
         match decision.action {
             PermissionAction::Allow => Permission::Allowed,
             PermissionAction::Deny => Permission::Denied(ToolError::PermissionDenied {
                 tool: name.to_owned(),
                 subject,
-                rule: match decision.source {
-                    DecisionSource::Rule(i) => format!("permission rule {i}"),
-                    DecisionSource::Default => "the default rule".to_owned(),
-                },
+                rule,
             }),
             PermissionAction::Ask => Permission::Ask(ApprovalRequest {
                 call_id: call_id.to_owned(),
                 tool: name.to_owned(),
                 subject,
                 input: args.clone(),
+                rule,
             }),
         }
     }
 
     /// The permission check of one call, run by the agent loop before the call
     /// is marked running: [`Self::permission`], and for an `ask` the context's
-    /// approval gate is awaited (the turn waits here; an interrupt drops the
-    /// wait). A loop that marks the item `waiting` meanwhile calls
-    /// [`Self::permission`] and the gate itself.
+    /// automatic approval gate ([`ToolPolicy::approvals`]) is awaited. The built-in
+    /// agent's loop does not use this: it calls [`Self::permission`] and, without an
+    /// automatic gate, asks the user with a runtime request (`crate::approvals`).
     ///
     /// Errors: [`ToolError::PermissionDenied`] for a `deny` rule,
-    /// [`ToolError::Rejected`] when the gate refuses.
+    /// [`ToolError::Rejected`] when the gate refuses, or when the policy has no
+    /// automatic gate (nobody to ask outside the agent loop).
     pub async fn authorize(
         &self,
         call_id: &str,
@@ -383,7 +403,17 @@ impl ToolSet {
             Permission::Denied(e) => Err(e),
             Permission::Ask(request) => {
                 let tool = request.tool.clone();
-                match ctx.policy().approvals.request(request).await {
+                let Some(gate) = ctx.policy().approvals.as_ref() else {
+                    return Err(ToolError::Rejected {
+                        tool,
+                        message: Some(
+                            "no approval gate answers here; approvals are asked by the \
+                             agent loop"
+                                .into(),
+                        ),
+                    });
+                };
+                match gate.request(request).await {
                     ApprovalDecision::Allow => Ok(()),
                     ApprovalDecision::Deny { message } => {
                         Err(ToolError::Rejected { tool, message })

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::permissions::{AllowAll, ApprovalGate, PermissionRules};
+use crate::permissions::{ApprovalGate, PermissionRules};
 
 /// Prefix of knife's own environment variables; every variable starting with it
 /// is removed from the environment of `bash` commands.
@@ -40,15 +40,24 @@ pub struct ProcessGroupRecord {
     /// The kernel's boot id when the group started
     /// (`/proc/sys/kernel/random/boot_id`). Linux only.
     pub boot_id: Option<String>,
+    /// The thread whose tool call started the group (the session's thread), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<knife_protocol::ThreadId>,
+    /// What the group runs, for logs: `bash: <command>` (first line, ≤ 80 chars).
+    #[serde(default)]
+    pub label: String,
 }
 
 impl ProcessGroupRecord {
-    /// The record of group `pgid`, read now (call it while the leader runs).
+    /// The record of group `pgid`, read now (call it while the leader runs); no
+    /// thread, empty label.
     pub fn capture(pgid: u32) -> Self {
         Self {
             pgid,
             leader_start_ticks: start_ticks(pgid),
             boot_id: boot_id(),
+            thread_id: None,
+            label: String::new(),
         }
     }
 
@@ -93,8 +102,9 @@ fn boot_id() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// The policy of a session's tool calls. The default allows every `ask` (no
-/// approvals yet), strips only `KNIFE_*` variables and observes nothing.
+/// The policy of a session's tool calls. The default asks the user for every
+/// `ask` (runtime requests, see `crate::approvals`), applies the default rules,
+/// strips only `KNIFE_*` variables and observes nothing.
 #[derive(Clone)]
 pub struct ToolPolicy {
     /// Environment variables removed from `bash` commands besides every
@@ -105,8 +115,14 @@ pub struct ToolPolicy {
     pub process_observer: Option<Arc<dyn ProcessObserver>>,
     /// Rules deciding allow / ask / deny per call.
     pub permissions: PermissionRules,
-    /// Answers `ask` decisions.
-    pub approvals: Arc<dyn ApprovalGate>,
+    /// Answers `ask` decisions automatically when set (tests, headless embedding:
+    /// e.g. [`crate::permissions::AllowAll`]). `None` (the default): the built-in
+    /// agent asks the user with a runtime request and the turn waits for the answer.
+    pub approvals: Option<Arc<dyn ApprovalGate>>,
+    /// Rules appended after [`Self::permissions`] for sessions whose project root is
+    /// the key (canonical path): per-project overrides from `knife.toml`
+    /// (`[[projects]]`), so they win over the global rules.
+    pub project_permissions: Vec<(std::path::PathBuf, PermissionRules)>,
 }
 
 impl Default for ToolPolicy {
@@ -115,7 +131,8 @@ impl Default for ToolPolicy {
             secret_env_vars: Vec::new(),
             process_observer: None,
             permissions: PermissionRules::defaults(),
-            approvals: Arc::new(AllowAll),
+            approvals: None,
+            project_permissions: Vec::new(),
         }
     }
 }
@@ -126,6 +143,8 @@ impl std::fmt::Debug for ToolPolicy {
             .field("secret_env_vars", &self.secret_env_vars)
             .field("process_observer", &self.process_observer.is_some())
             .field("permissions", &self.permissions.rules())
+            .field("approvals", &self.approvals.is_some())
+            .field("project_permissions", &self.project_permissions.len())
             .finish_non_exhaustive()
     }
 }
@@ -138,6 +157,17 @@ impl ToolPolicy {
             return false;
         };
         name.starts_with(KNIFE_ENV_PREFIX) || self.secret_env_vars.iter().any(|s| s == name)
+    }
+
+    /// The policy for a session rooted at `root` (canonical): the same, with the
+    /// rules of the matching [`Self::project_permissions`] entry (already combined
+    /// with the global ones) as [`Self::permissions`]. `None` when no entry matches.
+    pub fn for_project(&self, root: &std::path::Path) -> Option<Self> {
+        let (_, rules) = self.project_permissions.iter().find(|(r, _)| r == root)?;
+        Some(Self {
+            permissions: rules.clone(),
+            ..self.clone()
+        })
     }
 }
 

@@ -59,9 +59,27 @@ pub(crate) fn spawn_shell(command: &str, ctx: &ToolContext) -> Result<Spawned, T
         }
         Err(e) => return Err(spawn_err("bash", e)),
     };
-    let guard = GroupGuard::new(child, ctx.policy().process_observer.clone());
+    let guard = GroupGuard::new(
+        child,
+        ctx.policy().process_observer.clone(),
+        ctx.thread().cloned(),
+        label_of(command),
+    );
     let output = Receiver::from_owned_fd(reader).map_err(|e| spawn_err("bash", e))?;
     Ok(Spawned { guard, output })
+}
+
+/// The label a group is recorded with: `bash: <command>`, first line, at most
+/// 80 characters.
+fn label_of(command: &str) -> String {
+    let line = command.trim().lines().next().unwrap_or_default();
+    let short: String = line.chars().take(80).collect();
+    let cut = if short.len() < line.len() || command.trim().lines().nth(1).is_some() {
+        "…"
+    } else {
+        ""
+    };
+    format!("bash: {short}{cut}")
 }
 
 fn spawn_with(
@@ -111,9 +129,18 @@ pub(crate) struct GroupGuard {
 }
 
 impl GroupGuard {
-    fn new(child: Box<dyn ChildWrapper>, observer: Option<Arc<dyn ProcessObserver>>) -> Self {
+    fn new(
+        child: Box<dyn ChildWrapper>,
+        observer: Option<Arc<dyn ProcessObserver>>,
+        thread_id: Option<knife_protocol::ThreadId>,
+        label: String,
+    ) -> Self {
         let pgid = child.id().unwrap_or(0);
-        let record = ProcessGroupRecord::capture(pgid);
+        let record = ProcessGroupRecord {
+            thread_id,
+            label,
+            ..ProcessGroupRecord::capture(pgid)
+        };
         if let Some(observer) = &observer {
             observer.spawned(&record);
         }

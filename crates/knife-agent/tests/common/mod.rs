@@ -156,6 +156,12 @@ pub async fn open(
     )
     .unwrap();
     let mut config = BuiltinAgentConfig::new(ProviderInstanceId::from("local"), "test-model", llm);
+    // Loop tests run mutating tools without anyone to ask: `ask` is allowed at once
+    // unless a test sets its own policy (tests/approvals.rs asks for real).
+    config.tool_policy = Arc::new(knife_agent::ToolPolicy {
+        approvals: Some(Arc::new(knife_agent::permissions::AllowAll)),
+        ..knife_agent::ToolPolicy::default()
+    });
     tweak(&mut config);
     let mut adapter = BuiltinAgentAdapter::new(config);
     if let Some(tools) = tools {

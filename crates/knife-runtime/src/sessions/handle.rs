@@ -145,18 +145,18 @@ impl SessionHandle {
         Ok(result?)
     }
 
-    /// Answers runtime request `request` with `decision` (counts as activity; metric
+    /// Answers runtime request `request` with `answer` (counts as activity; metric
     /// operation `runtime-request-response`).
     pub async fn respond_to_runtime_request(
         &self,
         request: &RuntimeRequestId,
-        decision: ApprovalDecision,
+        answer: RequestAnswer,
     ) -> Result<(), SessionError> {
         idle::touch(&self.inner, &self.entry);
         let result = self
             .entry
             .runtime
-            .respond_to_runtime_request(request, decision)
+            .respond_to_runtime_request(request, answer)
             .await;
         self.count("runtime-request-response", result.is_ok());
         Ok(result?)

@@ -48,6 +48,44 @@ pub fn request_item_id(request: &RuntimeRequestId) -> TurnItemId {
     TurnItemId(format!("item:{request}"))
 }
 
+/// The events that settle `request` (of the thread `projection` shows) as
+/// `expired` with `not_resumable{reason}` and `resolved_at = now`, its node `failed`
+/// (`completed_at = now`) and its transcript item ([`request_item_id`]) `failed`
+/// (MGR-41). Shared by session release ([`expire_requests_of_session`]) and boot
+/// reconciliation (`crate::recovery`), so both settle a request the same way.
+pub fn expire_request_events(
+    request: &RuntimeRequest,
+    projection: &ThreadProjection,
+    reason: &str,
+    now: Timestamp,
+) -> Vec<DomainEvent> {
+    let mut updated = request.clone();
+    updated.status = RuntimeRequestStatus::Expired;
+    updated.response_capability = ResponseCapability::NotResumable {
+        reason: reason.to_owned(),
+    };
+    updated.resolved_at = Some(now);
+    let mut events = vec![DomainEvent::new(
+        now,
+        EventBody::RuntimeRequestUpdated(updated),
+    )];
+    if let Some(node) = projection.nodes.iter().find(|n| n.id == request.node_id) {
+        let mut node = node.clone();
+        node.status = NodeStatus::Failed;
+        node.completed_at = Some(now);
+        events.push(DomainEvent::new(now, EventBody::NodeUpdated(node)));
+    }
+    let item_id = request_item_id(&request.id);
+    if let Some(item) = projection.turn_items.iter().find(|i| i.id == item_id) {
+        let mut item = item.clone();
+        item.status = TurnItemStatus::Failed;
+        item.completed_at = Some(now);
+        item.updated_at = now;
+        events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
+    }
+    events
+}
+
 /// Settles every request of `threads` that is `pending`, `live` on `session` and
 /// created at or before `released_at`: request `expired` with
 /// `not_resumable{cause.message()}` and `resolved_at = now`, its node `failed`
@@ -82,30 +120,12 @@ pub async fn expire_requests_of_session(
                 continue;
             }
             settled += 1;
-            let mut updated = request.clone();
-            updated.status = RuntimeRequestStatus::Expired;
-            updated.response_capability = ResponseCapability::NotResumable {
-                reason: cause.message().to_owned(),
-            };
-            updated.resolved_at = Some(now);
-            events.push(DomainEvent::new(
+            events.extend(expire_request_events(
+                request,
+                &projection,
+                cause.message(),
                 now,
-                EventBody::RuntimeRequestUpdated(updated),
             ));
-            if let Some(node) = projection.nodes.iter().find(|n| n.id == request.node_id) {
-                let mut node = node.clone();
-                node.status = NodeStatus::Failed;
-                node.completed_at = Some(now);
-                events.push(DomainEvent::new(now, EventBody::NodeUpdated(node)));
-            }
-            let item_id = request_item_id(&request.id);
-            if let Some(item) = projection.turn_items.iter().find(|i| i.id == item_id) {
-                let mut item = item.clone();
-                item.status = TurnItemStatus::Failed;
-                item.completed_at = Some(now);
-                item.updated_at = now;
-                events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
-            }
         }
     }
     if !events.is_empty() {

@@ -305,6 +305,7 @@ pub fn request_events(
         created_at: now,
         resolved_at: None,
         decision: None,
+        tool_approval: None,
     };
     let node = Node {
         id: node_id.clone(),

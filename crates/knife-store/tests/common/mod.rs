@@ -164,6 +164,7 @@ pub fn runtime_request(id: &str, thread: &str, status: RuntimeRequestStatus) -> 
         created_at: ts(3),
         resolved_at: None,
         decision: None,
+        tool_approval: None,
     }
 }
 

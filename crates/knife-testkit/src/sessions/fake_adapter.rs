@@ -342,9 +342,9 @@ impl SessionRuntime for FakeSession {
     async fn respond_to_runtime_request(
         &self,
         request: &RuntimeRequestId,
-        decision: ApprovalDecision,
+        answer: RequestAnswer,
     ) -> Result<(), AdapterError> {
-        lock(&self.adapter.state.responses).push((request.clone(), decision));
+        lock(&self.adapter.state.responses).push((request.clone(), answer.decision));
         Ok(())
     }
 
