@@ -1,12 +1,22 @@
 //! Per-thread MCP credentials: the registry of bearer tokens a provider session uses
-//! to call knife's `/mcp` endpoint, and the per-thread slot handing them to adapters.
+//! to call knife's `/mcp` endpoint, the per-thread slot handing them to adapters, and
+//! the access settings deciding their capabilities (SPEC.md MCP-01..05).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use knife_protocol::{ProviderInstanceId, ThreadId};
+use std::collections::BTreeSet;
+
+use knife_protocol::{
+    McpCapability, McpCredentialInfo, ProviderInstanceId, ProviderSessionId, ThreadId,
+};
+use serde::Serialize;
+
+mod access;
+
+pub use access::*;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -18,7 +28,8 @@ pub const TOKEN_PREFIX: &str = "knife_mcp_";
 pub const TOKEN_BYTES: usize = 32;
 
 /// Id of one issued credential (`mcpcred_<uuid v7>`); not the secret.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
 pub struct CredentialId(pub String);
 
 impl std::fmt::Display for CredentialId {
@@ -27,8 +38,11 @@ impl std::fmt::Display for CredentialId {
     }
 }
 
-/// What an adapter needs to call `/mcp` for one thread: endpoint and bearer header.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What an adapter needs to call `/mcp` for one thread (SPEC.md MCP-01). Serialized
+/// camelCase: `threadId`, `providerInstanceId`, `providerSessionId`, `endpoint`,
+/// `authorizationHeader`, `browserToolsAvailable`, `capabilities` (plus `credentialId`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct McpSessionConfig {
     /// Id of the credential (revocation handle; not the secret).
     pub credential_id: CredentialId,
@@ -36,10 +50,17 @@ pub struct McpSessionConfig {
     pub thread_id: ThreadId,
     /// The provider instance whose session uses it.
     pub provider_instance_id: ProviderInstanceId,
+    /// The provider session it was minted (or last reused) for; `None` when issued
+    /// outside a session (debug minting).
+    pub provider_session_id: Option<ProviderSessionId>,
     /// `http://<host>:<port>/mcp`, when the server knows its address.
     pub endpoint: Option<String>,
     /// `Bearer <raw token>`.
     pub authorization_header: String,
+    /// True when `capabilities` holds `preview` (MCP-02).
+    pub browser_tools_available: bool,
+    /// What the credential may do; decides the tools `/mcp` lists for it.
+    pub capabilities: BTreeSet<McpCapability>,
 }
 
 impl McpSessionConfig {
@@ -60,6 +81,28 @@ pub struct CredentialScope {
     pub thread_id: ThreadId,
     /// The provider instance it was issued to.
     pub provider_instance_id: ProviderInstanceId,
+    /// Its capabilities.
+    pub capabilities: BTreeSet<McpCapability>,
+}
+
+impl CredentialScope {
+    /// True when the credential carries `capability`.
+    pub fn allows(&self, capability: McpCapability) -> bool {
+        self.capabilities.contains(&capability)
+    }
+}
+
+/// What to mint a credential for ([`CredentialRegistry::issue_for`]).
+#[derive(Clone, Debug)]
+pub struct CredentialRequest {
+    /// The thread it acts for.
+    pub thread_id: ThreadId,
+    /// The provider instance it is issued to.
+    pub provider_instance_id: ProviderInstanceId,
+    /// The provider session that will hold it, if any.
+    pub provider_session_id: Option<ProviderSessionId>,
+    /// Its capabilities (see [`capabilities_for`]).
+    pub capabilities: BTreeSet<McpCapability>,
 }
 
 /// Failure to mint a token: the OS random source failed.
@@ -82,23 +125,33 @@ struct RegistryState {
     records: HashMap<CredentialId, Record>,
     /// In-flight opens holding a credential they issued or reuse (MGR-16, MGR-17).
     reservations: HashMap<CredentialId, u32>,
+    /// `http://<host>:<port>/mcp` once the server is bound.
+    endpoint: Option<String>,
 }
 
 /// The registry of MCP credentials (issue 6 item 1). Tokens are 32 OS-random bytes,
 /// base64url with [`TOKEN_PREFIX`]; only their SHA-256 digest is stored and
 /// [`CredentialRegistry::resolve`] compares digests in constant time.
+///
+/// The registry lives in memory only: tokens do not survive a restart. That is on
+/// purpose: the provider processes holding them do not survive one either (the restart
+/// sweep stops them), and a token that outlived its process would be a live secret
+/// nobody can use legitimately. A restarted server mints new credentials as sessions
+/// open again.
 #[derive(Debug, Default)]
 pub struct CredentialRegistry {
     state: Mutex<RegistryState>,
-    endpoint: Option<String>,
 }
 
 impl CredentialRegistry {
-    /// An empty registry whose configs name `endpoint` (`None`: not serving `/mcp`).
+    /// An empty registry whose configs name `endpoint` (`None`: not serving `/mcp` yet;
+    /// see [`CredentialRegistry::set_endpoint`]).
     pub fn new(endpoint: Option<String>) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::default(),
-            endpoint,
+            state: Mutex::new(RegistryState {
+                endpoint,
+                ..Default::default()
+            }),
         })
     }
 
@@ -106,11 +159,36 @@ impl CredentialRegistry {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Mints a credential for `thread` on `instance`. Errors: [`CredentialIssueError`].
+    /// Sets the endpoint later configs name (the server learns its address after bind).
+    pub fn set_endpoint(&self, endpoint: String) {
+        self.lock().endpoint = Some(endpoint);
+    }
+
+    /// The endpoint configs name, if known.
+    pub fn endpoint(&self) -> Option<String> {
+        self.lock().endpoint.clone()
+    }
+
+    /// Mints a credential for `thread` on `instance` with the default capabilities
+    /// (`{preview, orchestration, worktree, pull-requests}`, MCP-02).
+    /// Errors: [`CredentialIssueError`].
     pub fn issue(
         &self,
         thread: &ThreadId,
         instance: &ProviderInstanceId,
+    ) -> Result<McpSessionConfig, CredentialIssueError> {
+        self.issue_for(CredentialRequest {
+            thread_id: thread.clone(),
+            provider_instance_id: instance.clone(),
+            provider_session_id: None,
+            capabilities: capabilities_for(AgentAccess::default()),
+        })
+    }
+
+    /// Mints a credential for `request`. Errors: [`CredentialIssueError`].
+    pub fn issue_for(
+        &self,
+        request: CredentialRequest,
     ) -> Result<McpSessionConfig, CredentialIssueError> {
         let mut bytes = [0u8; TOKEN_BYTES];
         getrandom::fill(&mut bytes).map_err(|e| CredentialIssueError(e.to_string()))?;
@@ -118,10 +196,12 @@ impl CredentialRegistry {
         let id = CredentialId(format!("mcpcred_{}", uuid::Uuid::now_v7().simple()));
         let scope = CredentialScope {
             credential_id: id.clone(),
-            thread_id: thread.clone(),
-            provider_instance_id: instance.clone(),
+            thread_id: request.thread_id.clone(),
+            provider_instance_id: request.provider_instance_id.clone(),
+            capabilities: request.capabilities.clone(),
         };
-        self.lock().records.insert(
+        let mut state = self.lock();
+        state.records.insert(
             id.clone(),
             Record {
                 digest: digest(&token),
@@ -130,10 +210,13 @@ impl CredentialRegistry {
         );
         Ok(McpSessionConfig {
             credential_id: id,
-            thread_id: thread.clone(),
-            provider_instance_id: instance.clone(),
-            endpoint: self.endpoint.clone(),
+            thread_id: request.thread_id,
+            provider_instance_id: request.provider_instance_id,
+            provider_session_id: request.provider_session_id,
+            endpoint: state.endpoint.clone(),
             authorization_header: format!("Bearer {token}"),
+            browser_tools_available: request.capabilities.contains(&McpCapability::Preview),
+            capabilities: request.capabilities,
         })
     }
 
@@ -170,6 +253,24 @@ impl CredentialRegistry {
         self.lock().records.contains_key(id)
     }
 
+    /// The public state of `thread`'s credentials: active when one is live, with the
+    /// union of their capabilities (normally there is one). Never the token.
+    pub fn info(&self, thread: &ThreadId) -> McpCredentialInfo {
+        let state = self.lock();
+        let mut active = false;
+        let mut capabilities = BTreeSet::new();
+        for record in state.records.values() {
+            if &record.scope.thread_id == thread {
+                active = true;
+                capabilities.extend(record.scope.capabilities.iter().copied());
+            }
+        }
+        McpCredentialInfo {
+            active,
+            capabilities: capabilities.into_iter().collect(),
+        }
+    }
+
     /// Marks `id` as held by an in-flight open until the returned guard drops; a
     /// release of another session must not revoke it meanwhile.
     pub fn reserve(self: &Arc<Self>, id: &CredentialId) -> Reservation {
@@ -203,6 +304,17 @@ impl Drop for Reservation {
             }
         }
     }
+}
+
+/// `http://<ip>:<port>/mcp` for a bound server address; an unspecified host
+/// (`0.0.0.0`, `::`) becomes `127.0.0.1`, IPv6 literals are bracketed.
+pub fn endpoint_for(addr: std::net::SocketAddr) -> String {
+    let ip = if addr.ip().is_unspecified() {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        addr.ip()
+    };
+    format!("http://{}/mcp", std::net::SocketAddr::new(ip, addr.port()))
 }
 
 fn digest(token: &str) -> [u8; 32] {
