@@ -51,3 +51,23 @@ pub struct McpCredentialInfo {
     #[serde(default)]
     pub capabilities: Vec<McpCapability>,
 }
+
+/// Payload of `mcp.tool_called`: one `/mcp` tool call, attributed to the thread whose
+/// credential made it (issue 6 item 4). Arguments are summarised, never stored whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpToolCall {
+    /// The calling thread (the credential's thread).
+    pub thread_id: crate::ThreadId,
+    /// The tool name (`thread_send_message`).
+    pub tool: String,
+    /// The arguments as compact JSON, cut to at most 500 characters.
+    pub arguments: String,
+    /// The thread the call acted on, when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_thread_id: Option<crate::ThreadId>,
+    /// True when the tool succeeded.
+    pub ok: bool,
+    /// The error message when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

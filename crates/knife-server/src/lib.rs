@@ -4,7 +4,8 @@
 //! `POST/GET /api/projects` (POST: 201 new, 200 when the folder is already a project), `POST/GET /api/threads`, `GET /api/threads/{id}`,
 //! `POST /api/threads/{id}/messages` (202, starts a run), `POST /api/threads/{id}/interrupt`,
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
-//! `GET /healthz`, `GET /metrics` (Prometheus text). Every error is JSON, including
+//! `GET /healthz`, `GET /metrics` (Prometheus text), `/mcp` (MCP streamable HTTP, see
+//! [`mcp`]; with debug tokens on, `POST /api/threads/{id}/mcp-token`). Every error is JSON, including
 //! 404 for unknown paths (inside or outside `/api`), 405 for an unsupported method on a
 //! known path, and 400 for a malformed query string.
 //!
@@ -16,6 +17,7 @@
 
 mod error;
 mod events;
+pub mod mcp;
 mod routes;
 
 pub use error::ApiErr;
@@ -49,4 +51,6 @@ pub struct AppState {
     /// WebSocket) then finish so the HTTP server can drain instead of waiting on
     /// clients that never disconnect.
     pub closing: CancellationToken,
+    /// The `/mcp` endpoint's credentials and settings; `None` serves no `/mcp`.
+    pub mcp: Option<mcp::McpState>,
 }

@@ -206,6 +206,15 @@ impl App {
             metrics,
             api_token: api_token.map(Arc::from),
             closing: CancellationToken::new(),
+            // The registry lives in memory: tokens do not survive a restart.
+            mcp: Some(knife_server::mcp::McpState {
+                registry: knife_runtime::mcp::CredentialRegistry::new(None),
+                access: Arc::new(knife_runtime::mcp::StoreAccessPolicy {
+                    store: store.clone(),
+                    settings: config.access_settings(),
+                }),
+                debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
+            }),
         };
         Ok(App {
             lock,
@@ -226,6 +235,10 @@ impl App {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let url = format!("http://{}", listener.local_addr()?);
+        if let Some(mcp) = &self.state.mcp {
+            mcp.registry
+                .set_endpoint(knife_runtime::mcp::endpoint_for(listener.local_addr()?));
+        }
         self.lock.record_url(url)?;
         let router = knife_server::router(self.state.clone());
         let execution = self.execution.clone();

@@ -36,6 +36,51 @@ pub struct Config {
     /// allowed and `write` / `edit` / `bash` ask (docs/tools.md).
     #[serde(default)]
     pub permissions: Vec<PermissionRule>,
+    /// Agents get browser (`preview`) MCP tools (default true; SPEC.md MCP-02).
+    pub agent_browser_access: Option<bool>,
+    /// Agents get device MCP tools (default false; SPEC.md MCP-05).
+    pub agent_device_access: Option<bool>,
+    /// Per-project overrides (`[projects."<project root or id>"]`; MCP-03, MCP-05).
+    #[serde(default)]
+    pub projects: BTreeMap<String, ProjectSettings>,
+}
+
+/// `[projects."<root or id>"]`: settings overriding the global ones for one project.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectSettings {
+    /// Overrides `agent_browser_access`, both ways.
+    pub agent_browser_access: Option<bool>,
+    /// Overrides `agent_device_access`.
+    pub agent_device_access: Option<bool>,
+}
+
+impl Config {
+    /// The MCP access settings (issue 6 item 3).
+    pub fn access_settings(&self) -> knife_runtime::mcp::AccessSettings {
+        let defaults = knife_runtime::mcp::AccessSettings::default();
+        knife_runtime::mcp::AccessSettings {
+            agent_browser_access: self
+                .agent_browser_access
+                .unwrap_or(defaults.agent_browser_access),
+            agent_device_access: self
+                .agent_device_access
+                .unwrap_or(defaults.agent_device_access),
+            projects: self
+                .projects
+                .iter()
+                .map(|(key, p)| {
+                    (
+                        key.clone(),
+                        knife_runtime::mcp::ProjectAccessOverride {
+                            agent_browser_access: p.agent_browser_access,
+                            agent_device_access: p.agent_device_access,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
 }
 
 /// `[server]`.
@@ -296,6 +341,22 @@ fn config_home() -> Option<PathBuf> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn access_settings_are_read_with_project_overrides() {
+        let c: Config = toml::from_str(
+            "agent_browser_access = false\n\
+             [projects.\"/w\"]\nagent_browser_access = true\nagent_device_access = true",
+        )
+        .unwrap();
+        let s = c.access_settings();
+        assert!(!s.agent_browser_access);
+        assert!(!s.agent_device_access);
+        assert_eq!(s.projects["/w"].agent_browser_access, Some(true));
+        assert_eq!(s.projects["/w"].agent_device_access, Some(true));
+        let d = Config::default().access_settings();
+        assert!(d.agent_browser_access && !d.agent_device_access);
+    }
 
     #[test]
     fn parses_instances_and_applies_env_overrides() {
