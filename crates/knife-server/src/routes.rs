@@ -34,7 +34,10 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/messages", post(post_message))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/events", get(crate::events::sse_events))
-        .route("/threads/{id}/mcp-token", post(crate::mcp::mint_token))
+        .route(
+            "/threads/{id}/mcp-token",
+            post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),
+        )
         .route_layer(header_only());
     // Layered apart from the other routes: a browser cannot set headers on a
     // WebSocket, so only this route also accepts the token in the query string.

@@ -101,6 +101,30 @@ async fn require_credential(
     response
 }
 
+fn debug_state(state: &AppState) -> Result<&McpState, crate::ApiErr> {
+    state
+        .mcp
+        .as_ref()
+        .filter(|m| m.debug_tokens)
+        .ok_or_else(|| {
+            crate::ApiErr::not_found(
+                "no such route; minting MCP tokens over the API needs KNIFE_DEBUG_MCP_TOKENS=1 \
+             on the server",
+            )
+        })
+}
+
+/// `DELETE /api/threads/{id}/mcp-token` (debug only): revokes every credential of
+/// thread `id`, as a terminal detach does (MCP-07); answers `{"revoked": n}`.
+pub(crate) async fn revoke_tokens(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<knife_protocol::ThreadId>,
+) -> Result<axum::Json<serde_json::Value>, crate::ApiErr> {
+    let mcp = debug_state(&state)?;
+    let revoked = mcp.registry.revoke_thread(&id);
+    Ok(axum::Json(serde_json::json!({ "revoked": revoked })))
+}
+
 /// `POST /api/threads/{id}/mcp-token` (debug only, `McpState::debug_tokens`): mints a
 /// credential for thread `id` with the capabilities its access settings allow and
 /// returns its MCP config (`authorizationHeader` carries the token). 404 when debug
@@ -109,12 +133,7 @@ pub(crate) async fn mint_token(
     State(state): State<AppState>,
     axum::extract::Path(id): axum::extract::Path<knife_protocol::ThreadId>,
 ) -> Result<axum::Json<knife_runtime::mcp::McpSessionConfig>, crate::ApiErr> {
-    let Some(mcp) = state.mcp.as_ref().filter(|m| m.debug_tokens) else {
-        return Err(crate::ApiErr::not_found(
-            "no such route; minting MCP tokens over the API needs KNIFE_DEBUG_MCP_TOKENS=1 \
-             on the server",
-        ));
-    };
+    let mcp = debug_state(&state)?;
     let Some(thread) = state.store.get_thread(&id).await? else {
         return Err(crate::ApiErr::not_found(format!(
             "thread {id} does not exist; list threads with GET /api/threads"
