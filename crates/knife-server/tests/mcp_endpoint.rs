@@ -444,3 +444,69 @@ async fn thread_projection_shows_the_credential_state_never_the_token() {
     let token = header.strip_prefix("Bearer ").unwrap();
     assert!(!text.contains(token), "the token never appears");
 }
+
+#[tokio::test]
+async fn worktree_tools_create_and_list_git_worktrees_of_the_callers_project() {
+    let s = serve().await;
+    let t = s.thread("repo").await;
+    let root = s.dir.path().join("repo");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "init",
+    ]);
+    let auth = s.token(&t, &[McpCapability::Worktree]).authorization_header;
+    let session = initialize(&s, &auth).await;
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "worktree_create",
+        json!({"branch": "feature/x"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    let created: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let path = created["path"].as_str().unwrap().to_owned();
+    assert!(path.ends_with("repo.worktrees/feature-x"), "{path}");
+    assert!(std::path::Path::new(&path).is_dir());
+
+    let v = call(&s, &auth, &session, "worktree_list", json!({})).await;
+    let listed: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let branches: Vec<&str> = listed["worktrees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["branch"].as_str())
+        .collect();
+    assert_eq!(branches, vec!["main", "feature/x"]);
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "worktree_create",
+        json!({"branch": "bad..name"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+}
