@@ -340,3 +340,30 @@ async fn mcp_11_a_reattach_cancelled_during_the_reuse_check_leaves_nothing_holdi
         "the terminal release revokes it"
     );
 }
+
+/// A turn refreshes the liveness of the thread's credential (the 24 h window).
+#[tokio::test(start_paused = true)]
+async fn a_started_turn_keeps_the_credential_alive_past_the_liveness_window() {
+    let h = Harness::new(FakeBehaviour::default(), |o| {
+        o.idle_timeout = Duration::from_secs(7 * 24 * 3600);
+        o.turn_stall_timeout = Duration::ZERO;
+    })
+    .await;
+    let t = h.thread().await;
+    let handle = h.open(&exclusive(&t), &t).await;
+    let config = h.slots.get(&t).unwrap();
+    let window = knife_runtime::mcp::DEFAULT_LIVENESS_WINDOW;
+    tokio::time::advance(window - Duration::from_secs(60)).await;
+    let first = turn(&t, 1);
+    handle.start_turn(first.clone()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(120)).await;
+    assert!(
+        h.registry.resolve(config.token()).is_some(),
+        "touched by the turn"
+    );
+    tokio::time::advance(window).await;
+    assert!(
+        h.registry.resolve(config.token()).is_none(),
+        "expired a window after the last turn"
+    );
+}

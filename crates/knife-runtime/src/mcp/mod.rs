@@ -113,10 +113,16 @@ pub struct CredentialRequest {
 )]
 pub struct CredentialIssueError(String);
 
+/// How long a credential lives without a [`CredentialRegistry::touch`] of its thread
+/// (24 h): bounds credentials whose session died without a release.
+pub const DEFAULT_LIVENESS_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 #[derive(Debug)]
 struct Record {
     digest: [u8; 32],
     scope: CredentialScope,
+    /// Issued or last touched (tokio time, so paused-time tests control it).
+    last_alive: tokio::time::Instant,
 }
 
 #[derive(Debug, Default)]
@@ -127,6 +133,18 @@ struct RegistryState {
     reservations: HashMap<CredentialId, u32>,
     /// `http://<host>:<port>/mcp` once the server is bound.
     endpoint: Option<String>,
+    /// [`DEFAULT_LIVENESS_WINDOW`] unless changed.
+    liveness_window: Option<std::time::Duration>,
+}
+
+impl RegistryState {
+    /// Drops records not touched within the liveness window (lazily, on access).
+    fn prune(&mut self) {
+        let window = self.liveness_window.unwrap_or(DEFAULT_LIVENESS_WINDOW);
+        let now = tokio::time::Instant::now();
+        self.records
+            .retain(|_, r| now.saturating_duration_since(r.last_alive) <= window);
+    }
 }
 
 /// The registry of MCP credentials (issue 6 item 1). Tokens are 32 OS-random bytes,
@@ -162,6 +180,28 @@ impl CredentialRegistry {
     /// Sets the endpoint later configs name (the server learns its address after bind).
     pub fn set_endpoint(&self, endpoint: String) {
         self.lock().endpoint = Some(endpoint);
+    }
+
+    /// Changes the liveness window (default [`DEFAULT_LIVENESS_WINDOW`]).
+    pub fn set_liveness_window(&self, window: std::time::Duration) {
+        self.lock().liveness_window = Some(window);
+    }
+
+    /// Marks every credential of `thread` alive now (called when a turn starts on the
+    /// thread: a bearer token cannot prove its own session is alive, a turn can).
+    /// Returns how many credentials it refreshed.
+    pub fn touch(&self, thread: &ThreadId) -> usize {
+        let mut state = self.lock();
+        state.prune();
+        let now = tokio::time::Instant::now();
+        let mut n = 0;
+        for record in state.records.values_mut() {
+            if &record.scope.thread_id == thread {
+                record.last_alive = now;
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The endpoint configs name, if known.
@@ -201,11 +241,13 @@ impl CredentialRegistry {
             capabilities: request.capabilities.clone(),
         };
         let mut state = self.lock();
+        state.prune();
         state.records.insert(
             id.clone(),
             Record {
                 digest: digest(&token),
                 scope,
+                last_alive: tokio::time::Instant::now(),
             },
         );
         Ok(McpSessionConfig {
@@ -220,10 +262,12 @@ impl CredentialRegistry {
         })
     }
 
-    /// Whom `raw_token` speaks for; `None` for unknown or revoked tokens.
+    /// Whom `raw_token` speaks for; `None` for unknown, revoked or expired tokens
+    /// (not touched within the liveness window).
     pub fn resolve(&self, raw_token: &str) -> Option<CredentialScope> {
         let wanted = digest(raw_token);
-        let state = self.lock();
+        let mut state = self.lock();
+        state.prune();
         // Every record is compared in constant time, so timing reveals nothing about
         // how close a guess came.
         let mut found = None;
@@ -250,13 +294,16 @@ impl CredentialRegistry {
 
     /// True while credential `id` is live.
     pub fn is_live(&self, id: &CredentialId) -> bool {
-        self.lock().records.contains_key(id)
+        let mut state = self.lock();
+        state.prune();
+        state.records.contains_key(id)
     }
 
     /// The public state of `thread`'s credentials: active when one is live, with the
     /// union of their capabilities (normally there is one). Never the token.
     pub fn info(&self, thread: &ThreadId) -> McpCredentialInfo {
-        let state = self.lock();
+        let mut state = self.lock();
+        state.prune();
         let mut active = false;
         let mut capabilities = BTreeSet::new();
         for record in state.records.values() {
@@ -381,6 +428,24 @@ mod tests {
         assert_ne!(other.token(), token);
         assert_eq!(registry.revoke_thread(&thread), 2);
         assert!(registry.resolve(&token).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn credentials_expire_without_a_touch_within_the_liveness_window() {
+        let registry = CredentialRegistry::new(None);
+        let (a, b) = (ThreadId::from("thread_a"), ThreadId::from("thread_b"));
+        let instance = ProviderInstanceId::from("codex");
+        let ca = registry.issue(&a, &instance).unwrap();
+        let cb = registry.issue(&b, &instance).unwrap();
+        tokio::time::advance(DEFAULT_LIVENESS_WINDOW - std::time::Duration::from_secs(60)).await;
+        assert_eq!(registry.touch(&a), 1);
+        tokio::time::advance(std::time::Duration::from_secs(120)).await;
+        assert!(registry.resolve(ca.token()).is_some(), "touched: alive");
+        assert!(
+            registry.resolve(cb.token()).is_none(),
+            "not touched: expired"
+        );
+        assert!(!registry.info(&b).active);
     }
 
     #[test]
