@@ -29,7 +29,13 @@ async fn serve() -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("knife.db")).await.unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
-    let manager = SessionManager::new(store.clone(), clock.clone(), HashMap::new());
+    // A fake provider instance, so threads can be created and runs started.
+    let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+    adapters.insert(
+        ProviderInstanceId::from("fake"),
+        Arc::new(knife_testkit::sessions::FakeAdapter::new(Default::default())),
+    );
+    let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
     let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
     let registry = CredentialRegistry::new(None);
     let state = AppState {
@@ -509,4 +515,47 @@ async fn worktree_tools_create_and_list_git_worktrees_of_the_callers_project() {
     )
     .await;
     assert_eq!(v["result"]["isError"], true, "{v}");
+}
+
+#[tokio::test]
+async fn thread_create_makes_a_child_of_the_caller_and_thread_read_returns_it() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let auth = s
+        .token(&t, &[McpCapability::Orchestration])
+        .authorization_header;
+    let session = initialize(&s, &auth).await;
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "thread_create",
+        json!({"title": "helper"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    let created: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let child = ThreadId::from(created["id"].as_str().unwrap());
+    let row = s.store.get_thread(&child).await.unwrap().unwrap();
+    assert_eq!(row.parent_thread_id.as_ref(), Some(&t.id));
+    assert_eq!(row.project_id, t.project_id);
+    assert_eq!(row.title, "helper");
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "thread_read",
+        json!({"thread_id": child}),
+    )
+    .await;
+    let read: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(read["id"], child.to_string());
+    assert_eq!(read["messages"], json!([]));
+
+    let v = call(&s, &auth, &session, "thread_read", json!({})).await;
+    assert_eq!(v["result"]["isError"], true, "thread_id is required: {v}");
 }
