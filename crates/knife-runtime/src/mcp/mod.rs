@@ -41,7 +41,8 @@ impl std::fmt::Display for CredentialId {
 /// What an adapter needs to call `/mcp` for one thread (SPEC.md MCP-01). Serialized
 /// camelCase: `threadId`, `providerInstanceId`, `providerSessionId`, `endpoint`,
 /// `authorizationHeader`, `browserToolsAvailable`, `capabilities` (plus `credentialId`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// Its `Debug` output redacts the token, so logging a config does not leak it.
+#[derive(Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct McpSessionConfig {
     /// Id of the credential (revocation handle; not the secret).
@@ -61,6 +62,21 @@ pub struct McpSessionConfig {
     pub browser_tools_available: bool,
     /// What the credential may do; decides the tools `/mcp` lists for it.
     pub capabilities: BTreeSet<McpCapability>,
+}
+
+impl std::fmt::Debug for McpSessionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSessionConfig")
+            .field("credential_id", &self.credential_id)
+            .field("thread_id", &self.thread_id)
+            .field("provider_instance_id", &self.provider_instance_id)
+            .field("provider_session_id", &self.provider_session_id)
+            .field("endpoint", &self.endpoint)
+            .field("authorization_header", &"Bearer <redacted>")
+            .field("browser_tools_available", &self.browser_tools_available)
+            .field("capabilities", &self.capabilities)
+            .finish()
+    }
 }
 
 impl McpSessionConfig {
@@ -424,6 +440,10 @@ mod tests {
         assert_eq!(scope.thread_id, thread);
         assert!(registry.resolve("knife_mcp_nope").is_none());
         assert!(!format!("{registry:?}").contains(&token));
+        assert!(
+            !format!("{config:?}").contains(&token),
+            "Debug redacts the token"
+        );
         let other = registry.issue(&thread, &instance).unwrap();
         assert_ne!(other.token(), token);
         assert_eq!(registry.revoke_thread(&thread), 2);
