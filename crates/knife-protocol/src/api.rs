@@ -1,6 +1,7 @@
 //! HTTP API request and response bodies (JSON under `/api`) and the WebSocket
 //! messages of `/api/ws`.
 
+use crate::Timestamp;
 use crate::entities::*;
 use crate::events::StoredEvent;
 use crate::ids::*;
@@ -33,6 +34,47 @@ pub struct CreateThreadRequest {
     /// claims are released at restart, never resumed). Must exist in the same project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+}
+
+/// One live provider session (`GET /api/sessions`, `knife sessions list`); built by
+/// the session manager's `describe()`. Times are RFC 3339 UTC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LiveSession {
+    pub provider_session_id: ProviderSessionId,
+    /// Driver kind (`builtin`, `codex`, …).
+    pub driver: String,
+    pub provider_instance_id: ProviderInstanceId,
+    /// The session record's status (`ready`, `running`, …).
+    pub status: SessionStatus,
+    /// Model override of the session, if any.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The workspace the session runs in.
+    pub cwd: String,
+    /// What the runtime supports.
+    pub capabilities: ProviderCapabilities,
+    /// Attached threads, sorted.
+    pub threads: Vec<ThreadId>,
+    /// Provider turns running now, sorted.
+    pub busy_turns: Vec<ProviderTurnId>,
+    /// When the idle release is due if nothing happens (a pin may defer it); `null`
+    /// while a turn runs.
+    #[serde(default)]
+    pub idle_deadline: Option<Timestamp>,
+    /// Since when pending background work defers the idle release; `null` unless pinned.
+    #[serde(default)]
+    pub pinned_since: Option<Timestamp>,
+    /// Attached threads holding an MCP credential of this session (empty when MCP is off).
+    #[serde(default)]
+    pub mcp_threads: Vec<ThreadId>,
+}
+
+/// `POST /api/sessions/{id}/close`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloseSessionResponse {
+    pub provider_session_id: ProviderSessionId,
+    /// Always `true` on 200: the session was released (`stopped`).
+    pub closed: bool,
 }
 
 /// `POST /api/threads/{id}/messages`.

@@ -41,6 +41,9 @@ pub enum RuntimeError {
     Internal(String),
     #[error(transparent)]
     Store(#[from] knife_store::StoreError),
+    /// A session-manager operation (close, release, detach) failed.
+    #[error(transparent)]
+    Session(#[from] crate::sessions::SessionError),
 }
 
 /// The workspace (cwd) of a session is missing or not a directory (MGR-07, MGR-08).

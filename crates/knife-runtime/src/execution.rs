@@ -1,6 +1,11 @@
 //! The execution service: starts runs, drives their provider turn through the
-//! session manager, pumps adapter events into the store, and writes the run's
-//! terminal state. One task owns each active run (ARCHITECTURE.md "How a turn flows").
+//! session manager ([`crate::sessions::SessionManager`]), follows the session's
+//! events until the turn's first `TurnTerminal`, and writes the run's terminal state.
+//! One task owns each active run (ARCHITECTURE.md "How a turn flows").
+//!
+//! The manager's pump persists every adapter event before broadcasting it, so
+//! execution never writes adapter events itself; sessions outlive runs and are
+//! released by the manager's idle timer (MGR-20), not per run.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use knife_protocol::*;
 use knife_store::Store;
 use tokio::sync::watch;
@@ -18,9 +23,8 @@ use tokio_util::task::TaskTracker;
 use crate::adapter::*;
 use crate::clock::SharedClock;
 use crate::error::RuntimeError;
-use crate::ingest::push_coalesced;
-use crate::manager::{OpenedSession, SessionManager};
 use crate::runs::{Created, RunStart};
+use crate::sessions::{OpenRequest, SessionHandle, SessionManager};
 use crate::terminal::{Terminal, terminal_of_outcome};
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
@@ -63,9 +67,6 @@ const RUN_ID_WAIT: Duration = Duration::from_secs(2);
 /// Longest a new message waits for the previous run's terminal write.
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
-/// Most adapter events written in one store transaction.
-const MAX_BATCH: usize = 256;
-
 struct ActiveRun {
     /// `None` while the run is being created.
     run_id: watch::Receiver<Option<RunId>>,
@@ -75,6 +76,8 @@ struct ActiveRun {
     /// Set once the turn ended and its terminal state is being written: a new
     /// message then waits for that write instead of getting a spurious 409.
     finishing: Arc<AtomicBool>,
+    /// The provider session the run's turn runs on, once opened.
+    session: Arc<Mutex<Option<SessionHandle>>>,
 }
 
 struct Inner {
@@ -123,6 +126,15 @@ impl ExecutionService {
     /// The session manager used to open sessions.
     pub fn manager(&self) -> &SessionManager {
         &self.inner.manager
+    }
+
+    /// The provider session the active run of `thread` runs on; `None` when the
+    /// thread has no active run in this process or its session is not open yet.
+    /// (For answering runtime requests of the running turn.)
+    pub fn session_of(&self, thread: &ThreadId) -> Option<SessionHandle> {
+        let active = lock(&self.inner.active);
+        let run = active.get(thread)?;
+        lock(&run.session).clone()
     }
 
     /// The store runs are written to.
@@ -212,6 +224,7 @@ impl ExecutionService {
         let cancel = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
         let finishing = Arc::new(AtomicBool::new(false));
+        let session = Arc::new(Mutex::new(None));
         {
             let mut active = lock(&inner.active);
             // Checked under the same lock `shutdown` sets it under: a run either is
@@ -230,6 +243,7 @@ impl ExecutionService {
                     reason: reason.clone(),
                     done: done_rx,
                     finishing: finishing.clone(),
+                    session: session.clone(),
                 },
             );
         }
@@ -273,6 +287,7 @@ impl ExecutionService {
                     cancel,
                     reason,
                     finishing,
+                    session,
                 };
                 driver.drive(ctx).await;
                 lock(&driver.inner.active).remove(&thread_id);
@@ -411,129 +426,136 @@ impl ExecutionService {
         if ctx.cancel.is_cancelled() {
             return (interrupted(ctx), None);
         }
-        let opened = match inner
-            .manager
-            .open(
-                &ctx.thread.id,
-                &ctx.thread.provider_instance_id,
-                &ctx.root,
-                ctx.thread.model.clone(),
-            )
-            .await
-        {
-            Ok(o) => o,
+        let instance = &ctx.thread.provider_instance_id;
+        // One session per thread unless the adapter declares shared sessions.
+        let session_id = match inner.manager.capabilities(instance) {
+            Some(caps) if caps.shared_sessions => ProviderSessionId::shared(instance),
+            _ => ProviderSessionId::exclusive(instance, &ctx.thread.id),
+        };
+        let mut request = OpenRequest::new(
+            session_id,
+            ctx.thread.id.clone(),
+            instance.clone(),
+            &ctx.root,
+        );
+        request.model = ctx.thread.model.clone();
+        let handle = match inner.manager.open(request).await {
+            Ok(h) => h,
             Err(e) => return (failed("provider.open", e.to_string()), None),
         };
+        *lock(&ctx.session) = Some(handle.clone());
+        let provider_turn_id = ProviderTurnId::for_run(&ctx.run.id, 1);
         let input = StartTurnInput {
             thread_id: ctx.thread.id.clone(),
             run_id: ctx.run.id.clone(),
             run_ordinal: ctx.run.ordinal,
-            provider_turn_id: ProviderTurnId::for_run(&ctx.run.id, 1),
+            provider_turn_id: provider_turn_id.clone(),
             attempt: 1,
             text: ctx.text.clone(),
             history,
             model: ctx.thread.model.clone(),
         };
-        let OpenedSession {
-            session,
-            runtime,
-            mut events,
-        } = opened;
+        // Subscribed before the turn starts, so no event of the turn is missed.
+        let mut events = handle.subscribe_events();
         let result = if ctx.cancel.is_cancelled() {
             (interrupted(ctx), None)
         } else {
-            match runtime.start_turn(input).await {
-                Ok(()) => self.pump(ctx, runtime.as_ref(), &mut events).await,
+            match handle.start_turn(input).await {
+                Ok(()) => {
+                    self.follow(ctx, &handle, &mut events, &provider_turn_id)
+                        .await
+                }
                 Err(e) => (failed("provider.runtime", e.to_string()), None),
             }
         };
-        drop(events);
-        if let Err(e) = inner
-            .manager
-            .release(&ctx.thread.id, session, runtime)
-            .await
-        {
-            tracing::warn!(thread = %ctx.thread.id, error = %e, "could not record the provider session's release");
-        }
+        lock(&ctx.session).take();
         result
     }
 
-    /// Feeds adapter events into the store until the turn's `TurnTerminal`.
-    ///
-    /// Events that are already waiting are written together in one transaction
-    /// (up to [`MAX_BATCH`]), with consecutive snapshots of one turn item coalesced:
-    /// a fast token stream costs few writes, a slow one is written at once.
-    async fn pump(
+    /// Follows the session's events until the first `TurnTerminal` of `turn` (the
+    /// stuck-turn watchdog's synthetic terminal or the runtime's; a later duplicate is
+    /// ignored). The manager's pump has persisted every event before it arrives here.
+    /// An interrupt is passed to the runtime through the handle; if no terminal comes
+    /// within the interrupt grace, the run ends interrupted anyway.
+    async fn follow(
         &self,
         ctx: &RunContext,
-        runtime: &dyn SessionRuntime,
+        handle: &SessionHandle,
         events: &mut EventStream,
+        turn: &ProviderTurnId,
     ) -> (TurnOutcome, Option<TokenUsage>) {
         let inner = &self.inner;
         let mut grace_deadline: Option<tokio::time::Instant> = None;
         loop {
-            let first = tokio::select! {
+            let next = tokio::select! {
                 next = events.next() => next,
                 _ = ctx.cancel.cancelled(), if grace_deadline.is_none() => {
                     let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
                     grace_deadline = Some(tokio::time::Instant::now() + inner.interrupt_grace);
-                    if let Err(e) = runtime.interrupt_turn(&ctx.thread.id, why).await {
+                    if let Err(e) = handle.interrupt_turn(&ctx.thread.id, why).await {
                         tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt");
                     }
                     continue;
                 }
                 _ = sleep_until_opt(grace_deadline) => {
+                    self.release_unresponsive(ctx, handle);
                     return (interrupted(ctx), None);
                 }
             };
-            let mut next = first;
-            let mut batch = Vec::new();
-            let mut terminal = None;
-            loop {
-                match next {
-                    None => {
-                        terminal = Some((
-                            failed(
-                                "provider.runtime",
-                                "the agent runtime stopped before finishing the turn".into(),
-                            ),
-                            None,
-                        ));
-                        break;
-                    }
-                    Some(Err(e)) => {
-                        terminal = Some((failed("provider.runtime", e.to_string()), None));
-                        break;
-                    }
-                    Some(Ok(AdapterEvent::TurnTerminal { outcome, usage, .. })) => {
-                        terminal = Some((outcome, usage));
-                        break;
-                    }
-                    Some(Ok(event)) => {
-                        if let Some(body) = crate::ingest::to_domain(&event) {
-                            push_coalesced(&mut batch, &ctx.thread.id, inner.clock.now(), body);
-                        }
-                    }
+            match next {
+                // The session ended without error: released by a shutdown or stopped
+                // by the provider before this turn's terminal.
+                None if ctx.cancel.is_cancelled() => return (interrupted(ctx), None),
+                None => {
+                    return (
+                        failed(
+                            "provider.runtime",
+                            "the agent runtime stopped before finishing the turn".into(),
+                        ),
+                        None,
+                    );
                 }
-                if batch.len() >= MAX_BATCH {
-                    break;
-                }
-                match events.next().now_or_never() {
-                    Some(n) => next = n,
-                    None => break,
-                }
-            }
-            if !batch.is_empty() {
-                let n = batch.len() as u64;
-                if let Err(e) = inner.store.write(batch).await {
-                    return (failed("store", e.to_string()), None);
-                }
-                metrics::counter!("knife_adapter_events_total").increment(n);
-            }
-            if let Some(t) = terminal {
-                return t;
+                Some(Err(e)) => return (failed("provider.runtime", e.to_string()), None),
+                Some(Ok(AdapterEvent::TurnTerminal {
+                    provider_turn_id,
+                    outcome,
+                    usage,
+                    ..
+                })) if &provider_turn_id == turn => return (outcome, usage),
+                Some(Ok(_)) => {}
             }
         }
+    }
+
+    /// The runtime did not end its turn within the interrupt grace: an exclusive
+    /// session is released in the background (reason `runtime_error`), so the thread's
+    /// next message gets a fresh runtime instead of one still busy with the old turn.
+    /// A shared session is left alone (other threads' turns run on it); the stuck-turn
+    /// watchdog ends the turn there.
+    fn release_unresponsive(&self, ctx: &RunContext, handle: &SessionHandle) {
+        if handle.session().capabilities.shared_sessions {
+            return;
+        }
+        let manager = self.inner.manager.clone();
+        let id = handle.id().clone();
+        let thread = ctx.thread.id.clone();
+        let detail = format!(
+            "The provider runtime did not stop its turn within the interrupt grace of {:.1} s; \
+             knife closed it. The next message starts a new one.",
+            self.inner.interrupt_grace.as_secs_f64()
+        );
+        tokio::spawn(async move {
+            if let Err(e) = manager
+                .release(
+                    &id,
+                    crate::sessions::ReleaseReason::RuntimeError,
+                    Some(detail),
+                )
+                .await
+            {
+                tracing::warn!(%thread, session = %id, error = %e, "could not release an unresponsive provider session");
+            }
+        });
     }
 
     /// Writes the run's terminal state, an error item when it failed, and the idle
@@ -629,7 +651,8 @@ impl ExecutionService {
     }
 }
 
-type EventStream = futures::stream::BoxStream<'static, Result<AdapterEvent, AdapterError>>;
+type EventStream =
+    futures::stream::BoxStream<'static, Result<AdapterEvent, crate::sessions::SessionEventError>>;
 
 async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
     match deadline {
@@ -646,6 +669,7 @@ struct RunContext {
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
+    session: Arc<Mutex<Option<SessionHandle>>>,
 }
 
 struct Reservation {

@@ -11,7 +11,6 @@ pub mod commands;
 pub mod error;
 pub mod execution;
 pub mod ingest;
-pub mod manager;
 pub mod mcp;
 pub mod process_groups;
 pub mod reaper;
@@ -26,6 +25,8 @@ pub use adapter::*;
 pub use clock::*;
 pub use error::*;
 pub use execution::*;
-pub use manager::*;
 pub use restart::*;
+pub use sessions::{
+    OpenRequest, SessionError, SessionHandle, SessionManager, SessionManagerOptions,
+};
 pub use terminal::*;

@@ -123,6 +123,10 @@ pub async fn settle_stale_runs(
         .collect();
     thread.status = ThreadStatus::Idle;
     thread.active_run_id = None;
+    // A status the dead process published (`busy`, `retry`) is no longer true.
+    if thread.agent_status.is_some() {
+        thread.agent_status = Some(AgentStatus::Idle);
+    }
     thread.updated_at = now;
     events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
     store.write(events).await?;

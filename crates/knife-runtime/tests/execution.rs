@@ -174,6 +174,14 @@ async fn harness(behaviour: Behaviour) -> Harness {
 }
 
 async fn harness_with_grace(behaviour: Behaviour, grace: Duration) -> Harness {
+    harness_with(behaviour, grace, SessionManagerOptions::default()).await
+}
+
+async fn harness_with(
+    behaviour: Behaviour,
+    grace: Duration,
+    options: SessionManagerOptions,
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("knife.db")).await.unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
@@ -187,7 +195,7 @@ async fn harness_with_grace(behaviour: Behaviour, grace: Duration) -> Harness {
             opens: opens.clone(),
         }),
     );
-    let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
+    let manager = SessionManager::new(Arc::new(store.clone()), clock.clone(), adapters, options);
     let exec =
         ExecutionService::new(store.clone(), clock.clone(), manager).with_interrupt_grace(grace);
     let root = dir.path().join("project");
@@ -242,12 +250,19 @@ async fn finished(h: &Harness, run: &RunId) -> (Run, ThreadProjection) {
 }
 
 #[tokio::test]
-async fn a_run_streams_items_completes_and_closes_its_session() {
-    let h = harness(Behaviour {
-        snapshots: vec!["Hel".into(), "Hello".into()],
-        outcome: Some(TurnOutcome::Completed),
-        ..Default::default()
-    })
+async fn a_run_streams_items_completes_and_its_session_is_released_when_idle() {
+    let h = harness_with(
+        Behaviour {
+            snapshots: vec!["Hel".into(), "Hello".into()],
+            outcome: Some(TurnOutcome::Completed),
+            ..Default::default()
+        },
+        INTERRUPT_GRACE,
+        SessionManagerOptions {
+            idle_timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
+    )
     .await;
     let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
     assert_eq!(run.ordinal, 1);
@@ -261,13 +276,47 @@ async fn a_run_streams_items_completes_and_closes_its_session() {
     let texts: Vec<_> = p.turn_items.iter().map(|i| i.kind.clone()).collect();
     assert!(matches!(&texts[0], TurnItemKind::UserMessage { text, .. } if text == "hi"));
     assert!(matches!(&texts[1], TurnItemKind::AssistantMessage { text, .. } if text == "Hello"));
-    assert_eq!(p.provider_sessions.len(), 1);
-    assert_eq!(p.provider_sessions[0].status, SessionStatus::Stopped);
     assert_eq!(p.nodes.len(), 1, "one root node per run");
     assert_eq!(p.nodes[0].id, NodeId::root_of(&run.id));
     assert_eq!(p.nodes[0].kind, NodeKind::RootTurn);
     assert_eq!(p.nodes[0].status, NodeStatus::Completed);
     assert!(h.exec.active().is_empty());
+    // The session outlives the run (no per-run close) and is released by the
+    // manager's idle timer (MGR-20).
+    assert_eq!(p.provider_sessions.len(), 1);
+    let session = p.provider_sessions[0].id.clone();
+    assert_eq!(
+        session,
+        ProviderSessionId::exclusive(&ProviderInstanceId::from("fake"), &h.thread.id)
+    );
+    assert!(h.exec.manager().is_live(&session));
+    let p = projection_until(&h, "the idle release", |p| {
+        p.provider_sessions[0].status == SessionStatus::Stopped
+    })
+    .await;
+    assert!(!h.exec.manager().is_live(&p.provider_sessions[0].id));
+    assert_eq!(*h.opens.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_second_run_reuses_the_live_session_of_its_thread() {
+    let h = harness(Behaviour {
+        outcome: Some(TurnOutcome::Completed),
+        ..Default::default()
+    })
+    .await;
+    for text in ["one", "two"] {
+        let run = h.exec.start_run(&h.thread.id, text.into()).await.unwrap();
+        let (run, _) = finished(&h, &run.id).await;
+        assert_eq!(run.status, RunStatus::Completed);
+    }
+    assert_eq!(*h.opens.lock().unwrap(), 1, "one open for both runs");
+    let live = h.exec.manager().describe();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].threads, vec![h.thread.id.clone()]);
+    assert!(live[0].busy_turns.is_empty());
+    assert!(live[0].idle_deadline.is_some());
+    h.exec.manager().shutdown().await;
 }
 
 #[tokio::test]
@@ -335,6 +384,14 @@ async fn an_interrupt_the_runtime_ignores_ends_the_run_after_the_grace_period() 
     assert_eq!(p.thread.status, ThreadStatus::Idle);
     // The runtime never settled its streaming item; the run's end did.
     assert_all_settled(&p);
+    // The unresponsive runtime is released, so the next message gets a fresh one.
+    let p = projection_until(&h, "the release of the unresponsive session", |p| {
+        p.provider_sessions[0].status == SessionStatus::Error
+    })
+    .await;
+    let error = p.provider_sessions[0].last_error.clone().unwrap();
+    assert!(error.contains("interrupt grace"), "{error}");
+    assert!(!h.exec.manager().is_live(&p.provider_sessions[0].id));
 }
 
 #[tokio::test]
@@ -389,7 +446,13 @@ async fn a_failing_open_fails_the_run_with_a_typed_error() {
             .iter()
             .any(|i| matches!(i.kind, TurnItemKind::Error { .. }))
     );
-    assert_eq!(p.provider_sessions[0].status, SessionStatus::Error);
+    // A failed adapter open projects no session (MGR: the attach is written only
+    // once the runtime is up).
+    assert!(p.provider_sessions.is_empty());
+    assert!(!h.exec.manager().is_live(&ProviderSessionId::exclusive(
+        &ProviderInstanceId::from("fake"),
+        &h.thread.id
+    )));
 }
 
 #[tokio::test]
@@ -433,7 +496,7 @@ async fn a_runtime_that_ends_its_stream_mid_turn_fails_the_run_and_keeps_its_ite
     assert_all_settled(&p);
 }
 
-/// MGR-07 (minimal manager): a workspace that is missing or is a file fails the open
+/// MGR-07 (through execution's manager): a workspace that is missing or is a file fails the open
 /// with `ProviderWorkspaceMissingError` naming the path; the adapter is not opened and
 /// no provider session is projected.
 #[tokio::test]
@@ -443,14 +506,14 @@ async fn mgr_07_open_with_missing_workspace_fails_and_projects_nothing() {
     let file = h.project_root.join("not-a-dir.txt");
     std::fs::write(&file, "x").unwrap();
     for cwd in [h.project_root.join("missing"), file] {
-        let err = h
-            .exec
-            .manager()
-            .open(&h.thread.id, &instance, &cwd, None)
-            .await
-            .err()
-            .unwrap();
-        let RuntimeError::WorkspaceMissing(e) = &err else {
+        let request = OpenRequest::new(
+            ProviderSessionId::exclusive(&instance, &h.thread.id),
+            h.thread.id.clone(),
+            instance.clone(),
+            &cwd,
+        );
+        let err = h.exec.manager().open(request).await.err().unwrap();
+        let SessionError::WorkspaceMissing(e) = &err else {
             panic!("unexpected {err}")
         };
         assert_eq!(e.path, cwd.display().to_string());
@@ -641,4 +704,64 @@ async fn projection_until(
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Issue 5 item 7 through execution: a turn whose runtime goes silent is ended by the
+/// session manager's stuck-turn watchdog, and the run fails with `provider.stalled`
+/// (execution acts on the first terminal of its turn, the synthetic one).
+#[tokio::test]
+async fn a_stalled_turn_fails_the_run_through_the_watchdog() {
+    let h = harness_with(
+        Behaviour {
+            snapshots: vec!["thinking".into()],
+            ..Default::default()
+        },
+        INTERRUPT_GRACE,
+        SessionManagerOptions {
+            turn_stall_timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
+    )
+    .await;
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    let (run, p) = finished(&h, &run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(
+        run.error.unwrap().error_type,
+        knife_runtime::sessions::STALLED_ERROR_TYPE
+    );
+    assert_eq!(p.thread.status, ThreadStatus::Failed);
+    assert_all_settled(&p);
+}
+
+/// `session_of` hands out the active run's session handle (for answering runtime
+/// requests of the running turn); none once the run ended.
+#[tokio::test]
+async fn session_of_names_the_active_runs_session() {
+    let h = harness(Behaviour {
+        honour_interrupt: true,
+        ..Default::default()
+    })
+    .await;
+    assert!(h.exec.session_of(&h.thread.id).is_none());
+    let run = h.exec.start_run(&h.thread.id, "hi".into()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let handle = loop {
+        if let Some(handle) = h.exec.session_of(&h.thread.id) {
+            break handle;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no session handle");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        handle.id(),
+        &ProviderSessionId::exclusive(&ProviderInstanceId::from("fake"), &h.thread.id)
+    );
+    assert_eq!(handle.attached_threads(), vec![h.thread.id.clone()]);
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    finished(&h, &run.id).await;
+    assert!(h.exec.session_of(&h.thread.id).is_none());
 }

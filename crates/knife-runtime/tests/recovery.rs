@@ -48,7 +48,8 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         last_error: None,
         created_at: now,
         updated_at: now,
-        agent_status: None,
+        // The dead process last said "busy" (PROC-06); reconciliation must not keep it.
+        agent_status: Some(AgentStatus::Busy),
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: None,
@@ -135,6 +136,7 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
     let p = store.thread_projection(&thread_id).await.unwrap().unwrap();
     assert_eq!(p.thread.status, ThreadStatus::Idle);
     assert_eq!(p.thread.active_run_id, None);
+    assert_eq!(p.thread.agent_status, Some(AgentStatus::Idle));
     assert_eq!(p.runs[0].status, RunStatus::Interrupted);
     assert_eq!(p.runs[0].error.as_ref().unwrap().error_type, "interrupted");
     let by_n = |n: u64| {

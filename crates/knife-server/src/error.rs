@@ -98,6 +98,7 @@ impl From<RuntimeError> for ApiErr {
             RuntimeError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             RuntimeError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             RuntimeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
+            RuntimeError::Session(_) => (StatusCode::INTERNAL_SERVER_ERROR, "provider_session"),
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %e, "internal error");

@@ -38,6 +38,8 @@ pub fn router(state: AppState) -> Router {
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),
         )
+        .route("/sessions", get(crate::sessions::list_sessions))
+        .route("/sessions/{id}/close", post(crate::sessions::close_session))
         .route_layer(header_only());
     // Layered apart from the other routes: a browser cannot set headers on a
     // WebSocket, so only this route also accepts the token in the query string.

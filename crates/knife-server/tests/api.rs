@@ -32,7 +32,12 @@ async fn serve(token: Option<&str>) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("knife.db")).await.unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
-    let manager = SessionManager::new(store.clone(), clock.clone(), HashMap::new());
+    let manager = SessionManager::new(
+        Arc::new(store.clone()),
+        clock.clone(),
+        HashMap::new(),
+        SessionManagerOptions::default(),
+    );
     let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
     let state = AppState {
         store: store.clone(),
@@ -422,4 +427,25 @@ async fn eight_concurrent_posts_of_one_folder_make_one_project() {
             .all(|(status, _)| *status == StatusCode::CREATED || *status == StatusCode::OK)
     );
     assert_eq!(s.store.list_projects().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn sessions_list_is_empty_and_closing_an_unknown_session_is_a_json_404() {
+    let s = serve(None).await;
+    let resp = s.http.get(s.url("/api/sessions")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body, json!([]));
+    let resp = s
+        .http
+        .post(s.url("/api/sessions/provider-session:x:nope/close"))
+        .send()
+        .await
+        .unwrap();
+    let message = json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    assert!(message.contains("provider-session:x:nope"), "{message}");
+    // Behind the token like every other /api route.
+    let s = serve(Some("secret")).await;
+    let resp = s.http.get(s.url("/api/sessions")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 }

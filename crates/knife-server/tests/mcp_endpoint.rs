@@ -35,7 +35,12 @@ async fn serve() -> Server {
         ProviderInstanceId::from("fake"),
         Arc::new(knife_testkit::sessions::FakeAdapter::new(Default::default())),
     );
-    let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
+    let manager = SessionManager::new(
+        Arc::new(store.clone()),
+        clock.clone(),
+        adapters,
+        SessionManagerOptions::default(),
+    );
     let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
     let registry = CredentialRegistry::new(None);
     let state = AppState {

@@ -12,6 +12,8 @@ use knife_agent::permissions::PermissionRules;
 use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig, ToolPolicy};
 use knife_protocol::ProviderInstanceId;
 use knife_runtime::process_groups::kill_leftover_process_groups;
+use knife_runtime::reaper::Reaper;
+use knife_runtime::sessions::ManagerStopper;
 use knife_runtime::{
     ExecutionService, ProviderAdapter, RestartOptions, RestartService, SessionManager, SharedClock,
     SystemClock,
@@ -38,6 +40,8 @@ pub struct App {
     pub store: Store,
     pub execution: ExecutionService,
     pub state: AppState,
+    /// The stale-session reaper; [`App::serve`] starts it (REAP-01..06).
+    pub reaper: Reaper,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -67,6 +71,23 @@ fn describe_metrics() {
     metrics::describe_counter!(
         "knife_resumes_total",
         "Claimed threads handled by the restart sweep, by outcome (resumed, exhausted, failed)"
+    );
+    metrics::describe_counter!(
+        knife_runtime::sessions::metrics::SESSIONS_TOTAL,
+        "Provider session operations (open, release) by provider, reason and outcome"
+    );
+    metrics::describe_counter!(
+        knife_runtime::sessions::metrics::TURNS_TOTAL,
+        "Provider turn operations (send, steer, interrupt, runtime-request-response) by outcome"
+    );
+    metrics::describe_histogram!(
+        knife_runtime::sessions::metrics::TURN_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "Time until the provider accepted a turn"
+    );
+    metrics::describe_counter!(
+        "knife_sessions_reaped_total",
+        "Provider sessions stopped by the reaper for inactivity"
     );
     metrics::describe_counter!(
         "knife_resume_budget_exhausted_total",
@@ -177,7 +198,37 @@ impl App {
             );
         }
         let default_instance = ProviderInstanceId::from(config.default_instance()?.as_str());
-        let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
+        // MCP credentials (issue 6): every session gets one for its thread, with the
+        // capabilities the access settings allow. The registry lives in memory: tokens
+        // do not survive a restart.
+        let mcp_registry = knife_runtime::mcp::CredentialRegistry::new(None);
+        let mcp_access: Arc<dyn knife_runtime::mcp::McpAccessPolicy> =
+            Arc::new(knife_runtime::mcp::StoreAccessPolicy {
+                store: store.clone(),
+                settings: config.access_settings(),
+            });
+        let mut manager_options = config.sessions.manager_options();
+        manager_options.mcp = Some((
+            Arc::clone(&mcp_registry),
+            Arc::new(knife_runtime::mcp::McpSlots::default()),
+        ));
+        manager_options.mcp_access = Some(Arc::clone(&mcp_access));
+        let manager = SessionManager::new(
+            Arc::new(store.clone()),
+            clock.clone(),
+            adapters,
+            manager_options,
+        );
+        let reaper = Reaper::new(
+            store.clone(),
+            clock.clone(),
+            Arc::new(ManagerStopper::new(
+                manager.clone(),
+                store.clone(),
+                clock.clone(),
+            )),
+            config.sessions.reaper_options(),
+        );
         let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
         let options = RestartOptions {
             max_resume_attempts: config
@@ -206,13 +257,9 @@ impl App {
             metrics,
             api_token: api_token.map(Arc::from),
             closing: CancellationToken::new(),
-            // The registry lives in memory: tokens do not survive a restart.
             mcp: Some(knife_server::mcp::McpState {
-                registry: knife_runtime::mcp::CredentialRegistry::new(None),
-                access: Arc::new(knife_runtime::mcp::StoreAccessPolicy {
-                    store: store.clone(),
-                    settings: config.access_settings(),
-                }),
+                registry: mcp_registry,
+                access: mcp_access,
                 debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
             }),
         };
@@ -221,14 +268,18 @@ impl App {
             store,
             execution,
             state,
+            reaper,
         })
     }
 
-    /// Serves on `listener` until `shutdown` resolves, then shuts down in order:
-    /// stop accepting connections; interrupt active runs (reason `shutdown`) and wait
-    /// up to [`SHUTDOWN_TIMEOUT`] for their terminal writes, so clients following them
-    /// see how they ended; then end every event stream so open SSE / WebSocket
-    /// clients do not hold the process; finally let the HTTP server drain.
+    /// Starts the stale-session reaper (after the restart sweep, which `build` ran),
+    /// serves on `listener` until `shutdown` resolves, then shuts down in order:
+    /// stop accepting connections; stop the reaper; interrupt active runs (reason
+    /// `shutdown`) and wait up to [`SHUTDOWN_TIMEOUT`] for their terminal writes, so
+    /// clients following them see how they ended; release every provider session
+    /// (the session manager's `shutdown`, one shared 30 s box); then end every event
+    /// stream so open SSE / WebSocket clients do not hold the process; finally let the
+    /// HTTP server drain.
     pub async fn serve(
         mut self,
         listener: TcpListener,
@@ -241,14 +292,19 @@ impl App {
         }
         self.lock.record_url(url)?;
         let router = knife_server::router(self.state.clone());
+        let reaper_stop = CancellationToken::new();
+        let reaper = self.reaper.clone().start(reaper_stop.clone());
         let execution = self.execution.clone();
         let closing = self.state.closing.clone();
+        let stop_reaper = reaper_stop.clone();
         let graceful = async move {
             shutdown.await;
             // Spawned: axum stops accepting as soon as this future returns, while
             // runs wind down and streams are closed in the background.
             tokio::spawn(async move {
+                stop_reaper.cancel();
                 execution.shutdown(SHUTDOWN_TIMEOUT).await;
+                execution.manager().shutdown().await;
                 closing.cancel();
             });
         };
@@ -257,7 +313,10 @@ impl App {
             .await
             .context("the HTTP server failed");
         // Idempotent; covers a server that stopped for another reason.
+        reaper_stop.cancel();
         self.execution.shutdown(SHUTDOWN_TIMEOUT).await;
+        self.execution.manager().shutdown().await;
+        let _ = reaper.await;
         served
     }
 }

@@ -27,6 +27,9 @@ pub struct Config {
     pub default_provider: Option<String>,
     #[serde(default)]
     pub server: ServerConfig,
+    /// `[sessions]`: provider session lifetimes and the stale-session reaper.
+    #[serde(default)]
+    pub sessions: SessionsConfig,
     /// Provider instances by id (`[providers.openai]`, `[providers.local-ollama]`, …).
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
@@ -96,6 +99,56 @@ pub struct ServerConfig {
     /// Resumes after a restart allowed per piece of claimed work before it is ended
     /// with an `aborted` error (default 10; SPEC.md EXEC-08). Env `KNIFE_MAX_RESUME_ATTEMPTS`.
     pub max_resume_attempts: Option<u32>,
+}
+
+/// `[sessions]`: how long provider sessions live (SPEC.md MGR) and how the reaper
+/// finds stale ones (REAP). Every key is optional; seconds.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// An idle session (no turn, no activity) is released after this long (default 1800).
+    pub idle_timeout_secs: Option<u64>,
+    /// Pending background work defers an idle release at most this long (default 14400).
+    pub max_idle_pin_secs: Option<u64>,
+    /// A running turn with no provider event for this long is interrupted and failed
+    /// (default 900; 0 = never).
+    pub turn_stall_timeout_secs: Option<u64>,
+    /// Time between two sweeps of the stale-session reaper (default 60).
+    pub sweep_interval_secs: Option<u64>,
+    /// A session unseen this long, whose thread has no active run, is stopped by the
+    /// reaper (default 1800).
+    pub inactivity_threshold_secs: Option<u64>,
+}
+
+impl SessionsConfig {
+    /// The session manager's options (defaults for unset keys; no MCP).
+    pub fn manager_options(&self) -> knife_runtime::SessionManagerOptions {
+        use std::time::Duration;
+        let mut options = knife_runtime::SessionManagerOptions::default();
+        if let Some(s) = self.idle_timeout_secs {
+            options.idle_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = self.max_idle_pin_secs {
+            options.max_idle_pin = Duration::from_secs(s);
+        }
+        if let Some(s) = self.turn_stall_timeout_secs {
+            options.turn_stall_timeout = Duration::from_secs(s);
+        }
+        options
+    }
+
+    /// The reaper's options (defaults for unset keys).
+    pub fn reaper_options(&self) -> knife_runtime::reaper::ReaperOptions {
+        use std::time::Duration;
+        let mut options = knife_runtime::reaper::ReaperOptions::default();
+        if let Some(s) = self.sweep_interval_secs {
+            options.sweep_interval = Duration::from_secs(s.max(1));
+        }
+        if let Some(s) = self.inactivity_threshold_secs {
+            options.inactivity_threshold = Duration::from_secs(s);
+        }
+        options
+    }
 }
 
 /// One provider instance (`[providers.<id>]`).
@@ -406,6 +459,34 @@ mod tests {
         c.apply_env(|k| (k == "OPENAI_BASE_URL").then(|| "http://x/v1".to_owned()));
         assert_eq!(c.providers["openai"].base_url, "http://x/v1");
         assert_eq!(c.default_instance().unwrap(), "openai");
+    }
+
+    #[test]
+    fn sessions_settings_default_and_override() {
+        use std::time::Duration;
+        let defaults = SessionsConfig::default();
+        let m = defaults.manager_options();
+        assert_eq!(m.idle_timeout, Duration::from_secs(1800));
+        assert_eq!(m.max_idle_pin, Duration::from_secs(14_400));
+        assert_eq!(m.turn_stall_timeout, Duration::from_secs(900));
+        let r = defaults.reaper_options();
+        assert_eq!(r.sweep_interval, Duration::from_secs(60));
+        assert_eq!(r.inactivity_threshold, Duration::from_secs(1800));
+
+        let c: Config = toml::from_str(
+            "[sessions]\nidle_timeout_secs = 5\nmax_idle_pin_secs = 6\nturn_stall_timeout_secs = 0\n\
+             sweep_interval_secs = 7\ninactivity_threshold_secs = 8\n",
+        )
+        .unwrap();
+        let m = c.sessions.manager_options();
+        assert_eq!(m.idle_timeout, Duration::from_secs(5));
+        assert_eq!(m.max_idle_pin, Duration::from_secs(6));
+        assert!(m.turn_stall_timeout.is_zero(), "0 turns the watchdog off");
+        let r = c.sessions.reaper_options();
+        assert_eq!(r.sweep_interval, Duration::from_secs(7));
+        assert_eq!(r.inactivity_threshold, Duration::from_secs(8));
+        let err = toml::from_str::<Config>("[sessions]\nidle_timeout = 5\n").unwrap_err();
+        assert!(err.to_string().contains("idle_timeout"), "{err}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod providers;
 mod render;
 mod run;
 mod serve;
+mod sessions;
 mod threads;
 
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ enum Command {
     /// List threads or show one.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
+    /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages and OpenAI
     /// Responses from one script), for tests, demos and benchmarks.
     MockLlm(demo::MockLlmArgs),
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::serve(config, args).await,
             Command::Run(args) => run::run(config, args).await,
             Command::Threads(cmd) => threads::threads(config, cmd).await,
+            Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
             Command::Demo => demo::demo().await,
             Command::Db(cmd) => threads::db(config, cmd).await,

@@ -201,6 +201,29 @@ async fn e2e_mcp_python_sdk_client_against_knife_serve() {
         Some(target.as_str())
     );
 
+    // The session that ran the target's turn holds a credential of its own (the
+    // manager minted it before the adapter opened); closing the session revokes it.
+    let target_json = api.thread_json(&target).await;
+    assert_eq!(target_json["mcp"]["active"], true, "{}", target_json["mcp"]);
+    let (_, sessions) = api.get("/api/sessions").await;
+    let session = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["threads"].as_array().unwrap().iter().any(|t| t == target.as_str()))
+        .unwrap_or_else(|| panic!("no live session of the target: {sessions}"))["provider_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = api
+        .post(
+            &format!("/api/sessions/{session}/close"),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(api.thread_json(&target).await["mcp"]["active"], false);
+
     // The projection and `knife threads show` show the credential, never the token.
     let shown = run_cli(dir.path(), &["threads", "show", &caller, "--server", &base]).await;
     assert!(shown.status.success(), "{}", shown.stderr);

@@ -103,6 +103,17 @@ async fn e2e_tool_call_recording_end_to_end() {
     // The transcript is ordered by ordinal.
     assert!(p.turn_items.windows(2).all(|w| w[0].ordinal < w[1].ordinal));
 
+    // Sessions outlive runs; a restart releases the live one (`stopped`), so close
+    // it first: the projection must then come back from the log unchanged.
+    let (_, live) = server.api.get("/api/sessions").await;
+    for session in live.as_array().unwrap() {
+        let id = session["provider_session_id"].as_str().unwrap();
+        let (status, body) = server
+            .api
+            .post(&format!("/api/sessions/{id}/close"), &json!({}))
+            .await;
+        assert!(status.is_success(), "{body}");
+    }
     let before = server.api.settled_thread_json(&thread).await;
     server.restart().await;
     let after = server.api.settled_thread_json(&thread).await;

@@ -105,6 +105,8 @@ pub(crate) struct EntryState {
     pub thread_unloads: HashMap<ThreadId, ThreadUnload>,
     /// Background task ids this runtime listed per provider thread (MGR-46).
     pub listed_tasks: HashMap<ProviderThreadId, HashSet<String>>,
+    /// When the pump last raised the row's last-seen time (throttled, REAP-01).
+    pub last_touch: Option<Instant>,
 }
 
 impl EntryState {

@@ -5,25 +5,23 @@ use tokio::time::Instant;
 
 use super::SessionManager;
 
-/// One live provider session as operators see it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LiveSessionInfo {
-    pub provider_session_id: ProviderSessionId,
-    /// Driver kind (`builtin`, `codex`, …).
-    pub driver: String,
-    pub provider_instance_id: ProviderInstanceId,
-    /// Attached threads, sorted.
-    pub threads: Vec<ThreadId>,
-    /// Provider turns running now, sorted.
-    pub busy_turns: Vec<ProviderTurnId>,
-    /// When the idle release is due if nothing happens (a pin may defer it); `None`
-    /// while a turn runs.
-    pub idle_deadline: Option<Timestamp>,
-    /// Since when pending background work defers the idle release; `None` unless pinned.
-    pub pinned_since: Option<Timestamp>,
-}
+/// One live provider session as operators see it (the wire type of `/api/sessions`).
+pub use knife_protocol::LiveSession as LiveSessionInfo;
 
 impl SessionManager {
+    /// Ids of the configured provider instances, sorted.
+    pub fn instances(&self) -> Vec<ProviderInstanceId> {
+        let mut ids: Vec<_> = self.inner.adapters.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// What the adapter of `instance` supports (shared sessions, steering, …);
+    /// `None` when the instance is not configured.
+    pub fn capabilities(&self, instance: &ProviderInstanceId) -> Option<ProviderCapabilities> {
+        self.inner.adapters.get(instance).map(|a| a.capabilities())
+    }
+
     /// The live sessions, sorted by id. No side effects.
     pub fn describe(&self) -> Vec<LiveSessionInfo> {
         let now = Instant::now();
@@ -45,15 +43,29 @@ impl SessionManager {
             .snapshot()
             .into_iter()
             .map(|entry| {
+                // Read before the state lock (never hold both).
+                let record = entry.record();
                 let st = entry.state();
                 let mut threads: Vec<_> = st.attached.iter().cloned().collect();
                 threads.sort();
                 let mut busy_turns: Vec<_> = st.busy.keys().cloned().collect();
                 busy_turns.sort();
+                let mut mcp_threads: Vec<_> = st
+                    .credentials
+                    .keys()
+                    .filter(|t| st.attached.contains(*t))
+                    .cloned()
+                    .collect();
+                mcp_threads.sort();
                 LiveSessionInfo {
                     provider_session_id: entry.id.clone(),
                     driver: entry.driver.clone(),
                     provider_instance_id: entry.instance.clone(),
+                    status: record.status,
+                    model: record.model,
+                    cwd: entry.cwd.display().to_string(),
+                    capabilities: entry.capabilities.clone(),
+                    mcp_threads,
                     threads,
                     busy_turns,
                     idle_deadline: if st.is_busy() {

@@ -28,6 +28,7 @@ mod pump;
 mod release;
 pub mod requests;
 mod roster;
+mod stopper;
 mod store;
 mod watchdog;
 
@@ -36,6 +37,8 @@ pub use handle::SessionHandle;
 pub use health::{AgentHealth, OOM_KILLED_MESSAGE};
 pub use info::LiveSessionInfo;
 pub use open::OpenRequest;
+pub use pump::TOUCH_INTERVAL;
+pub use stopper::ManagerStopper;
 pub use store::{SessionStore, WriteKind};
 pub use watchdog::STALLED_ERROR_TYPE;
 

@@ -17,6 +17,10 @@ use crate::ingest;
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 256;
 
+/// Least time between two raises of a session row's last-seen time by its pump: the
+/// reaper's threshold is minutes, so a fast stream costs one such write per 30 s.
+pub const TOUCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub(crate) fn start(
     inner: &Arc<Inner>,
     entry: &Arc<Entry>,
@@ -158,11 +162,13 @@ async fn handle_batch(
         }
     }
     if !batch.is_empty() {
+        let written = batch.len() as u64;
         inner
             .store
             .write(WriteKind::Pump, batch)
             .await
             .map_err(|e| format!("Failed to persist provider events: {e}"))?;
+        ::metrics::counter!("knife_adapter_events_total").increment(written);
     }
     // Activity: any non-terminal event restarts the idle window once per batch (no
     // task churn on fast streams; a no-op while a turn runs); each terminal marks its
@@ -181,11 +187,33 @@ async fn handle_batch(
             idle::mark_idle(inner, entry, provider_turn_id);
         }
     }
-    let mut subscribers = entry.subscribers();
-    for event in events.iter().filter(|e| !is_session_scoped_request(e)) {
-        subscribers.broadcast(event);
+    {
+        let mut subscribers = entry.subscribers();
+        for event in events.iter().filter(|e| !is_session_scoped_request(e)) {
+            subscribers.broadcast(event);
+        }
     }
+    touch_row(inner, entry, now).await;
     Ok(())
+}
+
+/// Raises the session row's last-seen time, at most once per [`TOUCH_INTERVAL`]
+/// (REAP-01: a session with a live runtime is not stale). Failures are logged only.
+async fn touch_row(inner: &Arc<Inner>, entry: &Arc<Entry>, now: Timestamp) {
+    {
+        let mut st = entry.state();
+        let at = tokio::time::Instant::now();
+        if st
+            .last_touch
+            .is_some_and(|last| at.duration_since(last) < TOUCH_INTERVAL)
+        {
+            return;
+        }
+        st.last_touch = Some(at);
+    }
+    if let Err(e) = inner.store.touch_session(&entry.id, now).await {
+        tracing::warn!(session = %entry.id, error = %e, "could not record the provider session's activity");
+    }
 }
 
 /// Learns native thread ids and the background tasks this runtime lists.

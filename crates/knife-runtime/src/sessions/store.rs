@@ -1,7 +1,10 @@
 //! The store seam of the session manager: the handful of reads and writes it makes,
 //! labelled by purpose so tests can fail, pause or hook chosen writes.
 
-use knife_protocol::{DomainEvent, ProviderThread, ProviderThreadId, ThreadId, ThreadProjection};
+use knife_protocol::{
+    DomainEvent, ProviderSessionId, ProviderThread, ProviderThreadId, ThreadId, ThreadProjection,
+    Timestamp,
+};
 use knife_store::{EntityKind, RowGuard, Store, StoreError};
 
 /// Why the manager writes (lets test wrappers pick the writes they fail or pause).
@@ -48,6 +51,12 @@ pub trait SessionStore: Send + Sync + 'static {
         &self,
         id: &ProviderThreadId,
     ) -> Result<Option<(ProviderThread, i64)>, StoreError>;
+    /// Raises the session row's last-seen time to `at` (operational, not an event; the
+    /// reaper reads it, REAP-01). The default does nothing.
+    async fn touch_session(&self, id: &ProviderSessionId, at: Timestamp) -> Result<(), StoreError> {
+        let _ = (id, at);
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]
@@ -86,5 +95,9 @@ impl SessionStore for Store {
             .get_provider_thread(id)
             .await?
             .map(|thread| (thread, version)))
+    }
+
+    async fn touch_session(&self, id: &ProviderSessionId, at: Timestamp) -> Result<(), StoreError> {
+        self.touch_provider_session(id, at).await
     }
 }

@@ -266,7 +266,17 @@ impl Harness {
                 drains: self.drains.clone(),
             }),
         );
-        let manager = SessionManager::new(self.store.clone(), self.clock.clone(), adapters);
+        let manager = SessionManager::new(
+            Arc::new(self.store.clone()),
+            self.clock.clone(),
+            adapters,
+            // Paused time auto-advances while the store's writer thread works: a
+            // stuck-turn watchdog would end every hanging drain at once.
+            SessionManagerOptions {
+                turn_stall_timeout: std::time::Duration::ZERO,
+                ..Default::default()
+            },
+        );
         ExecutionService::new(self.store.clone(), self.clock.clone(), manager)
     }
 

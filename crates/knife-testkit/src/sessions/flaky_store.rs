@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::future::BoxFuture;
-use knife_protocol::{DomainEvent, ProviderThread, ProviderThreadId, ThreadId, ThreadProjection};
+use knife_protocol::{
+    DomainEvent, ProviderSessionId, ProviderThread, ProviderThreadId, ThreadId, ThreadProjection,
+    Timestamp,
+};
 use knife_runtime::sessions::{SessionStore, WriteKind};
 use knife_store::{RowGuard, Store, StoreError};
 use tokio::sync::Semaphore;
@@ -192,5 +195,15 @@ impl SessionStore for FlakyStore {
         id: &ProviderThreadId,
     ) -> Result<Option<(ProviderThread, i64)>, StoreError> {
         self.store.provider_thread_versioned(id).await
+    }
+
+    async fn touch_session(&self, id: &ProviderSessionId, at: Timestamp) -> Result<(), StoreError> {
+        let store = self.store.clone();
+        let id = id.clone();
+        tokio::task::spawn_blocking(move || {
+            futures::executor::block_on(store.touch_provider_session(&id, at))
+        })
+        .await
+        .map_err(|_| StoreError::WriterGone)?
     }
 }

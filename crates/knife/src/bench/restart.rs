@@ -72,7 +72,12 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
             drains: drains.clone(),
         }),
     );
-    let manager = SessionManager::new(store.clone(), clock.clone(), adapters);
+    let manager = SessionManager::new(
+        Arc::new(store.clone()),
+        clock.clone(),
+        adapters,
+        SessionManagerOptions::default(),
+    );
     let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
     let boot = Instant::now();
     let report = RestartService::new(execution.clone(), RestartOptions::default())
