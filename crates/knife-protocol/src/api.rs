@@ -127,6 +127,10 @@ pub struct ThreadProjection {
     pub runtime_requests: Vec<RuntimeRequest>,
     /// Highest event sequence of this thread included in the projection.
     pub latest_sequence: u64,
+    /// The thread's MCP credential state (never the token); filled by the server,
+    /// `None` where no `/mcp` endpoint runs (issue 6 item 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::McpCredentialInfo>,
 }
 
 /// JSON error body of every non-2xx API answer: `{"error": {"code", "message"}}`.

@@ -123,6 +123,10 @@ pub enum EventBody {
         run_id: Option<RunId>,
         error: AgentError,
     },
+    /// An `/mcp` tool call made with the thread's credential (issue 6); changes no
+    /// projection.
+    #[serde(rename = "mcp.tool_called")]
+    McpToolCalled(crate::McpToolCall),
 }
 
 impl EventBody {
@@ -145,6 +149,7 @@ impl EventBody {
             EventBody::TurnItemUpdated(_) => "turn-item.updated",
             EventBody::ThreadStatusChanged { .. } => "thread.status",
             EventBody::ThreadErrorRaised { .. } => "thread.error",
+            EventBody::McpToolCalled(_) => "mcp.tool_called",
         }
     }
 
@@ -172,6 +177,7 @@ impl EventBody {
             | EventBody::ThreadErrorRaised {
                 thread_id, run_id, ..
             } => (Some(thread_id.clone()), run_id.clone()),
+            EventBody::McpToolCalled(c) => (Some(c.thread_id.clone()), None),
         }
     }
 }

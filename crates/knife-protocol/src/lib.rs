@@ -10,12 +10,14 @@ pub mod api;
 pub mod entities;
 pub mod events;
 pub mod ids;
+pub mod mcp;
 
 pub use adapter::*;
 pub use api::*;
 pub use entities::*;
 pub use events::*;
 pub use ids::*;
+pub use mcp::*;
 
 /// Wall-clock timestamps (UTC). Durations never use this type; see ARCHITECTURE.md "Runtime rules".
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

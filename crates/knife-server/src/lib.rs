@@ -5,7 +5,8 @@
 //! `POST /api/threads/{id}/messages` (202, starts a run), `POST /api/threads/{id}/interrupt`,
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
 //! `GET /api/sessions` (live provider sessions), `POST /api/sessions/{id}/close`,
-//! `GET /healthz`, `GET /metrics` (Prometheus text). Every error is JSON, including
+//! `GET /healthz`, `GET /metrics` (Prometheus text), `/mcp` (MCP streamable HTTP, see
+//! [`mcp`]; with debug tokens on, `POST|DELETE /api/threads/{id}/mcp-token`). Every error is JSON, including
 //! 404 for unknown paths (inside or outside `/api`), 405 for an unsupported method on a
 //! known path, and 400 for a malformed query string.
 //!
@@ -17,6 +18,7 @@
 
 mod error;
 mod events;
+pub mod mcp;
 mod routes;
 mod sessions;
 
@@ -51,4 +53,6 @@ pub struct AppState {
     /// WebSocket) then finish so the HTTP server can drain instead of waiting on
     /// clients that never disconnect.
     pub closing: CancellationToken,
+    /// The `/mcp` endpoint's credentials and settings; `None` serves no `/mcp`.
+    pub mcp: Option<mcp::McpState>,
 }

@@ -40,6 +40,10 @@ pub fn router(state: AppState) -> Router {
             post(answer_request).get(get_request),
         )
         .route("/threads/{id}/events", get(crate::events::sse_events))
+        .route(
+            "/threads/{id}/mcp-token",
+            post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),
+        )
         .route("/sessions", get(crate::sessions::list_sessions))
         .route("/sessions/{id}/close", post(crate::sessions::close_session))
         .route_layer(header_only());
@@ -58,9 +62,14 @@ pub fn router(state: AppState) -> Router {
     let metrics = Router::new()
         .route("/metrics", get(render_metrics))
         .route_layer(header_only());
+    let mcp = match &state.mcp {
+        Some(mcp) => crate::mcp::router(&state, mcp),
+        None => Router::new(),
+    };
     Router::new()
         .nest("/api", api)
         .merge(metrics)
+        .merge(mcp)
         .route("/healthz", get(|| async { "ok" }))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -203,7 +212,10 @@ async fn get_thread(
     Path(id): Path<ThreadId>,
 ) -> Result<Json<ThreadProjection>, ApiErr> {
     match s.store.thread_projection(&id).await? {
-        Some(p) => Ok(Json(p)),
+        Some(mut p) => {
+            p.mcp = s.mcp.as_ref().map(|m| m.registry.info(&id));
+            Ok(Json(p))
+        }
         None => Err(ApiErr::not_found(format!(
             "thread {id} does not exist; list threads with GET /api/threads"
         ))),

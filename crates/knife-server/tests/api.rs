@@ -47,6 +47,7 @@ async fn serve(token: Option<&str>) -> Server {
         metrics: None,
         api_token: token.map(Arc::from),
         closing: Default::default(),
+        mcp: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

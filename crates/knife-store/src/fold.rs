@@ -310,7 +310,7 @@ pub(crate) fn apply_event(
             ])?;
             Ok(())
         }
-        EventBody::ThreadErrorRaised { .. } => Ok(()),
+        EventBody::ThreadErrorRaised { .. } | EventBody::McpToolCalled(_) => Ok(()),
     }
 }
 

@@ -200,6 +200,7 @@ pub(crate) fn thread_projection(
             &[thread_id],
         )?,
         latest_sequence: latest_sequence(&tx, Some(thread_id))?,
+        mcp: None,
     };
     tx.finish()?;
     Ok(Some(projection))

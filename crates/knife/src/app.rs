@@ -205,11 +205,26 @@ impl App {
             );
         }
         let default_instance = ProviderInstanceId::from(config.default_instance()?.as_str());
+        // MCP credentials (issue 6): every session gets one for its thread, with the
+        // capabilities the access settings allow. The registry lives in memory: tokens
+        // do not survive a restart.
+        let mcp_registry = knife_runtime::mcp::CredentialRegistry::new(None);
+        let mcp_access: Arc<dyn knife_runtime::mcp::McpAccessPolicy> =
+            Arc::new(knife_runtime::mcp::StoreAccessPolicy {
+                store: store.clone(),
+                settings: config.access_settings(),
+            });
+        let mut manager_options = config.sessions.manager_options();
+        manager_options.mcp = Some((
+            Arc::clone(&mcp_registry),
+            Arc::new(knife_runtime::mcp::McpSlots::default()),
+        ));
+        manager_options.mcp_access = Some(Arc::clone(&mcp_access));
         let manager = SessionManager::new(
             Arc::new(store.clone()),
             clock.clone(),
             adapters,
-            config.sessions.manager_options(),
+            manager_options,
         );
         let reaper = Reaper::new(
             store.clone(),
@@ -249,6 +264,11 @@ impl App {
             metrics,
             api_token: api_token.map(Arc::from),
             closing: CancellationToken::new(),
+            mcp: Some(knife_server::mcp::McpState {
+                registry: mcp_registry,
+                access: mcp_access,
+                debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
+            }),
         };
         Ok(App {
             lock,
@@ -273,6 +293,10 @@ impl App {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let url = format!("http://{}", listener.local_addr()?);
+        if let Some(mcp) = &self.state.mcp {
+            mcp.registry
+                .set_endpoint(knife_runtime::mcp::endpoint_for(listener.local_addr()?));
+        }
         self.lock.record_url(url)?;
         let router = knife_server::router(self.state.clone());
         let reaper_stop = CancellationToken::new();

@@ -39,9 +39,13 @@ pub struct Config {
     /// allowed and `write` / `edit` / `bash` ask (docs/tools.md).
     #[serde(default)]
     pub permissions: Vec<PermissionRule>,
-    /// Per-project settings (`[[projects]]` with `root`), today permission
-    /// overrides: a project's `[[projects.permissions]]` come after the global
-    /// `[[permissions]]`, so they win for sessions in that project root.
+    /// Agents get browser (`preview`) MCP tools (default true; SPEC.md MCP-02).
+    pub agent_browser_access: Option<bool>,
+    /// Agents get device MCP tools (default false; SPEC.md MCP-05).
+    pub agent_device_access: Option<bool>,
+    /// Per-project settings (`[[projects]]` with `root`): permission rules that
+    /// come after the global `[[permissions]]` (so they win for sessions in that
+    /// project root) and MCP access overrides (MCP-03, MCP-05).
     #[serde(default)]
     pub projects: Vec<ProjectConfig>,
 }
@@ -56,6 +60,48 @@ pub struct ProjectConfig {
     /// Rules appended after the global `[[permissions]]` for this project.
     #[serde(default)]
     pub permissions: Vec<PermissionRule>,
+    /// Overrides `agent_browser_access`, both ways.
+    pub agent_browser_access: Option<bool>,
+    /// Overrides `agent_device_access`.
+    pub agent_device_access: Option<bool>,
+}
+
+impl ProjectConfig {
+    /// `root` canonicalized when it exists (projects are stored by canonical root),
+    /// else as written.
+    pub fn resolved_root(&self) -> PathBuf {
+        std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone())
+    }
+}
+
+impl Config {
+    /// The MCP access settings (issue 6 item 3); project overrides are keyed by the
+    /// project's canonical root.
+    pub fn access_settings(&self) -> knife_runtime::mcp::AccessSettings {
+        let defaults = knife_runtime::mcp::AccessSettings::default();
+        knife_runtime::mcp::AccessSettings {
+            agent_browser_access: self
+                .agent_browser_access
+                .unwrap_or(defaults.agent_browser_access),
+            agent_device_access: self
+                .agent_device_access
+                .unwrap_or(defaults.agent_device_access),
+            projects: self
+                .projects
+                .iter()
+                .filter(|p| p.agent_browser_access.is_some() || p.agent_device_access.is_some())
+                .map(|p| {
+                    (
+                        p.resolved_root().display().to_string(),
+                        knife_runtime::mcp::ProjectAccessOverride {
+                            agent_browser_access: p.agent_browser_access,
+                            agent_device_access: p.agent_device_access,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
 }
 
 /// `[server]`.
@@ -410,6 +456,22 @@ fn config_home() -> Option<PathBuf> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn access_settings_are_read_with_project_overrides() {
+        let c: Config = toml::from_str(
+            "agent_browser_access = false\n\
+             [[projects]]\nroot = \"/w\"\nagent_browser_access = true\nagent_device_access = true",
+        )
+        .unwrap();
+        let s = c.access_settings();
+        assert!(!s.agent_browser_access);
+        assert!(!s.agent_device_access);
+        assert_eq!(s.projects["/w"].agent_browser_access, Some(true));
+        assert_eq!(s.projects["/w"].agent_device_access, Some(true));
+        let d = Config::default().access_settings();
+        assert!(d.agent_browser_access && !d.agent_device_access);
+    }
 
     #[test]
     fn parses_instances_and_applies_env_overrides() {

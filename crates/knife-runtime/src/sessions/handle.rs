@@ -101,6 +101,10 @@ impl SessionHandle {
 
     async fn start_turn_inner(&self, input: StartTurnInput) -> Result<(), SessionError> {
         open::ensure_attached(&self.inner, &self.entry, &input.thread_id).await?;
+        if let Some((registry, _)) = &self.inner.options.mcp {
+            // A turn proves the session holding the thread's credential is alive.
+            registry.touch(&input.thread_id);
+        }
         idle::hold_thread_loaded(&self.entry, &input.thread_id);
         if self.entry.state().removed {
             return Err(SessionError::SessionGone(self.entry.id.clone()));

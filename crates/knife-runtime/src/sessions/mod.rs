@@ -53,7 +53,7 @@ use tokio_util::task::TaskTracker;
 use crate::adapter::ProviderAdapter;
 use crate::clock::SharedClock;
 use crate::error::{ProviderSessionOpenError, ProviderWorkspaceMissingError};
-use crate::mcp::{CredentialRegistry, McpSlots};
+use crate::mcp::{CredentialRegistry, McpAccessPolicy, McpSlots};
 use entry::{Entry, KeyedLocks};
 
 /// Default idle window before an idle session is released (and an idle thread of a
@@ -90,6 +90,9 @@ pub struct SessionManagerOptions {
     /// MCP credentials: registry and per-thread slots; `None` = sessions get no MCP
     /// credential and a thread's slot is cleared on open.
     pub mcp: Option<(Arc<CredentialRegistry>, Arc<McpSlots>)>,
+    /// Decides each thread's MCP capabilities when its credential is prepared
+    /// (MCP-02..05); `None` = [`crate::mcp::AgentAccess::default`] for every thread.
+    pub mcp_access: Option<Arc<dyn McpAccessPolicy>>,
 }
 
 impl Default for SessionManagerOptions {
@@ -101,6 +104,7 @@ impl Default for SessionManagerOptions {
             unload_timeout: UNLOAD_TIMEOUT,
             turn_stall_timeout: DEFAULT_TURN_STALL_TIMEOUT,
             mcp: None,
+            mcp_access: None,
         }
     }
 }

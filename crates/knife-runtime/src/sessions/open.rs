@@ -12,7 +12,9 @@ use super::store::WriteKind;
 use super::{Inner, SessionError, SessionHandle, SessionManager, idle, pump, release};
 use crate::adapter::{OpenSessionInput, OpenSessionOptions};
 use crate::error::{ProviderSessionOpenError, ProviderWorkspaceMissingError};
-use crate::mcp::{CredentialId, McpSessionConfig, Reservation};
+use crate::mcp::{
+    AgentAccess, CredentialId, CredentialRequest, McpSessionConfig, Reservation, capabilities_for,
+};
 use crate::scope::SessionScope;
 
 /// What to open: provider session `provider_session_id` (the caller picks it,
@@ -103,7 +105,7 @@ impl SessionManager {
         }
 
         let driver = adapter.driver().to_owned();
-        let prepared = prepare_mcp(inner, &thread, &request.provider_instance_id)?;
+        let prepared = prepare_mcp(inner, &thread, &request.provider_instance_id, &id).await?;
         // The previous session's health mark must not explain this session's failures.
         inner.health.clear(&thread);
         let scope = SessionScope::new();
@@ -309,34 +311,54 @@ pub(crate) struct Prepared {
     _reservation: Reservation,
 }
 
-/// Reuses the thread's credential when it still resolves to the same thread and
-/// instance (a runtime that keeps its token across re-attach gets the same one),
-/// else revokes the thread's credentials and issues a new one into the slot.
-pub(crate) fn prepare_mcp(
+/// Reuses the thread's credential when it still resolves to the same thread, instance
+/// and capabilities (a runtime that keeps its token across re-attach gets the same one,
+/// MCP-06), else revokes the thread's credentials and issues a new one into the slot
+/// (MCP-09). The kept credential is reserved *before* the access check awaits, so a
+/// cancelled check drops the reservation and leaves nothing holding it (MCP-11).
+pub(crate) async fn prepare_mcp(
     inner: &Inner,
     thread: &ThreadId,
     instance: &ProviderInstanceId,
+    session: &ProviderSessionId,
 ) -> Result<Option<Prepared>, SessionError> {
     let Some((registry, slots)) = &inner.options.mcp else {
         return Ok(None);
     };
-    if let Some(existing) = slots.get(thread)
-        && registry
-            .resolve(existing.token())
-            .is_some_and(|s| &s.thread_id == thread && &s.provider_instance_id == instance)
-    {
-        let reservation = registry.reserve(&existing.credential_id);
-        return Ok(Some(Prepared {
-            config: existing,
-            issued: false,
-            _reservation: reservation,
-        }));
+    let existing = slots
+        .get(thread)
+        .map(|c| (registry.reserve(&c.credential_id), c));
+    let access = match &inner.options.mcp_access {
+        Some(policy) => policy.access(thread).await,
+        None => AgentAccess::default(),
+    };
+    let capabilities = capabilities_for(access);
+    if let Some((reservation, mut existing)) = existing {
+        let reusable = registry.resolve(existing.token()).is_some_and(|s| {
+            &s.thread_id == thread
+                && &s.provider_instance_id == instance
+                && s.capabilities == capabilities
+        });
+        if reusable {
+            existing.provider_session_id = Some(session.clone());
+            slots.set(existing.clone());
+            return Ok(Some(Prepared {
+                config: existing,
+                issued: false,
+                _reservation: reservation,
+            }));
+        }
     }
     registry.revoke_thread(thread);
     let config = registry
-        .issue(thread, instance)
+        .issue_for(CredentialRequest {
+            thread_id: thread.clone(),
+            provider_instance_id: instance.clone(),
+            provider_session_id: Some(session.clone()),
+            capabilities,
+        })
         .map_err(|e| ProviderSessionOpenError {
-            provider_session_id: ProviderSessionId::from(format!("mcp:{thread}")),
+            provider_session_id: session.clone(),
             message: e.to_string(),
         })?;
     slots.set(config.clone());
@@ -418,7 +440,7 @@ pub(crate) async fn ensure_attached(
         credential: None,
         armed: true,
     };
-    let prepared = prepare_mcp(inner, thread, &entry.instance)?;
+    let prepared = prepare_mcp(inner, thread, &entry.instance, &entry.id).await?;
     if let Some(p) = &prepared {
         entry
             .state()

@@ -1,0 +1,157 @@
+//! The `/mcp` endpoint (SPEC.md MCP-12, issue 6 item 4): the official Rust MCP SDK
+//! (`rmcp`, streamable HTTP) behind a bearer middleware resolving per-thread
+//! credentials through [`CredentialRegistry`].
+//!
+//! * Missing, unknown or revoked bearer → 401 `invalid_mcp_credential`
+//!   (`cache-control: no-store`, `www-authenticate: Bearer error="invalid_token"`).
+//!   Every request is checked, so a token revoked mid-session stops working at once.
+//! * Tools by capability: `orchestration` → `threads_list`, `thread_read`,
+//!   `thread_create`, `thread_send_message`, `thread_status`; `worktree` →
+//!   `worktree_create`, `worktree_list`. `preview`, `device` and `pull-requests` are
+//!   carried in credentials but expose no tools yet.
+//! * Every tool call is recorded as `mcp.tool_called` on the calling thread.
+//! * rmcp accepts loopback `Host` headers only (DNS-rebinding protection); configs
+//!   name `http://127.0.0.1:<port>/mcp`.
+
+mod tools;
+mod worktree;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use knife_runtime::mcp::{CredentialRegistry, McpAccessPolicy};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use crate::AppState;
+
+pub use tools::{KnifeMcp, tool_names};
+
+/// What the server needs to serve `/mcp`.
+#[derive(Clone)]
+pub struct McpState {
+    /// Resolves bearer tokens (shared with the session manager).
+    pub registry: Arc<CredentialRegistry>,
+    /// Decides capabilities of credentials minted through the debug route.
+    pub access: Arc<dyn McpAccessPolicy>,
+    /// When true, `POST /api/threads/{id}/mcp-token` mints a credential for a thread
+    /// (tests and debugging; `KNIFE_DEBUG_MCP_TOKENS=1`). Off: that route is 404.
+    pub debug_tokens: bool,
+}
+
+/// The `/mcp` router: rmcp's streamable HTTP service behind [`require_credential`].
+pub(crate) fn router(state: &AppState, mcp: &McpState) -> Router<AppState> {
+    let handler_state = state.clone();
+    let config =
+        StreamableHttpServerConfig::default().with_cancellation_token(state.closing.child_token());
+    let service = StreamableHttpService::new(
+        move || Ok(KnifeMcp::new(handler_state.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(
+            mcp.registry.clone(),
+            require_credential,
+        ))
+}
+
+/// Resolves `Authorization: Bearer <token>` and stores the
+/// [`knife_runtime::mcp::CredentialScope`] in the request extensions; 401 otherwise.
+async fn require_credential(
+    State(registry): State<Arc<CredentialRegistry>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let reason = match token {
+        None | Some("") => "missing_bearer_token",
+        Some(token) => match registry.resolve(token) {
+            Some(scope) => {
+                request.extensions_mut().insert(scope);
+                return next.run(request).await;
+            }
+            None => "unknown_or_revoked_token",
+        },
+    };
+    tracing::info!(reason, "rejected MCP request with an unusable credential");
+    let body = serde_json::json!({
+        "error": "invalid_mcp_credential",
+        "message": "A valid knife MCP credential is required: send the Authorization header \
+                    of the thread's MCP config (Bearer knife_mcp_...); credentials end when \
+                    their session is released and do not survive a server restart.",
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer error=\"invalid_token\""),
+    );
+    response
+}
+
+fn debug_state(state: &AppState) -> Result<&McpState, crate::ApiErr> {
+    state
+        .mcp
+        .as_ref()
+        .filter(|m| m.debug_tokens)
+        .ok_or_else(|| {
+            crate::ApiErr::not_found(
+                "no such route; minting MCP tokens over the API needs KNIFE_DEBUG_MCP_TOKENS=1 \
+             on the server",
+            )
+        })
+}
+
+/// `DELETE /api/threads/{id}/mcp-token` (debug only): revokes every credential of
+/// thread `id`, as a terminal detach does (MCP-07); answers `{"revoked": n}`.
+pub(crate) async fn revoke_tokens(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<knife_protocol::ThreadId>,
+) -> Result<axum::Json<serde_json::Value>, crate::ApiErr> {
+    let mcp = debug_state(&state)?;
+    let revoked = mcp.registry.revoke_thread(&id);
+    Ok(axum::Json(serde_json::json!({ "revoked": revoked })))
+}
+
+/// `POST /api/threads/{id}/mcp-token` (debug only, `McpState::debug_tokens`): mints a
+/// credential for thread `id` with the capabilities its access settings allow and
+/// returns its MCP config (`authorizationHeader` carries the token). 404 when debug
+/// tokens are off or the thread does not exist.
+pub(crate) async fn mint_token(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<knife_protocol::ThreadId>,
+) -> Result<axum::Json<knife_runtime::mcp::McpSessionConfig>, crate::ApiErr> {
+    let mcp = debug_state(&state)?;
+    let Some(thread) = state.store.get_thread(&id).await? else {
+        return Err(crate::ApiErr::not_found(format!(
+            "thread {id} does not exist; list threads with GET /api/threads"
+        )));
+    };
+    let access = mcp.access.access(&id).await;
+    let config = mcp
+        .registry
+        .issue_for(knife_runtime::mcp::CredentialRequest {
+            thread_id: id,
+            provider_instance_id: thread.provider_instance_id,
+            provider_session_id: None,
+            capabilities: knife_runtime::mcp::capabilities_for(access),
+        })
+        .map_err(|e| crate::ApiErr {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: e.to_string(),
+        })?;
+    Ok(axum::Json(config))
+}

@@ -1,0 +1,115 @@
+//! Git worktrees of a project through the `git` CLI (`worktree_list`,
+//! `worktree_create`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use super::tools::ToolFailure;
+
+async fn git(root: &Path, args: &[&str]) -> Result<String, ToolFailure> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| {
+            ToolFailure(format!(
+                "could not run git ({e}); install git on the server"
+            ))
+        })?;
+    if !output.status.success() {
+        return Err(ToolFailure(format!(
+            "git {} failed in {}: {}",
+            args.join(" "),
+            root.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// `git worktree list --porcelain`, parsed: `[{path, head, branch, detached}]`.
+pub(super) async fn list(root: &Path) -> Result<Vec<Value>, ToolFailure> {
+    let text = git(root, &["worktree", "list", "--porcelain"]).await?;
+    Ok(parse_porcelain(&text))
+}
+
+fn parse_porcelain(text: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut entry = json!({"path": null, "head": null, "branch": null, "detached": false});
+        for line in block.lines() {
+            let (key, value) = line.split_once(' ').unwrap_or((line, ""));
+            match key {
+                "worktree" => entry["path"] = json!(value),
+                "HEAD" => entry["head"] = json!(value),
+                "branch" => {
+                    entry["branch"] = json!(value.strip_prefix("refs/heads/").unwrap_or(value))
+                }
+                "detached" => entry["detached"] = json!(true),
+                _ => {}
+            }
+        }
+        out.push(entry);
+    }
+    out
+}
+
+/// `git worktree add -b <branch> <path> [<base>]`; the default path is
+/// `<project>.worktrees/<branch>` next to the project root.
+pub(super) async fn create(
+    root: &Path,
+    branch: &str,
+    base: Option<&str>,
+    path: Option<&str>,
+) -> Result<Value, ToolFailure> {
+    // Refuses names git would not accept as a branch (and option-looking names).
+    if branch.starts_with('-') {
+        return Err(ToolFailure(format!(
+            "`{branch}` is not a valid branch name"
+        )));
+    }
+    git(root, &["check-ref-format", "--branch", branch]).await?;
+    let path = match path {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            if p.is_absolute() { p } else { root.join(p) }
+        }
+        None => {
+            let name = root
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "project".into());
+            root.with_file_name(format!("{name}.worktrees"))
+                .join(branch.replace('/', "-"))
+        }
+    };
+    let path_text = path.display().to_string();
+    let mut args = vec!["worktree", "add", "-b", branch, "--", path_text.as_str()];
+    if let Some(base) = base {
+        args.push(base);
+    }
+    git(root, &args).await?;
+    Ok(json!({"path": path_text, "branch": branch}))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn porcelain_is_parsed() {
+        let text =
+            "worktree /a\nHEAD 123\nbranch refs/heads/main\n\nworktree /b\nHEAD 456\ndetached\n";
+        let list = parse_porcelain(text);
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0]["branch"], "main");
+        assert_eq!(list[1]["detached"], true);
+        assert_eq!(list[1]["path"], "/b");
+    }
+}

@@ -1,0 +1,566 @@
+//! The `/mcp` endpoint over loopback HTTP (SPEC.md MCP-12): bearer checks, tools by
+//! capability, tool calls recorded as events. JSON-RPC is spoken by hand over reqwest
+//! (the Python SDK test in crates/knife/tests/e2e_mcp.rs covers a real client).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use knife_protocol::*;
+use knife_runtime::commands::{create_project, create_thread};
+use knife_runtime::mcp::{CredentialRegistry, CredentialRequest, FixedAccess, McpSessionConfig};
+use knife_runtime::*;
+use knife_server::AppState;
+use knife_server::mcp::McpState;
+use knife_store::{Store, StreamFilter};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct Server {
+    dir: tempfile::TempDir,
+    store: Store,
+    registry: Arc<CredentialRegistry>,
+    base: String,
+    http: reqwest::Client,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+async fn serve() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let clock: SharedClock = Arc::new(SystemClock);
+    // A fake provider instance, so threads can be created and runs started.
+    let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+    adapters.insert(
+        ProviderInstanceId::from("fake"),
+        Arc::new(knife_testkit::sessions::FakeAdapter::new(Default::default())),
+    );
+    let manager = SessionManager::new(
+        Arc::new(store.clone()),
+        clock.clone(),
+        adapters,
+        SessionManagerOptions::default(),
+    );
+    let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+    let registry = CredentialRegistry::new(None);
+    let state = AppState {
+        store: store.clone(),
+        execution,
+        clock,
+        default_instance: ProviderInstanceId::from("fake"),
+        metrics: None,
+        api_token: None,
+        closing: Default::default(),
+        mcp: Some(McpState {
+            registry: Arc::clone(&registry),
+            access: Arc::new(FixedAccess::default()),
+            debug_tokens: true,
+        }),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    registry.set_endpoint(knife_runtime::mcp::endpoint_for(addr));
+    let app = knife_server::router(state);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Server {
+        dir,
+        store,
+        registry,
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+        _task: task,
+    }
+}
+
+impl Server {
+    async fn thread(&self, folder: &str) -> Thread {
+        let clock = SystemClock;
+        let root = self.dir.path().join(folder);
+        std::fs::create_dir_all(&root).unwrap();
+        let (project, _) = create_project(
+            &self.store,
+            &clock,
+            CreateProjectRequest {
+                root: root.display().to_string(),
+                name: None,
+            },
+        )
+        .await
+        .unwrap();
+        let instance = ProviderInstanceId::from("fake");
+        create_thread(
+            &self.store,
+            &clock,
+            CreateThreadRequest {
+                project_id: project.id,
+                title: Some(format!("thread in {folder}")),
+                provider_instance_id: None,
+                model: None,
+                parent_thread_id: None,
+            },
+            &instance,
+            std::slice::from_ref(&instance),
+        )
+        .await
+        .unwrap()
+    }
+
+    fn token(&self, thread: &Thread, caps: &[McpCapability]) -> McpSessionConfig {
+        self.registry
+            .issue_for(CredentialRequest {
+                thread_id: thread.id.clone(),
+                provider_instance_id: thread.provider_instance_id.clone(),
+                provider_session_id: None,
+                capabilities: caps.iter().copied().collect(),
+            })
+            .unwrap()
+    }
+
+    /// One JSON-RPC POST to `/mcp` with `auth` as the Authorization header.
+    async fn post(
+        &self,
+        auth: Option<&str>,
+        session: Option<&str>,
+        body: Value,
+    ) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(format!("{}/mcp", self.base))
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send().await.unwrap()
+    }
+}
+
+/// The JSON-RPC message in an SSE or JSON answer.
+async fn message(resp: reqwest::Response) -> Value {
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.unwrap();
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return v;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("id").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in {text}"))
+}
+
+/// An initialized MCP session for `auth`: its session id.
+async fn initialize(s: &Server, auth: &str) -> String {
+    let resp = s
+        .post(
+            Some(auth),
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "knife-test", "version": "0"}}}),
+        )
+        .await;
+    let session = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .expect("a session id");
+    let init = message(resp).await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "knife", "{init}");
+    let resp = s
+        .post(
+            Some(auth),
+            Some(&session),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .await;
+    assert!(resp.status().is_success(), "{}", resp.status());
+    session
+}
+
+async fn list_tools(s: &Server, auth: &str, session: &str) -> Vec<String> {
+    let v = message(
+        s.post(
+            Some(auth),
+            Some(session),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        )
+        .await,
+    )
+    .await;
+    v["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn call(s: &Server, auth: &str, session: &str, tool: &str, args: Value) -> Value {
+    message(
+        s.post(
+            Some(auth),
+            Some(session),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": tool, "arguments": args}}),
+        )
+        .await,
+    )
+    .await
+}
+
+fn assert_401(status: StatusCode, what: &str) {
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
+}
+
+#[tokio::test]
+async fn mcp_12_missing_unknown_or_revoked_bearer_tokens_get_401() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+
+    let resp = s.post(None, None, ping.clone()).await;
+    assert_401(resp.status(), "missing");
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_mcp_credential");
+    assert_401(
+        s.post(Some("Bearer knife_mcp_unknown"), None, ping.clone())
+            .await
+            .status(),
+        "unknown",
+    );
+    assert_401(
+        s.post(Some("Basic abc"), None, ping.clone()).await.status(),
+        "not bearer",
+    );
+
+    let config = s.token(&t, &[McpCapability::Orchestration]);
+    let auth = config.authorization_header.clone();
+    let session = initialize(&s, &auth).await;
+    assert!(!list_tools(&s, &auth, &session).await.is_empty());
+
+    s.registry.revoke(&config.credential_id);
+    let resp = s
+        .post(
+            Some(&auth),
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}),
+        )
+        .await;
+    assert_401(resp.status(), "revoked mid-session");
+}
+
+#[tokio::test]
+async fn mcp_12_only_the_tools_the_capabilities_allow_are_listed_and_callable() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let orchestration = [
+        "threads_list",
+        "thread_read",
+        "thread_create",
+        "thread_send_message",
+        "thread_status",
+    ];
+    let cases: Vec<(Vec<McpCapability>, Vec<&str>)> = vec![
+        (vec![McpCapability::Orchestration], orchestration.to_vec()),
+        (
+            vec![McpCapability::Worktree],
+            vec!["worktree_list", "worktree_create"],
+        ),
+        (
+            vec![
+                McpCapability::Preview,
+                McpCapability::Device,
+                McpCapability::PullRequests,
+            ],
+            vec![],
+        ),
+    ];
+    for (caps, expected) in cases {
+        let auth = s.token(&t, &caps).authorization_header;
+        let session = initialize(&s, &auth).await;
+        let listed: BTreeSet<String> = list_tools(&s, &auth, &session).await.into_iter().collect();
+        let expected: BTreeSet<String> = expected.iter().map(|n| (*n).to_owned()).collect();
+        assert_eq!(listed, expected, "caps {caps:?}");
+    }
+
+    // A worktree-only credential cannot call an orchestration tool.
+    let auth = s.token(&t, &[McpCapability::Worktree]).authorization_header;
+    let session = initialize(&s, &auth).await;
+    let v = call(&s, &auth, &session, "thread_status", json!({})).await;
+    assert!(v.get("error").is_some(), "{v}");
+}
+
+#[tokio::test]
+async fn tool_calls_act_for_the_calling_thread_and_are_recorded() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let other_project = s.thread("q").await;
+    let auth = s
+        .token(&t, &[McpCapability::Orchestration])
+        .authorization_header;
+    let session = initialize(&s, &auth).await;
+
+    let v = call(&s, &auth, &session, "thread_status", json!({})).await;
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    let status: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(status["id"], t.id.to_string());
+    assert_eq!(v["result"]["isError"], false);
+
+    let v = call(&s, &auth, &session, "threads_list", json!({})).await;
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    let list: Value = serde_json::from_str(text).unwrap();
+    let ids: Vec<&str> = list["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![t.id.as_str()], "only the caller's project");
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "thread_status",
+        json!({"thread_id": other_project.id}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+
+    let events = s
+        .store
+        .read_events(
+            &StreamFilter {
+                thread_id: Some(t.id.clone()),
+                after: 0,
+                event_type: Some("mcp.tool_called".into()),
+            },
+            100,
+        )
+        .await
+        .unwrap();
+    let calls: Vec<McpToolCall> = events
+        .into_iter()
+        .map(|e| match e.event.body {
+            EventBody::McpToolCalled(c) => c,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[0].tool, "thread_status");
+    assert!(calls[0].ok);
+    assert_eq!(calls[0].target_thread_id.as_ref(), Some(&t.id));
+    assert!(!calls[2].ok);
+    assert!(calls[2].error.as_ref().unwrap().contains("another project"));
+}
+
+#[tokio::test]
+async fn random_and_near_miss_bearer_strings_all_get_401() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let other = s.thread("q").await;
+    let real = s.token(&t, &[McpCapability::Orchestration]);
+    let revoked = s.token(&t, &[McpCapability::Orchestration]);
+    s.registry.revoke(&revoked.credential_id);
+    let others = s.token(&other, &[McpCapability::Orchestration]);
+    let token = real.token().to_owned();
+
+    let mut candidates: Vec<String> = Vec::new();
+    // One character off the real token, at every position.
+    for (i, c) in token.char_indices() {
+        let swapped = if c == 'A' { 'B' } else { 'A' };
+        let mut t = token.clone();
+        t.replace_range(i..i + c.len_utf8(), &swapped.to_string());
+        candidates.push(t);
+    }
+    candidates.push(token[..token.len() - 1].to_owned());
+    candidates.push(format!("{token}x"));
+    candidates.push(revoked.token().to_owned());
+    // Another thread's token with its prefix swapped.
+    let suffix = others.token().strip_prefix("knife_mcp_").unwrap();
+    candidates.push(format!("KNIFE_MCP_{suffix}"));
+    candidates.push(format!("knife_mcx_{suffix}"));
+    candidates.push(suffix.to_owned());
+    // Random strings (deterministic xorshift) of varied length and alphabet.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while candidates.len() < 1000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = (x % 80) as usize;
+        let alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~+/=";
+        let mut y = x;
+        let mut s = String::from(if x.is_multiple_of(3) {
+            "knife_mcp_"
+        } else {
+            ""
+        });
+        for _ in 0..len {
+            y = y
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            s.push(alphabet[(y >> 33) as usize % alphabet.len()] as char);
+        }
+        candidates.push(s);
+    }
+    assert_eq!(candidates.len(), 1000);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    for c in &candidates {
+        assert!(s.registry.resolve(c).is_none());
+        let status = s
+            .post(Some(&format!("Bearer {c}")), None, ping.clone())
+            .await
+            .status();
+        assert_401(status, c);
+    }
+    // The real token still works.
+    initialize(&s, &real.authorization_header).await;
+}
+
+#[tokio::test]
+async fn thread_projection_shows_the_credential_state_never_the_token() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let url = format!("{}/api/threads/{}", s.base, t.id);
+    let v: Value = s.http.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["mcp"]["active"], false);
+
+    let minted: Value = s
+        .http
+        .post(format!("{}/api/threads/{}/mcp-token", s.base, t.id))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let header = minted["authorizationHeader"].as_str().unwrap().to_owned();
+    assert!(header.starts_with("Bearer knife_mcp_"));
+    assert!(minted["endpoint"].as_str().unwrap().ends_with("/mcp"));
+
+    let text = s.http.get(&url).send().await.unwrap().text().await.unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["mcp"]["active"], true);
+    assert_eq!(
+        v["mcp"]["capabilities"],
+        json!(["preview", "orchestration", "worktree", "pull-requests"])
+    );
+    let token = header.strip_prefix("Bearer ").unwrap();
+    assert!(!text.contains(token), "the token never appears");
+}
+
+#[tokio::test]
+async fn worktree_tools_create_and_list_git_worktrees_of_the_callers_project() {
+    let s = serve().await;
+    let t = s.thread("repo").await;
+    let root = s.dir.path().join("repo");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "init",
+    ]);
+    let auth = s.token(&t, &[McpCapability::Worktree]).authorization_header;
+    let session = initialize(&s, &auth).await;
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "worktree_create",
+        json!({"branch": "feature/x"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    let created: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let path = created["path"].as_str().unwrap().to_owned();
+    assert!(path.ends_with("repo.worktrees/feature-x"), "{path}");
+    assert!(std::path::Path::new(&path).is_dir());
+
+    let v = call(&s, &auth, &session, "worktree_list", json!({})).await;
+    let listed: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let branches: Vec<&str> = listed["worktrees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["branch"].as_str())
+        .collect();
+    assert_eq!(branches, vec!["main", "feature/x"]);
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "worktree_create",
+        json!({"branch": "bad..name"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+}
+
+#[tokio::test]
+async fn thread_create_makes_a_child_of_the_caller_and_thread_read_returns_it() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let auth = s
+        .token(&t, &[McpCapability::Orchestration])
+        .authorization_header;
+    let session = initialize(&s, &auth).await;
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "thread_create",
+        json!({"title": "helper"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    let created: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let child = ThreadId::from(created["id"].as_str().unwrap());
+    let row = s.store.get_thread(&child).await.unwrap().unwrap();
+    assert_eq!(row.parent_thread_id.as_ref(), Some(&t.id));
+    assert_eq!(row.project_id, t.project_id);
+    assert_eq!(row.title, "helper");
+
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "thread_read",
+        json!({"thread_id": child}),
+    )
+    .await;
+    let read: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(read["id"], child.to_string());
+    assert_eq!(read["messages"], json!([]));
+
+    let v = call(&s, &auth, &session, "thread_read", json!({})).await;
+    assert_eq!(v["result"]["isError"], true, "thread_id is required: {v}");
+}
