@@ -109,9 +109,10 @@ pub(crate) async fn compact(
     Ok(next)
 }
 
-/// The summary request for `history`: no tools, [`COMPACTION_PROMPT`] last.
+/// The summary request for `history`: no tools, tool calls and results as plain
+/// text ([`as_plain_text`]), [`COMPACTION_PROMPT`] last.
 fn summary_request(model: &str, history: &[ChatMessage]) -> LlmRequest {
-    let mut messages = history.to_vec();
+    let mut messages = as_plain_text(history);
     messages.push(ChatMessage::User {
         text: COMPACTION_PROMPT.to_owned(),
     });
@@ -176,18 +177,62 @@ pub(crate) fn shrink(history: &[ChatMessage], truncated: &mut bool) -> Option<Ve
     (smaller.len() < history.len()).then_some(smaller)
 }
 
-fn truncate_message(message: &ChatMessage) -> ChatMessage {
-    let cut = |text: &str| -> String {
-        let total = text.chars().count();
-        if total <= SHRUNK_TEXT_CHARS {
-            return text.to_owned();
+/// `text` cut to [`SHRUNK_TEXT_CHARS`] characters, saying how much was cut.
+fn cut(text: &str) -> String {
+    let total = text.chars().count();
+    if total <= SHRUNK_TEXT_CHARS {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(SHRUNK_TEXT_CHARS).collect();
+    format!(
+        "{head}… [{} more characters cut]",
+        total - SHRUNK_TEXT_CHARS
+    )
+}
+
+/// `history` without tool calls or tool results: a request without tools may
+/// not carry them (Anthropic rejects `tool_use` / `tool_result` blocks when the
+/// request defines no tools; OpenAI rejects `tool` messages without their
+/// call). Each call becomes a line `[tool NAME ARGUMENTS]` of its assistant
+/// message, each result a user message `[tool NAME] → OUTPUT` (output cut to
+/// [`SHRUNK_TEXT_CHARS`]). Reasoning is dropped (its signature is only valid
+/// next to the original blocks).
+pub(crate) fn as_plain_text(history: &[ChatMessage]) -> Vec<ChatMessage> {
+    let mut names: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(history.len());
+    for message in history {
+        match message {
+            ChatMessage::Assistant { text, tool_calls } => {
+                let mut lines: Vec<String> = text
+                    .iter()
+                    .filter(|t| !t.trim().is_empty())
+                    .cloned()
+                    .collect();
+                for call in tool_calls {
+                    names.insert(&call.id, &call.name);
+                    lines.push(format!("[tool {} {}]", call.name, call.arguments.trim()));
+                }
+                if !lines.is_empty() {
+                    out.push(ChatMessage::Assistant {
+                        text: Some(lines.join("\n")),
+                        tool_calls: Vec::new(),
+                    });
+                }
+            }
+            ChatMessage::Tool { call_id, content } => {
+                let name = names.get(call_id.as_str()).copied().unwrap_or("call");
+                out.push(ChatMessage::User {
+                    text: format!("[tool {name}] → {}", cut(content)),
+                });
+            }
+            ChatMessage::Reasoning { .. } => {}
+            other => out.push(other.clone()),
         }
-        let head: String = text.chars().take(SHRUNK_TEXT_CHARS).collect();
-        format!(
-            "{head}… [{} more characters cut]",
-            total - SHRUNK_TEXT_CHARS
-        )
-    };
+    }
+    out
+}
+
+fn truncate_message(message: &ChatMessage) -> ChatMessage {
     match message {
         ChatMessage::Tool { call_id, content } => ChatMessage::Tool {
             call_id: call_id.clone(),
@@ -253,6 +298,46 @@ mod tests {
             call_id: id.into(),
             content: content.into(),
         }
+    }
+
+    #[test]
+    fn summary_request_renders_tool_calls_and_results_as_text() {
+        let history = vec![
+            ChatMessage::System { text: "sys".into() },
+            user("q1"),
+            ChatMessage::Reasoning {
+                text: "think".into(),
+                signature: Some("SIG".into()),
+            },
+            assistant("a1", &["c1"]),
+            tool("c1", &"x".repeat(5000)),
+            assistant("", &["c2"]),
+            tool("c2", "short"),
+        ];
+        let request = summary_request("m", &history);
+        assert!(request.tools.is_empty());
+        assert_eq!(
+            &request.messages[..6],
+            &[
+                ChatMessage::System { text: "sys".into() },
+                user("q1"),
+                ChatMessage::Assistant {
+                    text: Some("a1\n[tool read {}]".into()),
+                    tool_calls: vec![],
+                },
+                user(&format!(
+                    "[tool read] → {}… [3000 more characters cut]",
+                    "x".repeat(2000)
+                )),
+                ChatMessage::Assistant {
+                    text: Some("[tool read {}]".into()),
+                    tool_calls: vec![],
+                },
+                user("[tool read] → short"),
+            ]
+        );
+        assert_eq!(request.messages[6], user(COMPACTION_PROMPT));
+        assert_eq!(request.messages.len(), 7);
     }
 
     #[test]

@@ -41,10 +41,18 @@ pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// message. Consecutive messages of the same role are merged into one message
 /// (Anthropic wants every `tool_result` of a step in the one user message that
 /// follows the `tool_use`s). An assistant message left with no block is dropped.
+/// When the request has no tools, calls and results are sent as text blocks
+/// instead (`[tool NAME ARGUMENTS]`, `[tool NAME] → OUTPUT`): the API rejects
+/// tool blocks in a request that defines no tools.
 pub fn messages_request_body(request: &LlmRequest, default_max_tokens: u32) -> Value {
     let mut system: Vec<&str> = Vec::new();
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut pending_thinking: Vec<Value> = Vec::new();
+    // Without tools the API rejects `tool_use` / `tool_result` blocks (400
+    // "Requests which include tool_use or tool_result blocks must define tools"):
+    // such a request (e.g. a compaction summary) carries them as text.
+    let text_only = request.tools.is_empty();
+    let mut tool_names: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
     let mut push = |role: &'static str, blocks: Vec<Value>| {
         if blocks.is_empty() {
             return;
@@ -71,14 +79,29 @@ pub fn messages_request_body(request: &LlmRequest, default_max_tokens: u32) -> V
                     blocks.push(json!({"type": "text", "text": text}));
                 }
                 for call in tool_calls {
-                    blocks.push(json!({
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": call.name,
-                        "input": tool_input(&call.arguments),
-                    }));
+                    if text_only {
+                        tool_names.insert(call.id.as_str(), call.name.as_str());
+                        blocks.push(json!({
+                            "type": "text",
+                            "text": format!("[tool {} {}]", call.name, call.arguments.trim()),
+                        }));
+                    } else {
+                        blocks.push(json!({
+                            "type": "tool_use",
+                            "id": call.id,
+                            "name": call.name,
+                            "input": tool_input(&call.arguments),
+                        }));
+                    }
                 }
                 push("assistant", blocks);
+            }
+            ChatMessage::Tool { call_id, content } if text_only => {
+                let name = tool_names.get(call_id.as_str()).copied().unwrap_or("call");
+                push(
+                    "user",
+                    vec![json!({"type": "text", "text": format!("[tool {name}] → {content}")})],
+                );
             }
             ChatMessage::Tool { call_id, content } => push(
                 "user",
@@ -330,6 +353,52 @@ mod tests {
         }
         // The empty assistant message is dropped.
         assert_eq!(body["messages"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn without_tools_tool_calls_and_results_are_sent_as_text() {
+        let request = LlmRequest {
+            model: "m".into(),
+            messages: vec![
+                ChatMessage::User {
+                    text: "read a".into(),
+                },
+                ChatMessage::Assistant {
+                    text: Some("Reading.".into()),
+                    tool_calls: vec![ToolCallRequest {
+                        id: "toolu_a".into(),
+                        name: "read".into(),
+                        arguments: r#"{"path":"a"}"#.into(),
+                    }],
+                },
+                ChatMessage::Tool {
+                    call_id: "toolu_a".into(),
+                    content: "A".into(),
+                },
+                ChatMessage::User {
+                    text: "summarise".into(),
+                },
+            ],
+            tools: vec![],
+            max_output_tokens: None,
+            temperature: None,
+        };
+        let body = messages_request_body(&request, 10);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "read a"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Reading."},
+                    {"type": "text", "text": "[tool read {\"path\":\"a\"}]"},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "[tool read] → A"},
+                    {"type": "text", "text": "summarise"},
+                ]},
+            ])
+        );
+        assert!(!body.to_string().contains("tool_use"), "{body}");
     }
 
     #[test]
