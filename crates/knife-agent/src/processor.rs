@@ -279,6 +279,8 @@ impl Processor<'_> {
                         Err(_) => Value::String(arguments.clone()),
                     };
                     let idx = rec.tool_call(&id, &name, input);
+                    // The turn-unique id (a provider id reused across steps is renamed).
+                    let id = rec.tool_call_id(idx).unwrap_or(id);
                     message.calls.push(Call {
                         idx,
                         id,

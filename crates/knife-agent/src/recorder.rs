@@ -412,12 +412,29 @@ impl TurnRecorder {
         }
     }
 
+    /// The item of the current step's tool call `call_id` (the provider's id),
+    /// created on first sight. The item's call id is unique within the turn: a
+    /// provider id seen in an earlier step (servers that invent `call-0` for
+    /// every step) becomes `call-0#2`, `call-0#3`, … ([`Self::tool_call_id`]).
     fn tool(&mut self, call_id: &str, name: &str) -> usize {
         if let Some(&idx) = self.tools.get(call_id) {
             return idx;
         }
+        let taken = |id: &str| {
+            self.items.iter().any(|s| {
+                matches!(&s.item.kind, TurnItemKind::ToolCall { call_id: used, .. } if used == id)
+            })
+        };
+        let unique = if taken(call_id) {
+            (2u32..)
+                .map(|n| format!("{call_id}#{n}"))
+                .find(|id| !taken(id))
+                .unwrap_or_else(|| call_id.to_owned())
+        } else {
+            call_id.to_owned()
+        };
         let kind = TurnItemKind::ToolCall {
-            call_id: call_id.to_owned(),
+            call_id: unique,
             tool: name.to_owned(),
             input: Value::String(String::new()),
             output: None,
@@ -461,6 +478,16 @@ impl TurnRecorder {
         }
         self.emit(idx);
         idx
+    }
+
+    /// The turn-unique call id of the tool item `idx` (see [`Self::tool`]): the id
+    /// the conversation sent back to the model must use, so each call pairs with
+    /// its own result, in this turn and when the transcript is replayed.
+    pub(crate) fn tool_call_id(&self, idx: usize) -> Option<String> {
+        match &self.items.get(idx)?.item.kind {
+            TurnItemKind::ToolCall { call_id, .. } => Some(call_id.clone()),
+            _ => None,
+        }
     }
 
     /// The tool call starts executing.
@@ -535,6 +562,8 @@ impl TurnRecorder {
             }
         }
         self.parts.clear();
+        // Provider call ids are per step: the next step may reuse one.
+        self.tools.clear();
     }
 
     /// Adds one model step's usage to the turn's total.

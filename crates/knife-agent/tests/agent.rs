@@ -634,3 +634,77 @@ async fn invalid_tool_arguments_and_empty_names_are_not_sent_back_verbatim() {
         .collect();
     assert_eq!(tool_results, in_turn);
 }
+
+/// Servers that send no tool-call id get `call-{index}` from the mapper, so every
+/// step calls `call-0`: each step's call still gets its own item and result, and
+/// the ids sent back (and replayed next turn) pair each call with its own result.
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_id_reused_across_steps_gets_its_own_item_and_result() {
+    let llm = FakeLlm::new(vec![
+        tool_step("call-0", "read", r#"{"path":"src/main.rs"}"#),
+        tool_step("call-0", "list", r#"{"path":"src"}"#),
+        text_step(&["done"]),
+        text_step(&["again"]),
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session.start_turn(turn(1, "look", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    assert_nothing_pending(&events);
+    let items = final_items(&events);
+    let calls: Vec<(String, TurnItemStatus, String)> = items
+        .iter()
+        .filter_map(|i| match &i.kind {
+            TurnItemKind::ToolCall {
+                call_id, output, ..
+            } => Some((
+                i.status,
+                call_id.clone(),
+                output.clone().unwrap_or_default(),
+            )),
+            _ => None,
+        })
+        .map(|(status, id, out)| (id, status, out))
+        .collect();
+    assert_eq!(calls.len(), 2, "{items:?}");
+    assert_eq!(calls[0].0, "call-0");
+    assert_eq!(calls[1].0, "call-0#2");
+    assert!(
+        calls.iter().all(|c| c.1 == TurnItemStatus::Completed),
+        "{calls:?}"
+    );
+    assert!(calls[0].2.contains("fn main"), "{}", calls[0].2);
+    assert!(calls[1].2.contains("main.rs") && !calls[1].2.contains("fn main"));
+
+    // In the turn: the third request pairs each call with its own result.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let wire = &requests[2].messages;
+    assert_replayable(wire);
+    let results: Vec<(&str, &str)> = wire
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { call_id, content } => Some((call_id.as_str(), content.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0].0, "call-0");
+    assert!(results[0].1.contains("fn main"));
+    assert_eq!(results[1].0, "call-0#2");
+    assert!(!results[1].1.contains("fn main"));
+
+    // Replayed next turn from the transcript: the same pairing.
+    h.session.start_turn(turn(2, "and?", items)).await.unwrap();
+    collect_turn(&mut h.events).await;
+    let replay = &llm.requests()[3].messages;
+    assert_replayable(replay);
+    let replayed: Vec<&str> = replay
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replayed, ["call-0", "call-0#2"]);
+}
