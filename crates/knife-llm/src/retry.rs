@@ -60,9 +60,14 @@ pub enum ErrorClass {
 ///    "context window", …).
 /// 2. Deterministic refusals the provider reports (HTTP or in-stream) are fatal
 ///    even on 429 / 5xx: quota or billing exhausted (`insufficient_quota`, a body
-///    saying quota/billing/credit), content policy or a refusal (`content_filter`,
+///    saying "exceeded your current quota", "check your plan and billing
+///    details", "billing hard limit", quota exhausted, credit), content policy or a refusal (`content_filter`,
 ///    `content_policy_violation`, `invalid_prompt`, "usage policy", "refused to
-///    answer"), unsupported plans (`usage_not_included`).
+///    answer"), unsupported plans (`usage_not_included`). A recognised transient
+///    code wins over these phrases (not over the codes): `rate_limit_exceeded`,
+///    `rate_limit_error`, `too_many_requests`, and `RESOURCE_EXHAUSTED` for a
+///    per-minute quota (OpenAI's TPM/RPM 429 links the billing page; Gemini's
+///    per-minute 429 says "Quota exceeded").
 /// 3. HTTP: 401 / 403 → [`PROVIDER_AUTH_ERROR`]; 408, 409, 425, 429 and every
 ///    5xx → retry; a 4xx whose code is a recognised transient kind → retry;
 ///    other statuses → [`API_ERROR`].
@@ -285,7 +290,8 @@ const FATAL_PHRASES: &[&str] = &[
     "quota is exhausted",
     "quota exhausted",
     "out of quota",
-    "billing",
+    "check your plan and billing details",
+    "billing hard limit",
     "insufficient credit",
     "credit balance",
     "content policy",
@@ -298,9 +304,48 @@ const FATAL_PHRASES: &[&str] = &[
     "content refusal",
 ];
 
+/// Codes of a transient rate limit, lower case: they win over [`FATAL_PHRASES`]
+/// (OpenAI's TPM/RPM 429 `rate_limit_exceeded` ends its message with a link to
+/// the billing page, and is still only a per-minute limit).
+const TRANSIENT_LIMIT_CODES: &[&str] = &[
+    "rate_limit_exceeded",
+    "rate_limit_error",
+    "too_many_requests",
+];
+
+/// True when the error names a transient rate limit: a [`TRANSIENT_LIMIT_CODES`]
+/// code, or Gemini's `RESOURCE_EXHAUSTED` for a per-minute quota (its body says
+/// "per minute" or names a `…PerMinute…` quota id; a daily quota stays fatal).
+fn is_transient_limit(code: Option<&str>, body: Option<&Value>, message: &str) -> bool {
+    let code = code.map(str::to_lowercase).unwrap_or_default();
+    if TRANSIENT_LIMIT_CODES.contains(&code.as_str()) {
+        return true;
+    }
+    let status = body
+        .and_then(|b| b.pointer("/error/status"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if code != "resource_exhausted" && !status.eq_ignore_ascii_case("resource_exhausted") {
+        return false;
+    }
+    let text = format!(
+        "{} {}",
+        message,
+        body.map(Value::to_string).unwrap_or_default()
+    )
+    .to_lowercase();
+    ["per minute", "perminute", "per_minute"]
+        .iter()
+        .any(|p| text.contains(p))
+}
+
 fn is_deterministic_refusal(code: Option<&str>, body: Option<&Value>, message: &str) -> bool {
     if code.is_some_and(|c| FATAL_CODES.contains(&c)) {
         return true;
+    }
+    // A recognised transient code wins over the phrases below.
+    if is_transient_limit(code, body, message) {
+        return false;
     }
     let lower = message.to_lowercase();
     if FATAL_PHRASES.iter().any(|p| lower.contains(p)) {

@@ -419,3 +419,48 @@ fn proc_03_http_503_with_retry_after_ms_zero_is_retried_at_once() {
         }
     );
 }
+
+#[test]
+fn proc_11_openai_rate_limit_mentioning_billing_is_retried() {
+    let e = http(
+        429,
+        r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s. Visit https://platform.openai.com/account/rate-limits to learn more. You can increase your rate limit by adding a payment method to your account at https://platform.openai.com/account/billing.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#,
+    );
+    assert!(retryable(&e), "{:?}", classify(&e));
+    let stream = provider(json!({"type":"error","error":{"code":"rate_limit_exceeded",
+        "message":"Rate limit reached … add a payment method at https://platform.openai.com/account/billing"}}));
+    assert!(retryable(&stream), "{:?}", classify(&stream));
+}
+
+#[test]
+fn proc_11_gemini_per_minute_quota_is_retried_but_daily_quota_stops() {
+    let per_minute = http(
+        429,
+        r#"{"error":{"code":429,"message":"Quota exceeded for quota metric 'Generate Content API requests per minute' and limit 'GenerateContent request limit per minute for a region' of service 'generativelanguage.googleapis.com'","status":"RESOURCE_EXHAUSTED"}}"#,
+    );
+    assert!(retryable(&per_minute), "{:?}", classify(&per_minute));
+    let quota_id = http(
+        429,
+        r#"{"error":{"code":429,"message":"You exceeded your current quota. Please retry in 39s.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]}]}}"#,
+    );
+    assert!(retryable(&quota_id), "{:?}", classify(&quota_id));
+    let daily = http(
+        429,
+        r#"{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]}]}}"#,
+    );
+    assert_eq!(classify(&daily), ErrorClass::Fatal { name: API_ERROR });
+    // An explicit quota code still wins over everything.
+    let insufficient = http(
+        429,
+        r#"{"error":{"code":"insufficient_quota","message":"rate limit: You exceeded your current quota, please check your plan and billing details."}}"#,
+    );
+    assert_eq!(
+        classify(&insufficient),
+        ErrorClass::Fatal { name: API_ERROR }
+    );
+    // A message that merely mentions billing is not a refusal.
+    assert!(retryable(&http(
+        503,
+        r#"{"error":{"message":"Service busy; see the billing FAQ for priority access"}}"#
+    )));
+}
