@@ -61,7 +61,24 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+/// Makes this process non-dumpable (Linux `PR_SET_DUMPABLE` = 0): its
+/// `/proc/<pid>/environ`, `mem`, `maps`, … become readable by root only, so a
+/// `bash` command the model runs (a child of this process, same user) cannot read
+/// the API keys and `KNIFE_*` secrets of the server's environment through
+/// `/proc/$PPID/environ`, nor attach a debugger. No core dumps either. A failure
+/// is reported and startup continues (the process is merely less protected).
+fn protect_process_memory() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!(
+            "warning: cannot make the process non-dumpable ({e}); commands run by the agent \
+             may read this process's environment (API keys) through /proc"
+        );
+    }
+}
+
 fn main() -> ExitCode {
+    protect_process_memory();
     let cli = Cli::parse();
     init_tracing(matches!(
         cli.command,

@@ -127,3 +127,55 @@ async fn e2e_server_shutdown_kills_a_running_command() {
     }
     assert!(!pid_alive(child), "the command's child outlived the server");
 }
+
+/// The server's secrets are not readable from a command through
+/// `/proc/$PPID/environ` (the shell's parent is the server): `knife` makes itself
+/// non-dumpable at startup (PR_SET_DUMPABLE 0), so those files are root's.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_bash_command_cannot_read_the_server_environment() {
+    const SECRET: &str = "s3cr3t-e2e-value";
+    let script = r#"
+[[response]]
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = '''echo "parent=$(cat /proc/$PPID/comm)"; tr '\0' '\n' < /proc/$PPID/environ | grep -c s3cr3t-e2e-value''' }
+
+[[response]]
+text = "done"
+"#;
+    let mock = MockLlm::script(script, &[]).await;
+    let server = Server::start_unprivileged_with_env(
+        &bash_allowed(&mock.base_url()),
+        &[
+            ("KNIFE_E2E_SECRET", SECRET),
+            ("OPENAI_API_KEY", "sk-s3cr3t-e2e-value"),
+        ],
+    )
+    .await;
+    let api = &server.api;
+    let project = api.create_project(&server.project_dir()).await;
+    let thread = api.create_thread(&project).await;
+    let run = api.post_message(&thread, "read the environment").await;
+    let (_, done) = api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, RunStatus::Completed, "run: {done:?}");
+
+    let p = api.projection(&thread).await;
+    let output = p
+        .turn_items
+        .iter()
+        .find_map(|i| match &i.kind {
+            TurnItemKind::ToolCall { output, error, .. } => {
+                Some(output.clone().or(error.clone()).unwrap_or_default())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no tool item: {:#?}", p.turn_items));
+    assert!(output.contains("parent=knife"), "{output}");
+    assert!(!output.contains(SECRET), "{output}");
+    let count = output
+        .lines()
+        .find_map(|l| l.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    assert_eq!(count, 0, "the command read the server's secrets: {output}");
+}

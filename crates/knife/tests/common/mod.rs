@@ -306,6 +306,55 @@ impl Server {
         Server { proc, api, dir }
     }
 
+    /// [`Server::start_with_config`] with extra environment variables, and, when
+    /// the test runs as root, as the unprivileged user `nobody` (65534, through
+    /// `setpriv`; the temp dir is handed over to it): root may read any process's
+    /// `/proc/<pid>/environ`, so only an ordinary user shows what a command run by
+    /// the agent can read.
+    pub async fn start_unprivileged_with_env(config: &str, env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("knife.toml"), config).unwrap();
+        std::fs::create_dir_all(dir.path().join("project")).unwrap();
+        let as_root = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
+            .unwrap();
+        let mut cmd = if as_root {
+            for path in [
+                dir.path().to_owned(),
+                dir.path().join("knife.toml"),
+                dir.path().join("project"),
+            ] {
+                std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+            }
+            let mut cmd = Command::new("setpriv");
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(knife_bin());
+            cmd
+        } else {
+            Command::new(knife_bin())
+        };
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.env("XDG_CONFIG_HOME", dir.path())
+            .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .arg("serve")
+            .arg("--config")
+            .arg(dir.path().join("knife.toml"))
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"));
+        let proc = Proc::spawn("knife serve", cmd).await;
+        let api = Api::new(&proc.url());
+        Server { proc, api, dir }
+    }
+
     async fn spawn_in(dir: &Path) -> Proc {
         let mut cmd = knife_command(dir);
         cmd.arg("serve")
