@@ -174,6 +174,14 @@ impl PermissionRules {
         self.rules.iter().map(|r| r.rule.clone()).collect()
     }
 
+    /// Whether some rule for `tool` denies or asks (so a directory walk of that
+    /// tool must check each entry, `crate::tools::walker`).
+    pub fn restricts(&self, tool: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.rule.action != PermissionAction::Allow && r.tool.is_match(tool))
+    }
+
     /// The action for a call of `tool` on `subject`; `mutating` is the tool's
     /// [`crate::tools::Tool::mutating`] marker, which picks the default.
     pub fn evaluate(&self, tool: &str, subject: &str, mutating: bool) -> Decision {

@@ -528,3 +528,66 @@ async fn missing_and_existing_files_behind_an_outside_symlink_give_the_same_erro
         Err(ToolError::NotFound { .. })
     ));
 }
+
+/// A path deny rule also covers directory-level `grep`, `glob` and `list`: each
+/// visited entry is checked like a call naming it (a link into the denied folder
+/// included), withheld, and the output says how many were.
+#[tokio::test]
+async fn walkers_withhold_entries_denied_by_path_rules() {
+    use knife_agent::ToolPolicy;
+    use knife_agent::permissions::{PermissionAction, PermissionRule, PermissionRules};
+    use std::sync::Arc;
+
+    let dir = project();
+    let root = dir.path();
+    fs::create_dir_all(root.join("secrets")).unwrap();
+    fs::write(root.join("secrets/key"), "KEY=hunter2\n").unwrap();
+    fs::write(root.join("notes.txt"), "KEY=public\n").unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(root.join("secrets/key"), root.join("src/key-link")).unwrap();
+    let policy = Arc::new(ToolPolicy {
+        permissions: PermissionRules::new(vec![PermissionRule::new(
+            "*",
+            "secrets/*",
+            PermissionAction::Deny,
+        )])
+        .unwrap(),
+        ..ToolPolicy::default()
+    });
+    let ctx = ToolContext::new(root).unwrap().with_policy(policy);
+    let tools = ToolSet::read_only();
+    let run = |tool: &'static str, args: Value| tools.execute(tool, args, &ctx);
+
+    let grep = run("grep", json!({"pattern": "KEY", "path": "."}))
+        .await
+        .unwrap();
+    assert!(grep.contains("notes.txt:1:KEY=public"), "{grep}");
+    assert!(!grep.contains("hunter2"), "{grep}");
+    assert!(grep.contains("withheld by permission rules"), "{grep}");
+
+    let glob = run("glob", json!({"pattern": "**/*"})).await.unwrap();
+    assert!(glob.contains("notes.txt"), "{glob}");
+    assert!(!glob.contains("secrets/key"), "{glob}");
+    assert!(glob.contains("withheld by permission rules"), "{glob}");
+
+    let list = run("list", json!({"path": ".", "depth": 3})).await.unwrap();
+    assert!(list.contains("secrets/"), "{list}");
+    assert!(!list.contains("secrets/key"), "{list}");
+    #[cfg(unix)]
+    assert!(!list.contains("key-link"), "{list}");
+    assert!(list.contains("withheld by permission rules"), "{list}");
+
+    // Without rules nothing is withheld.
+    let plain = ToolSet::read_only()
+        .execute(
+            "grep",
+            json!({"pattern": "KEY"}),
+            &ToolContext::new(root).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        plain.contains("hunter2") && !plain.contains("withheld"),
+        "{plain}"
+    );
+}

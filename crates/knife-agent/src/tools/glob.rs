@@ -74,7 +74,8 @@ impl Tool for GlobTool {
             }
             let mut found = Vec::new();
             let mut truncated = false;
-            for entry in walker(&dir, None).flatten() {
+            let (walk, withheld) = walker(&ctx, "glob", &dir, None);
+            for entry in walk.flatten() {
                 if ctx.is_cancelled() {
                     return Err(ToolError::Aborted);
                 }
@@ -93,7 +94,7 @@ impl Tool for GlobTool {
                 }
             }
             if found.is_empty() {
-                return Ok(format!("No files match {pattern:?}."));
+                return Ok(format!("No files match {pattern:?}.{}", withheld.note()));
             }
             found.sort();
             let mut out = found.join("\n");
@@ -102,6 +103,7 @@ impl Tool for GlobTool {
                     "\n(truncated at {MAX_MATCHES} paths; use a narrower pattern or path)"
                 ));
             }
+            out.push_str(&withheld.note());
             Ok(out)
         })
         .await

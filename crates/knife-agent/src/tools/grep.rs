@@ -154,7 +154,8 @@ fn search(
     let mut matches = 0usize;
     let mut truncated = false;
     let mut skipped: Vec<String> = Vec::new();
-    for entry in walker(start, None).flatten() {
+    let (walk, withheld) = walker(ctx, "grep", start, None);
+    for entry in walk.flatten() {
         if ctx.is_cancelled() {
             return Err(ToolError::Aborted);
         }
@@ -186,7 +187,7 @@ fn search(
             skipped.push(shown);
         }
     }
-    let skipped_note = skipped_note(&skipped);
+    let skipped_note = format!("{}{}", skipped_note(&skipped), withheld.note());
     if matches == 0 {
         return Ok(format!("No matches for {pattern:?}.{skipped_note}"));
     }

@@ -69,7 +69,8 @@ impl Tool for ListTool {
             }
             let mut lines = Vec::new();
             let mut truncated = false;
-            for entry in walker(&dir, Some(depth)).flatten() {
+            let (walk, withheld) = walker(&ctx, "list", &dir, Some(depth));
+            for entry in walk.flatten() {
                 if ctx.is_cancelled() {
                     return Err(ToolError::Aborted);
                 }
@@ -89,7 +90,10 @@ impl Tool for ListTool {
                 lines.push(line);
             }
             if lines.is_empty() {
-                return Ok(format!("({shown} is empty or everything in it is ignored)"));
+                return Ok(format!(
+                    "({shown} is empty or everything in it is ignored){}",
+                    withheld.note()
+                ));
             }
             let mut out = lines.join("\n");
             if truncated {
@@ -97,6 +101,7 @@ impl Tool for ListTool {
                     "\n(truncated at {MAX_ENTRIES} entries; list a subdirectory or use a smaller depth)"
                 ));
             }
+            out.push_str(&withheld.note());
             Ok(out)
         })
         .await

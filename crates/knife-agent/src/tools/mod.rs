@@ -473,16 +473,69 @@ where
 /// An `ignore` walker over `start` that respects `.gitignore` / `.ignore` files
 /// (even outside a git repository), shows hidden files but skips `.git`, never
 /// follows symlinks (so a walk cannot leave the root) and sorts by file name.
-pub(crate) fn walker(start: &Path, max_depth: Option<usize>) -> ignore::Walk {
+///
+/// The permission rules apply to every entry as they do to a call naming it:
+/// an entry whose subject (root-relative path, symlinks resolved, as
+/// [`ToolContext::subject_path`]) a rule for `tool` denies — or asks about, since
+/// nobody can be asked per entry — is withheld (a withheld directory is not
+/// entered), and counted in the returned [`Withheld`].
+pub(crate) fn walker(
+    ctx: &ToolContext,
+    tool: &'static str,
+    start: &Path,
+    max_depth: Option<usize>,
+) -> (ignore::Walk, Withheld) {
+    let withheld = Withheld::default();
     let mut builder = ignore::WalkBuilder::new(start);
     builder
         .hidden(false)
         .require_git(false)
         .follow_links(false)
         .max_depth(max_depth)
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|entry| entry.file_name() != ".git");
-    builder.build()
+        .sort_by_file_name(|a, b| a.cmp(b));
+    if ctx.policy().permissions.restricts(tool) {
+        let ctx = ctx.clone();
+        let count = withheld.clone();
+        builder.filter_entry(move |entry| {
+            if entry.file_name() == ".git" {
+                return false;
+            }
+            if entry.depth() == 0 {
+                return true;
+            }
+            let subject = ctx.subject_path(&entry.path().to_string_lossy());
+            let action = ctx
+                .policy()
+                .permissions
+                .evaluate(tool, &subject, false)
+                .action;
+            if action == PermissionAction::Allow {
+                return true;
+            }
+            count.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            false
+        });
+    } else {
+        builder.filter_entry(|entry| entry.file_name() != ".git");
+    }
+    (builder.build(), withheld)
+}
+
+/// How many entries a [`walker`] withheld because of permission rules.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Withheld(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Withheld {
+    /// The output footer naming the withheld entries ("" when none).
+    pub(crate) fn note(&self) -> String {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => String::new(),
+            n => format!(
+                "\n({n} entr{} withheld by permission rules; they are not shown or searched)",
+                if n == 1 { "y" } else { "ies" }
+            ),
+        }
+    }
 }
 
 /// Truncates `text` to at most `max_chars` characters, marking the cut.
