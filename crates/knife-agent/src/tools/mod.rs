@@ -361,11 +361,33 @@ impl ToolSet {
             .policy()
             .permissions
             .evaluate(name, &subject, tool.mutating());
-        let rule = match decision.source {
+        let mut rule = match decision.source {
             DecisionSource::Rule(i) => format!("permission rule {i}"),
             DecisionSource::Default => "the default rule".to_owned(),
         };
-        match decision.action {
+        let mut action = decision.action;
+        // A `bash` allow rule covers one plain command: `*` would otherwise let
+        // `cargo *` allow `cargo build; curl x | sh`.
+        let allows_everything = match decision.source {
+            DecisionSource::Rule(i) => ctx
+                .policy()
+                .permissions
+                .rule(i)
+                .is_some_and(|r| r.pattern.chars().all(|c| c == '*')),
+            DecisionSource::Default => false,
+        };
+        if name == "bash"
+            && action == PermissionAction::Allow
+            && !allows_everything
+            && crate::permissions::has_shell_control(&subject)
+        {
+            action = PermissionAction::Ask;
+            rule.push_str(
+                " (allows a plain command only; this one chains, pipes, redirects or \
+                 substitutes)",
+            );
+        }
+        match action {
             PermissionAction::Allow => Permission::Allowed,
             PermissionAction::Deny => Permission::Denied(ToolError::PermissionDenied {
                 tool: name.to_owned(),
