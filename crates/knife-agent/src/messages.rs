@@ -72,7 +72,8 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
                 messages.push(ChatMessage::User { text: text.clone() });
             }
             TurnItemKind::AssistantMessage { text, .. } => {
-                if text.is_empty() {
+                // A blank text is no message (Anthropic rejects whitespace-only text).
+                if text.trim().is_empty() {
                     continue;
                 }
                 // Text after tool calls belongs to the next model step.

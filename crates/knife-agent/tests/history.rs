@@ -125,3 +125,23 @@ fn history_replays_invalid_tool_arguments_as_an_empty_object() {
         results[3]
     );
 }
+
+#[test]
+fn blank_assistant_text_is_not_replayed() {
+    let history = vec![
+        user_item(1, "q1"),
+        assistant_item(1, 1, " \n"),
+        tool_item(1, 2, "c1", Some("A"), None),
+        assistant_item(1, 3, "\n\n"),
+    ];
+    let messages = knife_agent::messages::build_messages("sys", &history, "q2");
+    for m in &messages {
+        if let ChatMessage::Assistant {
+            text: Some(text), ..
+        } = m
+        {
+            assert!(!text.trim().is_empty(), "blank text replayed: {messages:?}");
+        }
+    }
+    assert_replayable(&messages);
+}

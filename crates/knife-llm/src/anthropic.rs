@@ -24,6 +24,10 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// limit except the Claude 3 (not 3.5+) models, which allow 4096.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
+/// Sent in place of a user message with no non-whitespace text (the API rejects
+/// such text blocks: "text content blocks must contain non-whitespace text").
+pub const EMPTY_USER_TEXT: &str = "(empty message)";
+
 /// Builds the JSON body of a streaming `POST /messages`.
 ///
 /// Shape: `{model, max_tokens, stream: true, messages}` plus `system` (every
@@ -34,7 +38,8 @@ pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 ///
 /// Messages: `user` text → `{type: "text"}` block; assistant → its
 /// [`ChatMessage::Reasoning`] blocks that carry a signature (as `thinking`
-/// blocks with `signature`, first), its text (when non-empty), then one
+/// blocks with `signature`, first), its text (when not blank: the API rejects
+/// whitespace-only text blocks; a blank user text becomes [`EMPTY_USER_TEXT`]), then one
 /// `tool_use` block per call (`input` = the arguments parsed as a JSON object;
 /// empty arguments → `{}`; anything else is kept under `_raw_arguments` so the
 /// model sees what it sent); a tool result → a `tool_result` block in a `user`
@@ -65,7 +70,15 @@ pub fn messages_request_body(request: &LlmRequest, default_max_tokens: u32) -> V
     for message in &request.messages {
         match message {
             ChatMessage::System { text } => system.push(text),
-            ChatMessage::User { text } => push("user", vec![json!({"type": "text", "text": text})]),
+            ChatMessage::User { text } => {
+                // The API rejects a text block without non-whitespace text.
+                let text = if text.trim().is_empty() {
+                    EMPTY_USER_TEXT
+                } else {
+                    text
+                };
+                push("user", vec![json!({"type": "text", "text": text})])
+            }
             ChatMessage::Reasoning { text, signature } => {
                 if let Some(signature) = signature {
                     pending_thinking.push(
@@ -75,7 +88,7 @@ pub fn messages_request_body(request: &LlmRequest, default_max_tokens: u32) -> V
             }
             ChatMessage::Assistant { text, tool_calls } => {
                 let mut blocks = std::mem::take(&mut pending_thinking);
-                if let Some(text) = text.as_deref().filter(|t| !t.is_empty()) {
+                if let Some(text) = text.as_deref().filter(|t| !t.trim().is_empty()) {
                     blocks.push(json!({"type": "text", "text": text}));
                 }
                 for call in tool_calls {
@@ -399,6 +412,50 @@ mod tests {
             ])
         );
         assert!(!body.to_string().contains("tool_use"), "{body}");
+    }
+
+    #[test]
+    fn whitespace_only_text_is_never_sent_as_a_text_block() {
+        let body = messages_request_body(
+            &LlmRequest {
+                model: "m".into(),
+                messages: vec![
+                    ChatMessage::User { text: " \n".into() },
+                    ChatMessage::Assistant {
+                        text: Some("\n\n".into()),
+                        tool_calls: vec![call("toolu_a", "{}")],
+                    },
+                    ChatMessage::Tool {
+                        call_id: "toolu_a".into(),
+                        content: "A".into(),
+                    },
+                    ChatMessage::Assistant {
+                        text: Some("  ".into()),
+                        tool_calls: vec![],
+                    },
+                ],
+                tools: vec![ToolSpec {
+                    name: "read".into(),
+                    description: "Read".into(),
+                    parameters: json!({"type": "object"}),
+                }],
+                max_output_tokens: None,
+                temperature: None,
+            },
+            10,
+        );
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": EMPTY_USER_TEXT}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_a", "name": "read", "input": {}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_a", "content": "A"},
+                ]},
+            ])
+        );
     }
 
     #[test]
