@@ -51,7 +51,7 @@ impl ContextLimits {
         let count = if usage.total_tokens > 0 {
             usage.total_tokens
         } else {
-            usage.input_tokens + usage.output_tokens
+            usage.input_tokens.saturating_add(usage.output_tokens)
         };
         count >= self.context_limit.saturating_sub(self.output_limit)
     }

@@ -212,13 +212,16 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
-    /// Adds `other` to `self`, field by field.
+    /// Adds `other` to `self`, field by field, saturating at `u64::MAX` (the
+    /// counts come from the provider's server).
     pub fn add(&mut self, other: &TokenUsage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
-        self.cached_input_tokens += other.cached_input_tokens;
-        self.total_tokens += other.total_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(other.cached_input_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
     }
 }
 
@@ -576,5 +579,33 @@ impl TurnItem {
     /// Ordinal of the `n`-th item of run `run_ordinal` (see [`TurnItem::ordinal`]).
     pub fn ordinal_in_run(run_ordinal: u32, n: u64) -> u64 {
         u64::from(run_ordinal) * 1_000_000 + n
+    }
+}
+
+#[cfg(test)]
+mod token_usage_tests {
+    use super::TokenUsage;
+
+    #[test]
+    fn adding_server_supplied_counts_saturates_instead_of_overflowing() {
+        let mut total = TokenUsage {
+            input_tokens: u64::MAX - 1,
+            output_tokens: 1,
+            reasoning_tokens: u64::MAX,
+            cached_input_tokens: 0,
+            total_tokens: u64::MAX,
+        };
+        total.add(&TokenUsage {
+            input_tokens: 5,
+            output_tokens: 2,
+            reasoning_tokens: 1,
+            cached_input_tokens: u64::MAX,
+            total_tokens: 1,
+        });
+        assert_eq!(total.input_tokens, u64::MAX);
+        assert_eq!(total.output_tokens, 3);
+        assert_eq!(total.reasoning_tokens, u64::MAX);
+        assert_eq!(total.cached_input_tokens, u64::MAX);
+        assert_eq!(total.total_tokens, u64::MAX);
     }
 }

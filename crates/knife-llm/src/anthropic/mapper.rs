@@ -420,14 +420,16 @@ pub fn stop_reason(raw: &str) -> FinishReason {
 pub fn usage_from_json(usage: &Value) -> Usage {
     let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
     let cached = n("cache_read_input_tokens");
-    let input_tokens = n("input_tokens") + cached + n("cache_creation_input_tokens");
+    let input_tokens = n("input_tokens")
+        .saturating_add(cached)
+        .saturating_add(n("cache_creation_input_tokens"));
     let output_tokens = n("output_tokens");
     Usage {
         input_tokens,
         output_tokens,
         reasoning_tokens: 0,
         cached_input_tokens: cached,
-        total_tokens: input_tokens + output_tokens,
+        total_tokens: input_tokens.saturating_add(output_tokens),
         raw: Some(usage.clone()),
     }
 }
@@ -524,5 +526,24 @@ mod tests {
         assert_eq!(stop_reason("max_tokens"), FinishReason::Length);
         assert_eq!(stop_reason("refusal"), FinishReason::ContentFilter);
         assert_eq!(stop_reason("pause_turn"), FinishReason::Other);
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::usage_from_json;
+    use serde_json::json;
+
+    #[test]
+    fn huge_server_supplied_token_counts_saturate() {
+        let usage = usage_from_json(&json!({
+            "input_tokens": u64::MAX,
+            "cache_read_input_tokens": 10,
+            "cache_creation_input_tokens": u64::MAX,
+            "output_tokens": 7,
+        }));
+        assert_eq!(usage.input_tokens, u64::MAX);
+        assert_eq!(usage.total_tokens, u64::MAX);
+        assert_eq!(usage.output_tokens, 7);
     }
 }

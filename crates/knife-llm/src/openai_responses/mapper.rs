@@ -612,7 +612,7 @@ pub fn usage_from_json(usage: &Value) -> Usage {
         output_tokens,
         reasoning_tokens: n("/output_tokens_details/reasoning_tokens").unwrap_or(0),
         cached_input_tokens: n("/input_tokens_details/cached_tokens").unwrap_or(0),
-        total_tokens: n("/total_tokens").unwrap_or(input_tokens + output_tokens),
+        total_tokens: n("/total_tokens").unwrap_or(input_tokens.saturating_add(output_tokens)),
         raw: Some(usage.clone()),
     }
 }
