@@ -292,7 +292,10 @@ impl Processor<'_> {
                 LlmEvent::StepFinish { reason, usage, .. } => {
                     rec.step_finished(usage.as_ref());
                     message.finish = Some(reason);
-                    let overflow = usage.as_ref().is_some_and(|u| self.limits.overflows(u));
+                    // The provider says the context filled up (Anthropic
+                    // `model_context_window_exceeded`), or the usage shows it.
+                    let overflow = reason == FinishReason::ContextOverflow
+                        || usage.as_ref().is_some_and(|u| self.limits.overflows(u));
                     // The stream ends after StepFinish by contract; do not wait for it.
                     return Attempt::Finished { overflow };
                 }

@@ -101,6 +101,10 @@ pub enum FinishReason {
     Stop,
     /// The output token cap was reached.
     Length,
+    /// The model's context window filled up mid-answer (Anthropic
+    /// `model_context_window_exceeded`): compact the history and continue, as for
+    /// a context-overflow error, not an output limit.
+    ContextOverflow,
     /// The model wants tool results before continuing.
     ToolCalls,
     /// Output was withheld by the provider's filter.

@@ -135,6 +135,39 @@ async fn proc_02_usage_overflow_stops_the_stream_and_compacts() {
 
 // ---------------------------------------------------------------- PROC-07
 
+/// Anthropic's stop reason `model_context_window_exceeded` is a context overflow
+/// (compaction, the turn goes on), not an output limit that stops the turn.
+#[tokio::test(start_paused = true)]
+async fn proc_07_context_window_exceeded_stop_reason_compacts() {
+    let llm = FakeLlm::new(vec![
+        vec![
+            Ok(LlmEvent::TextStart { id: "t".into() }),
+            Ok(LlmEvent::TextDelta {
+                id: "t".into(),
+                text: "partial".into(),
+            }),
+            Ok(LlmEvent::TextEnd { id: "t".into() }),
+            Ok(finish(FinishReason::ContextOverflow, 10, 5)),
+        ],
+        text_step(&["the summary"]),
+        text_step(&["final answer"]),
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    let items = final_items(&events);
+    assert!(
+        items.iter().any(|i| i.kind
+            == TurnItemKind::Compaction {
+                summary: "the summary".into()
+            }),
+        "{items:?}"
+    );
+    assert_eq!(text_of(items.last().unwrap()), "final answer");
+    assert_eq!(llm.requests().len(), 3);
+}
+
 #[tokio::test(start_paused = true)]
 async fn proc_07_context_overflow_error_compacts_without_an_error() {
     let overflows = [

@@ -399,12 +399,14 @@ impl EventMapper for AnthropicMapper {
 }
 
 /// Normalises an Anthropic `stop_reason`: `end_turn` / `stop_sequence` → stop,
-/// `max_tokens` / `model_context_window_exceeded` → length, `tool_use` → tool
-/// calls, `refusal` → content filter, anything else (`pause_turn`, …) → other.
+/// `max_tokens` → length, `model_context_window_exceeded` → context overflow
+/// (the agent compacts), `tool_use` → tool calls, `refusal` → content filter,
+/// anything else (`pause_turn`, …) → other.
 pub fn stop_reason(raw: &str) -> FinishReason {
     match raw {
         "end_turn" | "stop_sequence" => FinishReason::Stop,
-        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "max_tokens" => FinishReason::Length,
+        "model_context_window_exceeded" => FinishReason::ContextOverflow,
         "tool_use" => FinishReason::ToolCalls,
         "refusal" => FinishReason::ContentFilter,
         _ => FinishReason::Other,
@@ -524,6 +526,10 @@ mod tests {
         assert_eq!(stop_reason("stop_sequence"), FinishReason::Stop);
         assert_eq!(stop_reason("tool_use"), FinishReason::ToolCalls);
         assert_eq!(stop_reason("max_tokens"), FinishReason::Length);
+        assert_eq!(
+            stop_reason("model_context_window_exceeded"),
+            FinishReason::ContextOverflow
+        );
         assert_eq!(stop_reason("refusal"), FinishReason::ContentFilter);
         assert_eq!(stop_reason("pause_turn"), FinishReason::Other);
     }
