@@ -775,3 +775,58 @@ async fn bash_allow_rule_does_not_cover_chained_commands() {
         Permission::Allowed
     );
 }
+
+/// `write` and `edit` replace a file atomically (temp file in the same directory,
+/// then rename): a reader that opened the file before keeps the complete old
+/// content instead of a truncated one, the mode is kept, no temp file is left.
+#[cfg(unix)]
+#[tokio::test]
+async fn write_and_edit_replace_files_atomically() {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let p = project();
+    let file = p.path().join("script.sh");
+    fs::write(&file, "echo old\n").unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o750)).unwrap();
+
+    let mut reader = fs::File::open(&file).unwrap();
+    run(
+        p.path(),
+        "write",
+        json!({"path": "script.sh", "content": "echo new\n"}),
+    )
+    .await
+    .unwrap();
+    let mut old = String::new();
+    reader.read_to_string(&mut old).unwrap();
+    assert_eq!(old, "echo old\n", "the open reader saw a rewritten file");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "echo new\n");
+    assert_eq!(
+        fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o750
+    );
+
+    let mut reader = fs::File::open(&file).unwrap();
+    run(
+        p.path(),
+        "edit",
+        json!({"path": "script.sh", "old_string": "new", "new_string": "edited"}),
+    )
+    .await
+    .unwrap();
+    let mut before = String::new();
+    reader.read_to_string(&mut before).unwrap();
+    assert_eq!(before, "echo new\n");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "echo edited\n");
+    assert_eq!(
+        fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o750
+    );
+
+    let leftovers: Vec<_> = fs::read_dir(p.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("knife-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

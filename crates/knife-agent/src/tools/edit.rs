@@ -120,7 +120,7 @@ fn edit_file(ctx: &ToolContext, args: &Args) -> Result<String, ToolError> {
     } else {
         content.replacen(old.as_str(), &new, 1)
     };
-    std::fs::write(&path, edited).map_err(io_err)?;
+    super::write_atomic(&path, edited.as_bytes()).map_err(io_err)?;
     Ok(if count == 1 {
         format!("Edited {shown}: replaced 1 occurrence (at line {line})")
     } else {

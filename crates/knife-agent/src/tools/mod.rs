@@ -560,6 +560,45 @@ impl Withheld {
     }
 }
 
+/// Writes `content` to `path` atomically: into a new temporary file in the same
+/// directory (`.NAME.knife-PID-N.tmp`, created exclusively), flushed to disk and
+/// given the permissions of the file it replaces, then renamed over `path`. A
+/// reader (or a crash) sees the old content or the new, never a truncated or
+/// half-written file. The temp file is removed when a step fails. `path` must be
+/// the real file (callers resolve symlinks first): a symlink would be replaced.
+pub(crate) fn write_atomic(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.knife-{}-{}.tmp",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        file.write_all(content)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            file.set_permissions(meta.permissions())?;
+        }
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Truncates `text` to at most `max_chars` characters, marking the cut.
 pub(crate) fn truncate_chars(text: &str, max_chars: usize) -> String {
     match text.char_indices().nth(max_chars) {

@@ -99,7 +99,7 @@ fn write_file(ctx: &ToolContext, requested: &str, content: &[u8]) -> Result<Stri
         Ok(_) => return Err(ToolError::NotAFile { path: shown }),
         Err(_) => None,
     };
-    std::fs::write(&target, content).map_err(io_err)?;
+    super::write_atomic(&target, content).map_err(io_err)?;
     let what = match previous {
         Some(old) => format!("replaced its previous {old} bytes"),
         None => "new file".to_owned(),
