@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use knife_llm::retry::{CONTEXT_OVERFLOW_ERROR, RetryPolicy};
-use knife_llm::{ChatMessage, LlmClient, LlmError, LlmRequest};
+use knife_llm::{ChatMessage, FinishReason, LlmClient, LlmError, LlmRequest};
 use knife_protocol::{AgentError, RunError};
 use tokio_util::sync::CancellationToken;
 
@@ -126,7 +126,21 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
                     .collect(),
             });
         }
-        let calls = message.calls;
+        let mut calls = message.calls;
+        if message.finish == Some(FinishReason::Length) {
+            // Arguments that do not parse after a length finish were cut by the
+            // output limit, not malformed: say so, so the model can split the work.
+            for call in &mut calls {
+                if let Err(reason) = &call.parsed {
+                    call.parsed = Err(format!(
+                        "{reason}; the response reached the model's output token limit while \
+                         writing these arguments, so they were cut off: call the tool again \
+                         with shorter arguments (e.g. write a large file in parts, then \
+                         append with edit)"
+                    ));
+                }
+            }
+        }
         let had_calls = !calls.is_empty();
         run_tools(rec, &tools, &tool_ctx, &approvals, calls, &mut messages).await;
         if result == ProcessResult::Compact {

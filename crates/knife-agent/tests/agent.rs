@@ -708,3 +708,35 @@ async fn a_tool_call_id_reused_across_steps_gets_its_own_item_and_result() {
         .collect();
     assert_eq!(replayed, ["call-0", "call-0#2"]);
 }
+
+/// A step that ends at the output limit (`length`) with tool arguments that do
+/// not parse: the call is not run and its result tells the model the limit cut
+/// the arguments (not a schema mistake), so it can split the work.
+#[tokio::test(start_paused = true)]
+async fn cut_tool_arguments_after_a_length_finish_say_the_output_limit_cut_them() {
+    let cut = r#"{"path":"big.rs","content":"fn main() { // lots of"#;
+    let mut step = tool_step("call_1", "write", cut);
+    step.pop();
+    step.push(Ok(finish(FinishReason::Length, 20, 4096)));
+    let llm = FakeLlm::new(vec![step, text_step(&["ok, in parts then"])]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    h.session
+        .start_turn(turn(1, "write a big file", vec![]))
+        .await
+        .unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    let result = requests[1]
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            ChatMessage::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(result.contains("output token limit"), "{result}");
+    assert!(result.contains("cut off"), "{result}");
+    assert!(!h._project.path().join("big.rs").exists());
+}
