@@ -415,7 +415,8 @@ impl TurnRecorder {
     /// The item of the current step's tool call `call_id` (the provider's id),
     /// created on first sight. The item's call id is unique within the turn: a
     /// provider id seen in an earlier step (servers that invent `call-0` for
-    /// every step) becomes `call-0#2`, `call-0#3`, … ([`Self::tool_call_id`]).
+    /// every step) becomes `call-0_2`, `call-0_3`, … ([`Self::tool_call_id`]; `_`,
+    /// not `#`: Anthropic accepts only `[A-Za-z0-9_-]` in tool ids).
     fn tool(&mut self, call_id: &str, name: &str) -> usize {
         if let Some(&idx) = self.tools.get(call_id) {
             return idx;
@@ -427,7 +428,7 @@ impl TurnRecorder {
         };
         let unique = if taken(call_id) {
             (2u32..)
-                .map(|n| format!("{call_id}#{n}"))
+                .map(|n| format!("{call_id}_{n}"))
                 .find(|id| !taken(id))
                 .unwrap_or_else(|| call_id.to_owned())
         } else {

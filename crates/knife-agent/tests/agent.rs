@@ -668,7 +668,7 @@ async fn a_tool_call_id_reused_across_steps_gets_its_own_item_and_result() {
         .collect();
     assert_eq!(calls.len(), 2, "{items:?}");
     assert_eq!(calls[0].0, "call-0");
-    assert_eq!(calls[1].0, "call-0#2");
+    assert_eq!(calls[1].0, "call-0_2");
     assert!(
         calls.iter().all(|c| c.1 == TurnItemStatus::Completed),
         "{calls:?}"
@@ -691,7 +691,7 @@ async fn a_tool_call_id_reused_across_steps_gets_its_own_item_and_result() {
     assert_eq!(results.len(), 2);
     assert_eq!(results[0].0, "call-0");
     assert!(results[0].1.contains("fn main"));
-    assert_eq!(results[1].0, "call-0#2");
+    assert_eq!(results[1].0, "call-0_2");
     assert!(!results[1].1.contains("fn main"));
 
     // Replayed next turn from the transcript: the same pairing.
@@ -706,7 +706,7 @@ async fn a_tool_call_id_reused_across_steps_gets_its_own_item_and_result() {
             _ => None,
         })
         .collect();
-    assert_eq!(replayed, ["call-0", "call-0#2"]);
+    assert_eq!(replayed, ["call-0", "call-0_2"]);
 }
 
 /// A step that ends at the output limit (`length`) with tool arguments that do
