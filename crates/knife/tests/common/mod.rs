@@ -329,9 +329,15 @@ impl Server {
             ] {
                 std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
             }
+            // The build directory may sit under a home only root can enter (CI's
+            // target dir is under /root): run a copy the unprivileged user can reach.
+            let bin = dir.path().join("knife");
+            std::fs::copy(knife_bin(), &bin).unwrap();
+            std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
             let mut cmd = Command::new("setpriv");
             cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(knife_bin());
+                .arg(&bin);
             cmd
         } else {
             Command::new(knife_bin())
