@@ -119,21 +119,39 @@ impl ApiClient {
                 resp.text().await.unwrap_or_default()
             );
         }
+        let base = self.base.clone();
         Ok(
-            knife_llm::sse::decode_stream(resp.bytes_stream()).filter_map(|item| async move {
-                match item {
-                    Ok(ev) if ev.event == "error" => {
-                        Some(Err(anyhow::anyhow!("event stream error: {}", ev.data)))
+            knife_llm::sse::decode_stream(resp.bytes_stream()).filter_map(move |item| {
+                let base = base.clone();
+                async move {
+                    match item {
+                        Ok(ev) if ev.event == "error" => {
+                            Some(Err(anyhow::anyhow!("event stream error: {}", ev.data)))
+                        }
+                        Ok(ev) => Some(
+                            serde_json::from_str::<StoredEvent>(&ev.data)
+                                .context("malformed event from the server"),
+                        ),
+                        // A transport failure between this client and the knife server
+                        // (not a model error: those arrive as events). The decoder's own
+                        // message speaks of "the model", so it is logged, not shown.
+                        Err(e) => {
+                            tracing::debug!(error = %e, "event stream from the knife server broke");
+                            Some(Err(anyhow::anyhow!(server_lost(&base))))
+                        }
                     }
-                    Ok(ev) => Some(
-                        serde_json::from_str::<StoredEvent>(&ev.data)
-                            .context("malformed event from the server"),
-                    ),
-                    Err(e) => Some(Err(anyhow::Error::new(e).context("the event stream broke"))),
                 }
             }),
         )
     }
+}
+
+/// What to tell the user when the connection to the knife server drops while
+/// following a run: the turn is recorded server-side and resumes on the next start.
+pub fn server_lost(base: &str) -> String {
+    format!(
+        "lost the connection to the knife server at {base}; the turn is kept and resumes when the server starts again (knife serve)"
+    )
 }
 
 /// How long a server gets to answer `/healthz` when looking for one.

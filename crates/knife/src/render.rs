@@ -28,14 +28,24 @@ pub async fn follow_run(
     let mut view = RunView::new();
     view.prompter = prompter;
     while let Some(event) = events.next().await {
-        let event = event?;
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                // Ends a partial answer's line before the error is printed.
+                view.finish();
+                return Err(e);
+            }
+        };
         if let Some(done) = view.apply(&event, run) {
             view.finish();
             return Ok(done);
         }
     }
     view.finish();
-    anyhow::bail!("the server closed the event stream before run {run} finished")
+    anyhow::bail!(
+        "{} (it closed the event stream before run {run} finished)",
+        crate::client::server_lost(client.base())
+    )
 }
 
 /// Incremental renderer of turn items.
