@@ -8,6 +8,7 @@ mod client;
 mod config;
 mod demo;
 mod lock;
+mod pipe;
 mod process_registry;
 mod providers;
 mod render;
@@ -62,6 +63,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    pipe::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     init_tracing(matches!(
         cli.command,

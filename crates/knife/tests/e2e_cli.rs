@@ -266,3 +266,70 @@ async fn e2e_data_dir_is_owned_by_one_process_and_clients_find_its_server() {
         "the run went through the owner's server"
     );
 }
+
+/// Runs `knife ARGS` with its stdout a pipe whose reader is already gone.
+async fn run_with_closed_stdout(
+    cwd: &std::path::Path,
+    args: &[&str],
+) -> (std::process::ExitStatus, String) {
+    let mut cmd = knife_command(cwd);
+    cmd.args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdout.take());
+    let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_output_into_a_closed_pipe_exits_quietly() {
+    let mock = MockLlm::script(&format!("[[response]]\ntext = \"{ANSWER}\"\n"), &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    server.api.post_message(&thread, "hello").await;
+    server.api.settled_thread_json(&thread).await;
+    let cwd = server.path().to_owned();
+
+    for args in [
+        vec!["threads", "list", "--server", &url],
+        vec!["threads", "show", &thread, "--server", &url],
+    ] {
+        let (status, stderr) = run_with_closed_stdout(&cwd, &args).await;
+        assert!(
+            status.success(),
+            "`knife {}`: {status}: {stderr}",
+            args.join(" ")
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{stderr}");
+    }
+
+    // The shell way: `knife threads list | head -1`.
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "\"{}\" threads list --server {url} | head -1",
+            knife_bin().display()
+        ))
+        .current_dir(&cwd)
+        .env("XDG_CONFIG_HOME", &cwd)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&thread),
+        "stdout: {}\nstderr: {stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
