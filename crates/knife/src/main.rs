@@ -50,7 +50,8 @@ enum Command {
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages and OpenAI
-    /// Responses from one script), for tests, demos and benchmarks.
+    /// Responses from one script), for tests, demos and benchmarks. Script format:
+    /// docs/mock-llm.md.
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,
