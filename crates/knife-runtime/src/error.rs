@@ -14,7 +14,7 @@ pub enum RuntimeError {
     ThreadNotFound(ThreadId),
     #[error(
         "thread {thread} already has run {run} in progress; wait for it to finish or stop it \
-         with POST /api/threads/{thread}/interrupt"
+         with `knife threads interrupt {thread}` (POST /api/threads/{thread}/interrupt)"
     )]
     RunInProgress { thread: ThreadId, run: RunId },
     #[error(
