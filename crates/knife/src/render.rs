@@ -157,14 +157,29 @@ impl<'p> RunView<'p> {
         if let Some(prompter) = self.prompter {
             prompter.settled(&request.id);
         }
+        // A question still open on this terminal: end its line, and say who answered.
+        let open = self
+            .prompter
+            .and_then(|p| p.answered_here(&request.id))
+            .is_some_and(|here| !here);
+        if open {
+            eprintln!();
+        }
+        let elsewhere = if open { " (answered elsewhere)" } else { "" };
         let outcome = match (request.status, request.decision) {
             (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => {
-                "✓ allowed once".to_owned()
+                format!("✓ allowed once{elsewhere}")
             }
             (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => {
-                "✓ allowed always".to_owned()
+                format!("✓ allowed always{elsewhere}")
             }
-            (RuntimeRequestStatus::Resolved, _) => "✗ denied".to_owned(),
+            (RuntimeRequestStatus::Resolved, _) => format!("✗ denied{elsewhere}"),
+            (RuntimeRequestStatus::Cancelled, _) => {
+                "✗ request cancelled: the run was interrupted".to_owned()
+            }
+            (RuntimeRequestStatus::Expired, _) => {
+                "✗ request expired: the session that asked is gone".to_owned()
+            }
             (status, _) => format!("✗ request {}", format!("{status:?}").to_lowercase()),
         };
         self.line(&format!("  {outcome}"));
