@@ -51,7 +51,7 @@ impl ApiClient {
         }
     }
 
-    async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> anyhow::Result<T> {
+    async fn decode<T: DeserializeOwned>(&self, resp: reqwest::Response) -> anyhow::Result<T> {
         let status = resp.status();
         let text = resp
             .text()
@@ -59,9 +59,16 @@ impl ApiClient {
             .context("the knife server closed the connection")?;
         if !status.is_success() {
             match serde_json::from_str::<ApiErrorBody>(&text) {
-                Ok(body) if body.error.code == "unauthorized" => bail!(
-                    "the knife server requires an API token: set KNIFE_API_TOKEN (or the variable named by [server].api_token_env) to the server's token"
-                ),
+                Ok(body) if body.error.code == "unauthorized" => match self.token {
+                    Some(_) => bail!(
+                        "the knife server at {} rejected the API token: KNIFE_API_TOKEN (or the variable named by [server].api_token_env) is set but does not match the server's token; set it to the token the server was started with",
+                        self.base
+                    ),
+                    None => bail!(
+                        "the knife server at {} requires an API token: set KNIFE_API_TOKEN (or the variable named by [server].api_token_env) to the server's token",
+                        self.base
+                    ),
+                },
                 Ok(body) => bail!("{} ({})", body.error.message, body.error.code),
                 Err(_) => bail!("the knife server answered HTTP {status}: {text}"),
             }
@@ -77,7 +84,7 @@ impl ApiClient {
             .send()
             .await
             .with_context(|| self.unreachable())?;
-        Self::decode(resp).await
+        self.decode(resp).await
     }
 
     /// `POST {path}` with a JSON body, decoded as JSON.
@@ -90,7 +97,7 @@ impl ApiClient {
             .auth(self.http.post(format!("{}{path}", self.base)))
             .json(body);
         let resp = req.send().await.with_context(|| self.unreachable())?;
-        Self::decode(resp).await
+        self.decode(resp).await
     }
 
     fn unreachable(&self) -> String {

@@ -333,3 +333,47 @@ async fn e2e_cli_output_into_a_closed_pipe_exits_quietly() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_a_wrong_api_token_is_told_apart_from_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("knife.toml"),
+        config_toml("http://127.0.0.1:9/v1"),
+    )
+    .unwrap();
+    let mut cmd = knife_command(dir.path());
+    cmd.arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("KNIFE_API_TOKEN", "the-right-token");
+    let server = Proc::spawn("knife serve", cmd).await;
+    let url = server.url();
+
+    let missing = run_cli(dir.path(), &["threads", "list", "--server", &url]).await;
+    assert!(!missing.status.success());
+    assert!(
+        missing.stderr.contains("requires an API token"),
+        "{}",
+        missing.stderr
+    );
+
+    let mut cmd = knife_command(dir.path());
+    cmd.args(["threads", "list", "--server", &url])
+        .env("KNIFE_API_TOKEN", "a-wrong-token");
+    let wrong = cmd.output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(!wrong.status.success());
+    assert!(stderr.contains("rejected the API token"), "{stderr}");
+    assert!(!stderr.contains("requires an API token"), "{stderr}");
+
+    let mut cmd = knife_command(dir.path());
+    cmd.args(["threads", "list", "--server", &url])
+        .env("KNIFE_API_TOKEN", "the-right-token");
+    let right = cmd.output().await.unwrap();
+    assert!(
+        right.status.success(),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+}
