@@ -61,8 +61,18 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
             }
             // Rebuilding under a running server would race its writes.
-            let _lock =
-                crate::lock::DataDirLock::acquire(db.parent().unwrap_or(Path::new("."))).await?;
+            let dir = db.parent().unwrap_or(Path::new("."));
+            if let Some(owner) = crate::lock::current_owner(dir).await {
+                let what = match &owner.url {
+                    Some(url) => format!("the knife server at {url} (pid {})", owner.pid),
+                    None => format!("knife process {}", owner.pid),
+                };
+                anyhow::bail!(
+                    "{what} is using {}; stop it first (it owns the data directory), then run `knife db rebuild` again",
+                    dir.display()
+                );
+            }
+            let _lock = crate::lock::DataDirLock::acquire(dir).await?;
             let store = Store::open(&db).await?;
             let stats = store.rebuild().await?;
             println!(

@@ -236,6 +236,16 @@ async fn e2e_data_dir_is_owned_by_one_process_and_clients_find_its_server() {
     );
     assert!(second.stderr.contains("--data-dir"), "{}", second.stderr);
 
+    // `db rebuild` needs the directory to itself: it says to stop the server.
+    let rebuild = run_cli(&cwd, &["db", "rebuild", "--data-dir", &data]).await;
+    assert!(!rebuild.status.success());
+    assert!(
+        rebuild.stderr.contains(&url) && rebuild.stderr.contains("stop it first"),
+        "{}",
+        rebuild.stderr
+    );
+    assert!(!rebuild.stderr.contains("knife run"), "{}", rebuild.stderr);
+
     let project = server.project_dir().display().to_string();
     let out = run_cli(
         &cwd,
