@@ -42,7 +42,7 @@ pub enum RuntimeError {
     /// A runtime request of a thread does not exist (HTTP 404).
     #[error(
         "runtime request {request} does not exist on thread {thread}; list the thread's \
-         requests with GET /api/threads/{thread}/requests"
+         pending requests with `knife approve {thread}` (GET /api/threads/{thread}/requests)"
     )]
     RequestNotFound {
         thread: ThreadId,

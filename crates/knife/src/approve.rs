@@ -105,12 +105,16 @@ pub async fn approve(config_path: Option<&Path>, args: ApproveArgs) -> anyhow::R
     };
     let resolved =
         answer_request(&client, &thread, &RuntimeRequestId::from(request), &answer).await?;
-    println!(
-        "request {} {}: {}",
-        resolved.id,
-        format!("{:?}", resolved.status).to_lowercase(),
-        describe(&resolved)
-    );
+    let how = match (resolved.status, resolved.decision) {
+        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => "allowed once",
+        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => "allowed always",
+        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::Deny)) => "denied",
+        (RuntimeRequestStatus::Resolved, None) => "resolved",
+        (RuntimeRequestStatus::Pending, _) => "pending",
+        (RuntimeRequestStatus::Expired, _) => "expired",
+        (RuntimeRequestStatus::Cancelled, _) => "cancelled",
+    };
+    println!("request {} {how}: {}", resolved.id, describe(&resolved));
     Ok(ExitCode::SUCCESS)
 }
 

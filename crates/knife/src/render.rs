@@ -254,10 +254,9 @@ impl<'p> RunView<'p> {
                 }
                 match item.status {
                     TurnItemStatus::Completed => {
-                        let n = output.as_deref().map(|o| o.lines().count()).unwrap_or(0);
                         lines.push(format!(
-                            "  ✓ {tool}: {n} line{}",
-                            if n == 1 { "" } else { "s" }
+                            "  ✓ {tool}: {}",
+                            summarize_output(tool, output.as_deref().unwrap_or(""))
                         ));
                     }
                     TurnItemStatus::Failed | TurnItemStatus::Interrupted => {
@@ -296,6 +295,34 @@ impl<'p> RunView<'p> {
 /// What the spinner says while the model is working.
 const WAITING: &str = "waiting for the model…";
 
+/// A short summary of a tool's output: its line count, and for `bash` the exit
+/// status it ends with (`no output, exit code 0`, `3 lines, exit code 1`).
+pub fn summarize_output(tool: &str, output: &str) -> String {
+    let mut lines: Vec<&str> = output.lines().collect();
+    let mut status = None;
+    if tool == "bash" {
+        if let Some(last) = lines.last()
+            && (last.starts_with("(exit ") || last.starts_with("(killed by signal"))
+        {
+            status = Some(last.trim_start_matches('(').trim_end_matches(')'));
+            lines.pop();
+        }
+        // Lines the bash tool adds about the output rather than output itself.
+        lines.retain(|l| {
+            *l != "(no output)" && !l.starts_with("(background processes it left running")
+        });
+    }
+    let count = match lines.len() {
+        0 => "no output".to_owned(),
+        1 => "1 line".to_owned(),
+        n => format!("{n} lines"),
+    };
+    match status {
+        Some(status) => format!("{count}, {status}"),
+        None => count,
+    }
+}
+
 /// A one-line, at most 120-char rendering of a tool input.
 fn compact(input: &serde_json::Value) -> String {
     let text = match input {
@@ -306,5 +333,24 @@ fn compact(input: &serde_json::Value) -> String {
         format!("{}…", text.chars().take(119).collect::<String>())
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summarize_output;
+
+    #[test]
+    fn bash_output_is_summarised_with_its_exit_status() {
+        assert_eq!(
+            summarize_output("bash", "(no output)\n(exit code 0)"),
+            "no output, exit code 0"
+        );
+        assert_eq!(
+            summarize_output("bash", "a\nb\nc\n(exit code 1)"),
+            "3 lines, exit code 1"
+        );
+        assert_eq!(summarize_output("read", "one\n"), "1 line");
+        assert_eq!(summarize_output("list", ""), "no output");
     }
 }

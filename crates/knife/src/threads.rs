@@ -163,20 +163,35 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             if threads.is_empty() {
                 println!("no threads yet; start one with `knife run \"…\"`");
             }
+            let mut rows = Vec::new();
             let mut waiting = Vec::new();
             for t in threads {
-                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
-                let claim = if t.is_claimed() { " claimed" } else { "" };
                 let status = if reader.waits_for_approval(&t).await {
                     waiting.push(t.id.clone());
                     "waiting for approval".to_owned()
                 } else {
                     format!("{:?}", t.status).to_lowercase()
                 };
+                rows.push((t, status));
+            }
+            let id_w = rows
+                .iter()
+                .map(|(t, _)| t.id.as_str().len())
+                .max()
+                .unwrap_or(6);
+            let status_w = rows.iter().map(|(_, s)| s.len()).max().unwrap_or(6).max(6);
+            if !rows.is_empty() {
                 println!(
-                    "{}  {:<8} runs={:<3} {}  {}{claim}",
-                    t.id,
-                    status,
+                    "{:<id_w$}  {:<status_w$}  {:>4}  {:<19}  TITLE",
+                    "THREAD", "STATUS", "RUNS", "UPDATED"
+                );
+            }
+            for (t, status) in rows {
+                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
+                let claim = if t.is_claimed() { " (claimed)" } else { "" };
+                println!(
+                    "{:<id_w$}  {status:<status_w$}  {:>4}  {}  {}{claim}",
+                    t.id.as_str(),
                     t.run_count,
                     t.updated_at.format("%Y-%m-%d %H:%M:%S"),
                     t.title
@@ -317,10 +332,7 @@ fn print_item(item: &TurnItem) {
         } => {
             let result = match (output, error) {
                 (_, Some(e)) => format!("error: {e}"),
-                (Some(o), None) => match o.lines().count() {
-                    1 => "1 line".to_owned(),
-                    n => format!("{n} lines"),
-                },
+                (Some(o), None) => crate::render::summarize_output(tool, o),
                 _ => format!("{:?}", item.status).to_lowercase(),
             };
             println!("tool {tool} {input} → {result}");

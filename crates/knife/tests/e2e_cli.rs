@@ -77,7 +77,13 @@ async fn e2e_cli_run_then_threads_list_and_show() {
         .lines()
         .find(|l| l.starts_with(&thread))
         .unwrap_or_else(|| panic!("thread {thread} not listed:\n{}", list.stdout));
-    assert!(line.contains("idle") && line.contains("runs=1"), "{line}");
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((cols[1], cols[2]), ("idle", "1"), "{line}");
+    assert!(
+        list.stdout.starts_with("THREAD") && list.stdout.lines().next().unwrap().contains("STATUS"),
+        "a header first:\n{}",
+        list.stdout
+    );
     assert!(line.ends_with(prompt), "{line}");
 
     let show = run_cli(&cwd, &["threads", "show", &thread, "--server", &url]).await;
@@ -338,7 +344,7 @@ async fn e2e_cli_output_into_a_closed_pipe_exits_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&thread),
+        String::from_utf8_lossy(&out.stdout).starts_with("THREAD"),
         "stdout: {}\nstderr: {stderr}",
         String::from_utf8_lossy(&out.stdout)
     );
