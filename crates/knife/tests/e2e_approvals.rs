@@ -299,7 +299,13 @@ async fn e2e_approvals_knife_approve_answers_a_knife_run_from_another_terminal()
     )
     .await;
     assert!(answered.status.success(), "{}", answered.stderr);
-    assert!(answered.stdout.contains("resolved"), "{}", answered.stdout);
+    assert!(
+        answered.stdout.contains(&format!(
+            "request {request} allowed once: bash: echo approved"
+        )),
+        "{}",
+        answered.stdout
+    );
 
     let status = tokio::time::timeout(RUN_TIMEOUT, child.wait())
         .await
