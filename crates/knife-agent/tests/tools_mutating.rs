@@ -830,3 +830,41 @@ async fn write_and_edit_replace_files_atomically() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+#[tokio::test]
+async fn a_path_outside_the_root_is_refused_before_anyone_is_asked() {
+    let p = project();
+    let g = gate(ApprovalDecision::Allow);
+    let ctx = ToolContext::new(p.path())
+        .unwrap()
+        .with_policy(policy(vec![], Arc::clone(&g)));
+    let tools = ToolSet::standard();
+    for (tool, args) in [
+        ("write", json!({"path": "../escape.txt", "content": "x"})),
+        (
+            "edit",
+            json!({"path": "/etc/hostname", "old_string": "a", "new_string": "b"}),
+        ),
+    ] {
+        match tools.permission("c1", tool, &args, &ctx) {
+            Permission::Denied(ToolError::OutsideRoot { .. }) => {}
+            other => panic!("{tool}: {other:?}"),
+        }
+        let err = tools.authorize("c1", tool, &args, &ctx).await.unwrap_err();
+        assert!(
+            matches!(err, ToolError::OutsideRoot { .. }),
+            "{tool}: {err}"
+        );
+    }
+    assert!(
+        g.asked.lock().unwrap().is_empty(),
+        "a call outside the root was put to the approval gate"
+    );
+    assert!(!p.path().join("../escape.txt").exists());
+    // Inside the root it is still asked.
+    let args = json!({"path": "inside.txt", "content": "x"});
+    assert!(matches!(
+        tools.permission("c2", "write", &args, &ctx),
+        Permission::Ask(_)
+    ));
+}

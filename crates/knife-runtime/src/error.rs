@@ -14,7 +14,7 @@ pub enum RuntimeError {
     ThreadNotFound(ThreadId),
     #[error(
         "thread {thread} already has run {run} in progress; wait for it to finish or stop it \
-         with POST /api/threads/{thread}/interrupt"
+         with `knife threads interrupt {thread}` (POST /api/threads/{thread}/interrupt)"
     )]
     RunInProgress { thread: ThreadId, run: RunId },
     #[error(
@@ -42,7 +42,7 @@ pub enum RuntimeError {
     /// A runtime request of a thread does not exist (HTTP 404).
     #[error(
         "runtime request {request} does not exist on thread {thread}; list the thread's \
-         requests with GET /api/threads/{thread}/requests"
+         pending requests with `knife approve {thread}` (GET /api/threads/{thread}/requests)"
     )]
     RequestNotFound {
         thread: ThreadId,

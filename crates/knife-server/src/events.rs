@@ -260,6 +260,6 @@ fn drain_on_close(
 
 fn thread_not_found(id: &ThreadId) -> ApiErr {
     ApiErr::not_found(format!(
-        "thread {id} does not exist; list threads with GET /api/threads"
+        "thread {id} does not exist; list threads with `knife threads list` or GET /api/threads"
     ))
 }

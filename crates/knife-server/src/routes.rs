@@ -217,7 +217,7 @@ async fn get_thread(
             Ok(Json(p))
         }
         None => Err(ApiErr::not_found(format!(
-            "thread {id} does not exist; list threads with GET /api/threads"
+            "thread {id} does not exist; list threads with `knife threads list` or GET /api/threads"
         ))),
     }
 }

@@ -283,7 +283,10 @@ async fn http_error_with_body_and_headers_then_exhausted() {
     assert_eq!(exhausted.status, 500);
     let body: Value = serde_json::from_slice(&exhausted.bytes()).unwrap();
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("script exhausted"), "{message}");
+    assert!(
+        message.contains("script exhausted after 1 response ("),
+        "{message}"
+    );
     assert!(message.contains("repeat_last"), "{message}");
 }
 

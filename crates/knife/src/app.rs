@@ -135,7 +135,7 @@ impl App {
                 runs_interrupted = report.runs_interrupted.len(),
                 sessions_stopped = report.sessions_stopped,
                 requests_expired = report.requests_expired,
-                "reconciled the previous process's state"
+                "reconciled the previous process's state (runs_interrupted counts unclaimed runs; claimed ones are resumed by the restart sweep below)"
             );
         }
         let killed = kill_leftover_process_groups(&store)

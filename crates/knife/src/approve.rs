@@ -1,9 +1,11 @@
 //! Answering tool approvals from the terminal: `knife approve` (another terminal,
 //! any client) and the interactive prompt of `knife run` (y / n / a).
 
+use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 
 use clap::{ArgGroup, Args};
 use knife_protocol::*;
@@ -103,12 +105,16 @@ pub async fn approve(config_path: Option<&Path>, args: ApproveArgs) -> anyhow::R
     };
     let resolved =
         answer_request(&client, &thread, &RuntimeRequestId::from(request), &answer).await?;
-    println!(
-        "request {} {}: {}",
-        resolved.id,
-        format!("{:?}", resolved.status).to_lowercase(),
-        describe(&resolved)
-    );
+    let how = match (resolved.status, resolved.decision) {
+        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => "allowed once",
+        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => "allowed always",
+        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::Deny)) => "denied",
+        (RuntimeRequestStatus::Resolved, None) => "resolved",
+        (RuntimeRequestStatus::Pending, _) => "pending",
+        (RuntimeRequestStatus::Expired, _) => "expired",
+        (RuntimeRequestStatus::Cancelled, _) => "cancelled",
+    };
+    println!("request {} {how}: {}", resolved.id, describe(&resolved));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -129,10 +135,20 @@ async fn answer_request(
 pub struct Prompter {
     requests: mpsc::UnboundedSender<RuntimeRequest>,
     settled: watch::Sender<Settled>,
+    shared: Arc<Mutex<Asking>>,
+}
+
+/// What the prompt task did with each request, for the renderer to word the outcome.
+#[derive(Default)]
+struct Asking {
+    /// Requests whose question was printed.
+    shown: HashSet<RuntimeRequestId>,
+    /// Requests answered from this terminal.
+    answered: HashSet<RuntimeRequestId>,
 }
 
 /// Requests no longer pending, as seen on the event stream.
-type Settled = std::collections::HashSet<RuntimeRequestId>;
+type Settled = HashSet<RuntimeRequestId>;
 
 /// What one prompt ended with.
 #[derive(Debug, PartialEq)]
@@ -154,21 +170,46 @@ impl Prompter {
         let (requests, mut rx) = mpsc::unbounded_channel::<RuntimeRequest>();
         let (settled, settled_rx) = watch::channel(Settled::new());
         let mut lines = stdin_lines();
+        let shared = Arc::new(Mutex::new(Asking::default()));
+        let task_shared = shared.clone();
         tokio::spawn(async move {
             while let Some(request) = rx.recv().await {
-                match ask(&request, &mut lines, settled_rx.clone()).await {
+                let shown = || {
+                    if let Ok(mut s) = task_shared.lock() {
+                        s.shown.insert(request.id.clone());
+                    }
+                };
+                match ask(&request, &mut lines, settled_rx.clone(), shown).await {
                     Asked::Answer(answer) => {
+                        if let Ok(mut s) = task_shared.lock() {
+                            s.answered.insert(request.id.clone());
+                        }
                         if let Err(e) = answer_request(&client, &thread, &request.id, &answer).await
                         {
                             eprintln!("  could not answer: {e:#}");
                         }
                     }
-                    Asked::Settled => eprintln!("\n  (answered elsewhere)"),
+                    // The renderer prints how it was settled.
+                    Asked::Settled => {}
                     Asked::Closed => return,
                 }
             }
         });
-        Some(Self { requests, settled })
+        Some(Self {
+            requests,
+            settled,
+            shared,
+        })
+    }
+
+    /// How `request` was left on this terminal: `None` when its question was never
+    /// shown, `Some(true)` when answered here, `Some(false)` when the question is
+    /// still open (settled elsewhere, or cancelled).
+    pub fn answered_here(&self, request: &RuntimeRequestId) -> Option<bool> {
+        let s = self.shared.lock().ok()?;
+        s.shown
+            .contains(request)
+            .then(|| s.answered.contains(request))
     }
 
     /// Queues `request` to be asked.
@@ -190,6 +231,7 @@ async fn ask(
     request: &RuntimeRequest,
     lines: &mut mpsc::UnboundedReceiver<String>,
     mut settled: watch::Receiver<Settled>,
+    shown: impl FnOnce(),
 ) -> Asked {
     let question = |text: &str| {
         eprint!("{text}");
@@ -202,6 +244,7 @@ async fn ask(
         "? allow {}\n  [y] once, [a] always, [n] no: ",
         describe(request)
     ));
+    shown();
     let mut next_line = async || {
         tokio::select! {
             line = lines.recv() => line.map(Ok),
@@ -289,7 +332,7 @@ mod tests {
         }
         drop(tx);
         let (_settled, settled_rx) = watch::channel(Settled::new());
-        match ask(&request(), &mut rx, settled_rx).await {
+        match ask(&request(), &mut rx, settled_rx, || {}).await {
             Asked::Answer(a) => Some(a),
             Asked::Closed => None,
             Asked::Settled => panic!("settled"),
@@ -300,7 +343,8 @@ mod tests {
     async fn approvals_a_request_answered_elsewhere_stops_being_asked() {
         let (_lines_tx, mut lines) = mpsc::unbounded_channel::<String>();
         let (settled, settled_rx) = watch::channel(Settled::new());
-        let asking = tokio::spawn(async move { ask(&request(), &mut lines, settled_rx).await });
+        let asking =
+            tokio::spawn(async move { ask(&request(), &mut lines, settled_rx, || {}).await });
         tokio::task::yield_now().await;
         settled.send_modify(|s| {
             s.insert(RuntimeRequestId::from("request_1"));

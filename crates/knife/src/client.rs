@@ -51,7 +51,7 @@ impl ApiClient {
         }
     }
 
-    async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> anyhow::Result<T> {
+    async fn decode<T: DeserializeOwned>(&self, resp: reqwest::Response) -> anyhow::Result<T> {
         let status = resp.status();
         let text = resp
             .text()
@@ -59,9 +59,16 @@ impl ApiClient {
             .context("the knife server closed the connection")?;
         if !status.is_success() {
             match serde_json::from_str::<ApiErrorBody>(&text) {
-                Ok(body) if body.error.code == "unauthorized" => bail!(
-                    "the knife server requires an API token: set KNIFE_API_TOKEN (or the variable named by [server].api_token_env) to the server's token"
-                ),
+                Ok(body) if body.error.code == "unauthorized" => match self.token {
+                    Some(_) => bail!(
+                        "the knife server at {} rejected the API token: KNIFE_API_TOKEN (or the variable named by [server].api_token_env) is set but does not match the server's token; set it to the token the server was started with",
+                        self.base
+                    ),
+                    None => bail!(
+                        "the knife server at {} requires an API token: set KNIFE_API_TOKEN (or the variable named by [server].api_token_env) to the server's token",
+                        self.base
+                    ),
+                },
                 Ok(body) => bail!("{} ({})", body.error.message, body.error.code),
                 Err(_) => bail!("the knife server answered HTTP {status}: {text}"),
             }
@@ -77,7 +84,7 @@ impl ApiClient {
             .send()
             .await
             .with_context(|| self.unreachable())?;
-        Self::decode(resp).await
+        self.decode(resp).await
     }
 
     /// `POST {path}` with a JSON body, decoded as JSON.
@@ -90,7 +97,7 @@ impl ApiClient {
             .auth(self.http.post(format!("{}{path}", self.base)))
             .json(body);
         let resp = req.send().await.with_context(|| self.unreachable())?;
-        Self::decode(resp).await
+        self.decode(resp).await
     }
 
     fn unreachable(&self) -> String {
@@ -119,21 +126,39 @@ impl ApiClient {
                 resp.text().await.unwrap_or_default()
             );
         }
+        let base = self.base.clone();
         Ok(
-            knife_llm::sse::decode_stream(resp.bytes_stream()).filter_map(|item| async move {
-                match item {
-                    Ok(ev) if ev.event == "error" => {
-                        Some(Err(anyhow::anyhow!("event stream error: {}", ev.data)))
+            knife_llm::sse::decode_stream(resp.bytes_stream()).filter_map(move |item| {
+                let base = base.clone();
+                async move {
+                    match item {
+                        Ok(ev) if ev.event == "error" => {
+                            Some(Err(anyhow::anyhow!("event stream error: {}", ev.data)))
+                        }
+                        Ok(ev) => Some(
+                            serde_json::from_str::<StoredEvent>(&ev.data)
+                                .context("malformed event from the server"),
+                        ),
+                        // A transport failure between this client and the knife server
+                        // (not a model error: those arrive as events). The decoder's own
+                        // message speaks of "the model", so it is logged, not shown.
+                        Err(e) => {
+                            tracing::debug!(error = %e, "event stream from the knife server broke");
+                            Some(Err(anyhow::anyhow!(server_lost(&base))))
+                        }
                     }
-                    Ok(ev) => Some(
-                        serde_json::from_str::<StoredEvent>(&ev.data)
-                            .context("malformed event from the server"),
-                    ),
-                    Err(e) => Some(Err(anyhow::Error::new(e).context("the event stream broke"))),
                 }
             }),
         )
     }
+}
+
+/// What to tell the user when the connection to the knife server drops while
+/// following a run: the turn is recorded server-side and resumes on the next start.
+pub fn server_lost(base: &str) -> String {
+    format!(
+        "lost the connection to the knife server at {base}; the turn is kept and resumes when the server starts again (knife serve)"
+    )
 }
 
 /// How long a server gets to answer `/healthz` when looking for one.

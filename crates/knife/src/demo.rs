@@ -24,7 +24,9 @@ pub struct MockLlmArgs {
     /// Listen address.
     #[arg(long, default_value = "127.0.0.1:8089")]
     pub listen: SocketAddr,
-    /// Script file (TOML or JSON): one scripted response per request.
+    /// Script file (TOML or JSON): `[[response]]` tables served one per model request, in
+    /// order (fields: text, reasoning, tool_calls, usage, status/body, headers, cut,
+    /// stream_deltas_ms, ...; top-level repeat_last). Format: docs/mock-llm.md.
     #[arg(long, conflicts_with = "replay", required_unless_present = "replay")]
     pub script: Option<PathBuf>,
     /// A `.sse` file replayed byte for byte. Repeat the flag to answer successive

@@ -8,6 +8,7 @@ mod client;
 mod config;
 mod demo;
 mod lock;
+mod pipe;
 mod process_registry;
 mod providers;
 mod render;
@@ -49,7 +50,8 @@ enum Command {
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages and OpenAI
-    /// Responses from one script), for tests, demos and benchmarks.
+    /// Responses from one script), for tests, demos and benchmarks. Script format:
+    /// docs/mock-llm.md.
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,
@@ -79,6 +81,7 @@ fn protect_process_memory() {
 
 fn main() -> ExitCode {
     protect_process_memory();
+    pipe::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     init_tracing(matches!(
         cli.command,

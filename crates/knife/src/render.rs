@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use futures::StreamExt;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 use knife_protocol::*;
 
 use crate::approve::{Prompter, approve_hint, describe};
@@ -28,21 +28,36 @@ pub async fn follow_run(
     let mut view = RunView::new();
     view.prompter = prompter;
     while let Some(event) = events.next().await {
-        let event = event?;
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                // Ends a partial answer's line before the error is printed.
+                view.finish();
+                return Err(e);
+            }
+        };
         if let Some(done) = view.apply(&event, run) {
             view.finish();
             return Ok(done);
         }
     }
     view.finish();
-    anyhow::bail!("the server closed the event stream before run {run} finished")
+    anyhow::bail!(
+        "{} (it closed the event stream before run {run} finished)",
+        crate::client::server_lost(client.base())
+    )
 }
 
 /// Incremental renderer of turn items.
 pub struct RunView<'p> {
     printed: HashMap<TurnItemId, usize>,
     tools: HashMap<TurnItemId, TurnItemStatus>,
-    spinner: ProgressBar,
+    /// The spinner, on stderr, only while nothing is printed on the current line and
+    /// no approval is being asked: it redraws its line with `\r` + clear-line, which
+    /// would wipe streamed text or a prompt.
+    spinner: Option<ProgressBar>,
+    /// What the spinner says (kept while it is hidden).
+    message: String,
     mid_line: bool,
     prompter: Option<&'p Prompter>,
     /// Requests already shown as pending / as settled.
@@ -52,22 +67,65 @@ pub struct RunView<'p> {
 
 impl<'p> RunView<'p> {
     fn new() -> Self {
+        let mut view = Self {
+            printed: HashMap::new(),
+            tools: HashMap::new(),
+            spinner: None,
+            message: WAITING.to_owned(),
+            mid_line: false,
+            prompter: None,
+            asked: HashSet::new(),
+            settled: HashSet::new(),
+        };
+        view.show_spinner();
+        view
+    }
+
+    /// Approval requests asked and not settled yet.
+    fn asking(&self) -> bool {
+        self.asked.difference(&self.settled).next().is_some()
+    }
+
+    /// Starts the spinner when the cursor is at the start of a line and no
+    /// approval is waiting for an answer.
+    fn show_spinner(&mut self) {
+        if self.spinner.is_some() || self.mid_line || self.asking() {
+            return;
+        }
         let spinner = ProgressBar::new_spinner();
         spinner.set_style(
             ProgressStyle::with_template("{spinner} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
-        spinner.set_message("waiting for the model…");
+        spinner.set_message(self.message.clone());
         spinner.enable_steady_tick(Duration::from_millis(100));
-        Self {
-            printed: HashMap::new(),
-            tools: HashMap::new(),
-            spinner,
-            mid_line: false,
-            prompter: None,
-            asked: HashSet::new(),
-            settled: HashSet::new(),
+        self.spinner = Some(spinner);
+    }
+
+    /// Stops the spinner and clears its line (nothing is left behind).
+    fn hide_spinner(&mut self) {
+        if let Some(spinner) = self.spinner.take() {
+            spinner.finish_and_clear();
         }
+    }
+
+    /// Sets what the spinner says, showing it when it may be shown.
+    fn set_message(&mut self, message: impl Into<String>) {
+        self.message = message.into();
+        match &self.spinner {
+            Some(spinner) => spinner.set_message(self.message.clone()),
+            None => self.show_spinner(),
+        }
+    }
+
+    /// Prints `line` to stderr on a line of its own (ending a streamed line first),
+    /// with the spinner out of the way.
+    fn line(&mut self, line: &str) {
+        self.hide_spinner();
+        if std::mem::take(&mut self.mid_line) {
+            println!();
+        }
+        eprintln!("{line}");
     }
 
     /// A runtime request of the run: pending → hide the spinner and ask (or print
@@ -78,7 +136,7 @@ impl<'p> RunView<'p> {
             if !self.asked.insert(request.id.clone()) {
                 return;
             }
-            self.spinner.set_draw_target(ProgressDrawTarget::hidden());
+            self.hide_spinner();
             if std::mem::take(&mut self.mid_line) {
                 println!();
             }
@@ -99,22 +157,37 @@ impl<'p> RunView<'p> {
         if let Some(prompter) = self.prompter {
             prompter.settled(&request.id);
         }
+        // A question still open on this terminal: end its line, and say who answered.
+        let open = self
+            .prompter
+            .and_then(|p| p.answered_here(&request.id))
+            .is_some_and(|here| !here);
+        if open {
+            eprintln!();
+        }
+        let elsewhere = if open { " (answered elsewhere)" } else { "" };
         let outcome = match (request.status, request.decision) {
             (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => {
-                "✓ allowed once".to_owned()
+                format!("✓ allowed once{elsewhere}")
             }
             (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => {
-                "✓ allowed always".to_owned()
+                format!("✓ allowed always{elsewhere}")
             }
-            (RuntimeRequestStatus::Resolved, _) => "✗ denied".to_owned(),
+            (RuntimeRequestStatus::Resolved, _) => format!("✗ denied{elsewhere}"),
+            (RuntimeRequestStatus::Cancelled, _) => {
+                "✗ request cancelled: the run was interrupted".to_owned()
+            }
+            (RuntimeRequestStatus::Expired, _) => {
+                "✗ request expired: the session that asked is gone".to_owned()
+            }
             (status, _) => format!("✗ request {}", format!("{status:?}").to_lowercase()),
         };
-        eprintln!("  {outcome}");
-        self.spinner.set_draw_target(ProgressDrawTarget::stderr());
+        self.line(&format!("  {outcome}"));
+        self.set_message(WAITING);
     }
 
     fn finish(&mut self) {
-        self.spinner.finish_and_clear();
+        self.hide_spinner();
         if self.mid_line {
             println!();
             self.mid_line = false;
@@ -140,10 +213,8 @@ impl<'p> RunView<'p> {
             } if r == run => match status {
                 AgentStatus::Retry {
                     attempt, message, ..
-                } => self
-                    .spinner
-                    .set_message(format!("{message}; retrying (attempt {attempt})…")),
-                AgentStatus::Busy => self.spinner.set_message("waiting for the model…"),
+                } => self.set_message(format!("{message}; retrying (attempt {attempt})…")),
+                AgentStatus::Busy => self.set_message(WAITING),
                 AgentStatus::Idle => {}
             },
             _ => {}
@@ -156,13 +227,13 @@ impl<'p> RunView<'p> {
             TurnItemKind::AssistantMessage { text, .. } => {
                 let done = self.printed.entry(item.id.clone()).or_insert(0);
                 if text.len() > *done && text.is_char_boundary(*done) {
-                    let fresh = &text[*done..];
-                    self.spinner.suspend(|| {
-                        print!("{fresh}");
-                        let _ = std::io::stdout().flush();
-                    });
+                    let fresh = text[*done..].to_owned();
                     *done = text.len();
+                    self.hide_spinner();
+                    print!("{fresh}");
+                    let _ = std::io::stdout().flush();
                     self.mid_line = !text.ends_with('\n');
+                    self.show_spinner();
                 }
             }
             TurnItemKind::ToolCall {
@@ -179,15 +250,13 @@ impl<'p> RunView<'p> {
                 let started = matches!(before, None | Some(TurnItemStatus::Pending));
                 let mut lines = Vec::new();
                 if started && item.status != TurnItemStatus::Pending {
-                    self.spinner.set_message(format!("running {tool}…"));
                     lines.push(format!("→ {tool} {}", compact(input)));
                 }
                 match item.status {
                     TurnItemStatus::Completed => {
-                        let n = output.as_deref().map(|o| o.lines().count()).unwrap_or(0);
                         lines.push(format!(
-                            "  ✓ {tool}: {n} line{}",
-                            if n == 1 { "" } else { "s" }
+                            "  ✓ {tool}: {}",
+                            summarize_output(tool, output.as_deref().unwrap_or(""))
                         ));
                     }
                     TurnItemStatus::Failed | TurnItemStatus::Interrupted => {
@@ -200,31 +269,57 @@ impl<'p> RunView<'p> {
                 }
                 let line = (!lines.is_empty()).then(|| lines.join("\n"));
                 if let Some(line) = line {
-                    let mid = std::mem::take(&mut self.mid_line);
-                    self.spinner.suspend(|| {
-                        if mid {
-                            println!();
-                        }
-                        eprintln!("{line}");
-                    });
-                    self.spinner.set_message("waiting for the model…");
+                    self.line(&line);
+                }
+                match item.status {
+                    TurnItemStatus::Pending => {}
+                    TurnItemStatus::Running | TurnItemStatus::Waiting => {
+                        self.set_message(format!("running {tool}…"))
+                    }
+                    _ => self.set_message(WAITING),
                 }
             }
             TurnItemKind::Error { error } => {
-                self.spinner
-                    .suspend(|| eprintln!("✗ {} ({})", error.message, error.error_type));
+                self.line(&format!("✗ {} ({})", error.message, error.error_type));
+                self.show_spinner();
             }
             TurnItemKind::Compaction { .. } if item.status == TurnItemStatus::Completed => {
-                let mid = std::mem::take(&mut self.mid_line);
-                self.spinner.suspend(|| {
-                    if mid {
-                        println!();
-                    }
-                    eprintln!("… history compacted to fit the model's context");
-                });
+                self.line("… history compacted to fit the model's context");
+                self.show_spinner();
             }
             _ => {}
         }
+    }
+}
+
+/// What the spinner says while the model is working.
+const WAITING: &str = "waiting for the model…";
+
+/// A short summary of a tool's output: its line count, and for `bash` the exit
+/// status it ends with (`no output, exit code 0`, `3 lines, exit code 1`).
+pub fn summarize_output(tool: &str, output: &str) -> String {
+    let mut lines: Vec<&str> = output.lines().collect();
+    let mut status = None;
+    if tool == "bash" {
+        if let Some(last) = lines.last()
+            && (last.starts_with("(exit ") || last.starts_with("(killed by signal"))
+        {
+            status = Some(last.trim_start_matches('(').trim_end_matches(')'));
+            lines.pop();
+        }
+        // Lines the bash tool adds about the output rather than output itself.
+        lines.retain(|l| {
+            *l != "(no output)" && !l.starts_with("(background processes it left running")
+        });
+    }
+    let count = match lines.len() {
+        0 => "no output".to_owned(),
+        1 => "1 line".to_owned(),
+        n => format!("{n} lines"),
+    };
+    match status {
+        Some(status) => format!("{count}, {status}"),
+        None => count,
     }
 }
 
@@ -238,5 +333,24 @@ fn compact(input: &serde_json::Value) -> String {
         format!("{}…", text.chars().take(119).collect::<String>())
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summarize_output;
+
+    #[test]
+    fn bash_output_is_summarised_with_its_exit_status() {
+        assert_eq!(
+            summarize_output("bash", "(no output)\n(exit code 0)"),
+            "no output, exit code 0"
+        );
+        assert_eq!(
+            summarize_output("bash", "a\nb\nc\n(exit code 1)"),
+            "3 lines, exit code 1"
+        );
+        assert_eq!(summarize_output("read", "one\n"), "1 line");
+        assert_eq!(summarize_output("list", ""), "no output");
     }
 }

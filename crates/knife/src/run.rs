@@ -114,7 +114,13 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
         _ if interrupted => Ok(ExitCode::from(130)),
         _ => {
             if let Some(e) = &run.error {
-                eprintln!("error: {} ({})", e.message, e.error_type);
+                // The type only when the message does not already say it
+                // ("the run was interrupted (user)" is type `interrupted`).
+                if e.message.contains(e.error_type.as_str()) {
+                    eprintln!("error: {}", e.message);
+                } else {
+                    eprintln!("error: {} ({})", e.message, e.error_type);
+                }
             }
             Ok(ExitCode::FAILURE)
         }

@@ -26,6 +26,18 @@ pub enum ThreadsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Stop the run in progress of a thread (started from any terminal or client),
+    /// through the running server; the run ends `interrupted`.
+    Interrupt {
+        id: String,
+        /// Server to use (default: the one holding the data directory, else the
+        /// configured listen address).
+        #[arg(long, env = "KNIFE_SERVER")]
+        server: Option<String>,
+        /// Data directory whose server to use.
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 /// `knife db …`.
@@ -49,8 +61,18 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
             }
             // Rebuilding under a running server would race its writes.
-            let _lock =
-                crate::lock::DataDirLock::acquire(db.parent().unwrap_or(Path::new("."))).await?;
+            let dir = db.parent().unwrap_or(Path::new("."));
+            if let Some(owner) = crate::lock::current_owner(dir).await {
+                let what = match &owner.url {
+                    Some(url) => format!("the knife server at {url} (pid {})", owner.pid),
+                    None => format!("knife process {}", owner.pid),
+                };
+                anyhow::bail!(
+                    "{what} is using {}; stop it first (it owns the data directory), then run `knife db rebuild` again",
+                    dir.display()
+                );
+            }
+            let _lock = crate::lock::DataDirLock::acquire(dir).await?;
             let store = Store::open(&db).await?;
             let stats = store.rebuild().await?;
             println!(
@@ -107,6 +129,20 @@ impl Reader {
         })
     }
 
+    /// True when a run of `thread` waits for an approval. Only a server knows:
+    /// without one, no run is live to wait.
+    async fn waits_for_approval(&self, thread: &Thread) -> bool {
+        let Reader::Api(c) = self else {
+            return false;
+        };
+        if thread.status != ThreadStatus::Running {
+            return false;
+        }
+        c.get::<Vec<RuntimeRequest>>(&format!("/api/threads/{}/requests", thread.id))
+            .await
+            .is_ok_and(|rs| rs.iter().any(|r| r.status == RuntimeRequestStatus::Pending))
+    }
+
     async fn thread(&self, id: &ThreadId) -> anyhow::Result<ThreadProjection> {
         match self {
             Reader::Api(c) => c.get(&format!("/api/threads/{id}")).await,
@@ -127,17 +163,66 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             if threads.is_empty() {
                 println!("no threads yet; start one with `knife run \"…\"`");
             }
+            let mut rows = Vec::new();
+            let mut waiting = Vec::new();
             for t in threads {
-                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
-                let claim = if t.is_claimed() { " claimed" } else { "" };
+                let status = if reader.waits_for_approval(&t).await {
+                    waiting.push(t.id.clone());
+                    "waiting for approval".to_owned()
+                } else {
+                    format!("{:?}", t.status).to_lowercase()
+                };
+                rows.push((t, status));
+            }
+            let id_w = rows
+                .iter()
+                .map(|(t, _)| t.id.as_str().len())
+                .max()
+                .unwrap_or(6);
+            let status_w = rows.iter().map(|(_, s)| s.len()).max().unwrap_or(6).max(6);
+            if !rows.is_empty() {
                 println!(
-                    "{}  {:<8} runs={:<3} {}  {}{claim}",
-                    t.id,
-                    format!("{:?}", t.status).to_lowercase(),
+                    "{:<id_w$}  {:<status_w$}  {:>4}  {:<19}  TITLE",
+                    "THREAD", "STATUS", "RUNS", "UPDATED"
+                );
+            }
+            for (t, status) in rows {
+                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
+                let claim = if t.is_claimed() { " (claimed)" } else { "" };
+                println!(
+                    "{:<id_w$}  {status:<status_w$}  {:>4}  {}  {}{claim}",
+                    t.id.as_str(),
                     t.run_count,
                     t.updated_at.format("%Y-%m-%d %H:%M:%S"),
                     t.title
                 );
+            }
+            for id in waiting {
+                eprintln!("thread {id} waits for an approval: see it with `knife approve {id}`");
+            }
+        }
+        ThreadsCommand::Interrupt {
+            id,
+            server,
+            data_dir,
+        } => {
+            let Some(client) = find_server(&config, server.as_deref(), data_dir.as_deref()).await?
+            else {
+                anyhow::bail!(
+                    "no knife server is running, so no run is in progress (a run interrupted by \
+                     a stopped server resumes when `knife serve` starts; interrupt it then)"
+                );
+            };
+            let thread = ThreadId::from(id);
+            let stopped: InterruptResponse = client
+                .post(
+                    &format!("/api/threads/{thread}/interrupt"),
+                    &serde_json::json!({}),
+                )
+                .await?;
+            match stopped.run_id {
+                Some(run) => println!("asked run {run} of thread {thread} to stop"),
+                None => println!("thread {thread} has no run in progress; nothing to interrupt"),
             }
         }
         ThreadsCommand::Show { id, source, json } => {
@@ -247,10 +332,7 @@ fn print_item(item: &TurnItem) {
         } => {
             let result = match (output, error) {
                 (_, Some(e)) => format!("error: {e}"),
-                (Some(o), None) => match o.lines().count() {
-                    1 => "1 line".to_owned(),
-                    n => format!("{n} lines"),
-                },
+                (Some(o), None) => crate::render::summarize_output(tool, o),
                 _ => format!("{:?}", item.status).to_lowercase(),
             };
             println!("tool {tool} {input} → {result}");

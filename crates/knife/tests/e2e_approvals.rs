@@ -299,7 +299,13 @@ async fn e2e_approvals_knife_approve_answers_a_knife_run_from_another_terminal()
     )
     .await;
     assert!(answered.status.success(), "{}", answered.stderr);
-    assert!(answered.stdout.contains("resolved"), "{}", answered.stdout);
+    assert!(
+        answered.stdout.contains(&format!(
+            "request {request} allowed once: bash: echo approved"
+        )),
+        "{}",
+        answered.stdout
+    );
 
     let status = tokio::time::timeout(RUN_TIMEOUT, child.wait())
         .await
@@ -490,4 +496,66 @@ async fn e2e_approvals_knife_run_asks_on_a_terminal() {
     assert!(out.contains("allowed once"), "{out}");
     assert!(out.contains("all done"), "{out}");
     assert!(server.project_dir().join("approved.txt").exists());
+}
+
+/// `knife threads list` shows a run waiting for an approval; `knife threads interrupt`
+/// (from any terminal) stops it through the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_approvals_threads_list_shows_waiting_and_threads_interrupt_stops_the_run() {
+    let s = start_and_wait_for_the_request().await;
+    let url = s.server.proc.url();
+    let cwd = s.server.path().to_owned();
+    let list = run_cli(&cwd, &["threads", "list", "--server", &url]).await;
+    assert!(list.status.success(), "{}", list.stderr);
+    let line = list
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&s.thread))
+        .unwrap_or_else(|| panic!("{}", list.stdout));
+    assert!(line.contains("waiting for approval"), "{line}");
+    assert!(
+        list.stderr.contains(&format!("knife approve {}", s.thread)),
+        "{}",
+        list.stderr
+    );
+
+    // A second message is refused and points at the CLI command.
+    let (status, body) = s
+        .server
+        .api
+        .post(
+            &format!("/api/threads/{}/messages", s.thread),
+            &json!({"text": "again"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("knife threads interrupt {}", s.thread)),
+        "{body}"
+    );
+
+    let stop = run_cli(&cwd, &["threads", "interrupt", &s.thread, "--server", &url]).await;
+    assert!(stop.status.success(), "{}", stop.stderr);
+    assert!(
+        stop.stdout.contains(&format!(
+            "asked run {} of thread {} to stop",
+            s.run, s.thread
+        )),
+        "{}",
+        stop.stdout
+    );
+    let (_, run) = s.server.api.follow_run(&s.thread, &s.run, 0).await;
+    assert_eq!(run.status, RunStatus::Interrupted, "{run:?}");
+    s.server.api.settled_thread_json(&s.thread).await;
+
+    let again = run_cli(&cwd, &["threads", "interrupt", &s.thread, "--server", &url]).await;
+    assert!(again.status.success(), "{}", again.stderr);
+    assert!(
+        again.stdout.contains("no run in progress"),
+        "{}",
+        again.stdout
+    );
 }

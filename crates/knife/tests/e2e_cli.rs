@@ -77,7 +77,13 @@ async fn e2e_cli_run_then_threads_list_and_show() {
         .lines()
         .find(|l| l.starts_with(&thread))
         .unwrap_or_else(|| panic!("thread {thread} not listed:\n{}", list.stdout));
-    assert!(line.contains("idle") && line.contains("runs=1"), "{line}");
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((cols[1], cols[2]), ("idle", "1"), "{line}");
+    assert!(
+        list.stdout.starts_with("THREAD") && list.stdout.lines().next().unwrap().contains("STATUS"),
+        "a header first:\n{}",
+        list.stdout
+    );
     assert!(line.ends_with(prompt), "{line}");
 
     let show = run_cli(&cwd, &["threads", "show", &thread, "--server", &url]).await;
@@ -236,6 +242,16 @@ async fn e2e_data_dir_is_owned_by_one_process_and_clients_find_its_server() {
     );
     assert!(second.stderr.contains("--data-dir"), "{}", second.stderr);
 
+    // `db rebuild` needs the directory to itself: it says to stop the server.
+    let rebuild = run_cli(&cwd, &["db", "rebuild", "--data-dir", &data]).await;
+    assert!(!rebuild.status.success());
+    assert!(
+        rebuild.stderr.contains(&url) && rebuild.stderr.contains("stop it first"),
+        "{}",
+        rebuild.stderr
+    );
+    assert!(!rebuild.stderr.contains("knife run"), "{}", rebuild.stderr);
+
     let project = server.project_dir().display().to_string();
     let out = run_cli(
         &cwd,
@@ -264,5 +280,116 @@ async fn e2e_data_dir_is_owned_by_one_process_and_clients_find_its_server() {
         threads.as_array().unwrap().len(),
         1,
         "the run went through the owner's server"
+    );
+}
+
+/// Runs `knife ARGS` with its stdout a pipe whose reader is already gone.
+async fn run_with_closed_stdout(
+    cwd: &std::path::Path,
+    args: &[&str],
+) -> (std::process::ExitStatus, String) {
+    let mut cmd = knife_command(cwd);
+    cmd.args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdout.take());
+    let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_output_into_a_closed_pipe_exits_quietly() {
+    let mock = MockLlm::script(&format!("[[response]]\ntext = \"{ANSWER}\"\n"), &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    server.api.post_message(&thread, "hello").await;
+    server.api.settled_thread_json(&thread).await;
+    let cwd = server.path().to_owned();
+
+    for args in [
+        vec!["threads", "list", "--server", &url],
+        vec!["threads", "show", &thread, "--server", &url],
+    ] {
+        let (status, stderr) = run_with_closed_stdout(&cwd, &args).await;
+        assert!(
+            status.success(),
+            "`knife {}`: {status}: {stderr}",
+            args.join(" ")
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{stderr}");
+    }
+
+    // The shell way: `knife threads list | head -1`.
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "\"{}\" threads list --server {url} | head -1",
+            knife_bin().display()
+        ))
+        .current_dir(&cwd)
+        .env("XDG_CONFIG_HOME", &cwd)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("THREAD"),
+        "stdout: {}\nstderr: {stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_a_wrong_api_token_is_told_apart_from_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("knife.toml"),
+        config_toml("http://127.0.0.1:9/v1"),
+    )
+    .unwrap();
+    let mut cmd = knife_command(dir.path());
+    cmd.arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("KNIFE_API_TOKEN", "the-right-token");
+    let server = Proc::spawn("knife serve", cmd).await;
+    let url = server.url();
+
+    let missing = run_cli(dir.path(), &["threads", "list", "--server", &url]).await;
+    assert!(!missing.status.success());
+    assert!(
+        missing.stderr.contains("requires an API token"),
+        "{}",
+        missing.stderr
+    );
+
+    let mut cmd = knife_command(dir.path());
+    cmd.args(["threads", "list", "--server", &url])
+        .env("KNIFE_API_TOKEN", "a-wrong-token");
+    let wrong = cmd.output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(!wrong.status.success());
+    assert!(stderr.contains("rejected the API token"), "{stderr}");
+    assert!(!stderr.contains("requires an API token"), "{stderr}");
+
+    let mut cmd = knife_command(dir.path());
+    cmd.args(["threads", "list", "--server", &url])
+        .env("KNIFE_API_TOKEN", "the-right-token");
+    let right = cmd.output().await.unwrap();
+    assert!(
+        right.status.success(),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
     );
 }

@@ -480,3 +480,66 @@ async fn e2e_crash_a_resumed_turn_replays_its_tool_history_validly() {
         p.turn_items
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_crash_knife_run_reports_a_lost_server_not_a_model_error() {
+    let mock =
+        gated_mock(&["one two three four five six seven eight nine ten eleven twelve"]).await;
+    let mut server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.project_dir().display().to_string();
+    let mut cmd = knife_command(server.path());
+    cmd.args([
+        "run",
+        "--server",
+        &url,
+        "--project",
+        &project,
+        "do the work",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    mock.gate().release(4);
+    wait_requests(&mock, 1).await;
+    let api = server.api.clone();
+    poll_until("the answer to start streaming", RUN_TIMEOUT, || async {
+        let (_, threads) = api.get("/api/threads").await;
+        let thread = threads.as_array()?.first()?["id"].as_str()?.to_owned();
+        let p = api.projection(&thread).await;
+        p.turn_items
+            .iter()
+            .any(|i| matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if !text.is_empty()))
+            .then_some(())
+    })
+    .await;
+    // Give the CLI a moment to print the partial answer.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.proc.kill_hard().await;
+    let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "lost the connection to the knife server at {url}; the turn is kept and resumes when the server starts again"
+        )),
+        "stderr: {stderr}"
+    );
+    assert!(
+        !stderr.contains("the model's event stream"),
+        "blames the model: {stderr}"
+    );
+    assert!(
+        !stderr.contains("send the message again"),
+        "stderr: {stderr}"
+    );
+    assert!(stdout.starts_with("one"), "partial answer: {stdout:?}");
+    assert!(
+        stdout.ends_with('\n'),
+        "partial answer ends its line: {stdout:?}"
+    );
+}

@@ -266,6 +266,20 @@ pub trait Tool: Send + Sync + 'static {
         let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
         ctx.subject_path(path)
     }
+
+    /// Checked before any permission rule: a call the tool would refuse for leaving
+    /// the project root is refused at once ([`ToolError::OutsideRoot`]), so nobody
+    /// is asked to approve it. The default checks the `path` argument; other
+    /// errors (missing file, …) are left to [`Self::execute`].
+    fn confinement(&self, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
+        match args.get("path").and_then(Value::as_str) {
+            Some(path) => match ctx.resolve_for_write(path) {
+                Err(e @ ToolError::OutsideRoot { .. }) => Err(e),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
 }
 
 /// The permission rules' verdict on one call ([`ToolSet::permission`]).
@@ -342,8 +356,9 @@ impl ToolSet {
     }
 
     /// What the permission rules of `ctx` say about one call (no waiting):
-    /// [`Permission::Allowed`], [`Permission::Denied`] (a `deny` rule; the error
-    /// is the call's result) or [`Permission::Ask`] with the request to put to
+    /// [`Permission::Allowed`], [`Permission::Denied`] (a `deny` rule, or a path
+    /// outside the project root ([`Tool::confinement`]); the error is the call's
+    /// result) or [`Permission::Ask`] with the request to put to
     /// the approval gate. An unknown tool is allowed (its [`Self::execute`]
     /// reports it).
     pub fn permission(
@@ -356,6 +371,9 @@ impl ToolSet {
         let Some(tool) = self.tools.get(name) else {
             return Permission::Allowed;
         };
+        if let Err(e) = tool.confinement(args, ctx) {
+            return Permission::Denied(e);
+        }
         let subject = tool.permission_subject(args, ctx);
         let decision = ctx
             .policy()

@@ -248,14 +248,18 @@ async fn chat(
                 None => match script.responses.last() {
                     Some(last) if script.repeat_last => last,
                     _ => {
+                        let message = format!(
+                            "mock-llm script exhausted after {n} response{s} (this is model \
+                             request #{number}); add [[response]] entries or set \
+                             repeat_last = true",
+                            n = script.responses.len(),
+                            s = if script.responses.len() == 1 { "" } else { "s" },
+                        );
+                        // Logged too: the client only sees an HTTP 500 and may retry it.
+                        tracing::warn!("{message}");
                         return error_response(
                             StatusCode::INTERNAL_SERVER_ERROR,
-                            &format!(
-                                "mock-llm script exhausted: all {} responses were served and this \
-                                 is chat request #{number}; add [[response]] entries or set \
-                                 repeat_last = true",
-                                script.responses.len()
-                            ),
+                            &message,
                             "mock_script_exhausted",
                         );
                     }
