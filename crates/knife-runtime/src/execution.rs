@@ -324,6 +324,10 @@ impl ExecutionService {
     }
 
     /// Cancels the active run of `thread`, if any; returns its run-id watch.
+    ///
+    /// The first reason wins: a run the user (or a newer message) already stopped
+    /// keeps that reason when a shutdown follows before its terminal is written, so
+    /// its claim is still released and the stopped work is never resumed (EXEC-05).
     fn signal_interrupt(
         &self,
         thread: &ThreadId,
@@ -331,7 +335,7 @@ impl ExecutionService {
     ) -> Option<watch::Receiver<Option<RunId>>> {
         let active = lock(&self.inner.active);
         let run = active.get(thread)?;
-        *lock(&run.reason) = Some(why);
+        lock(&run.reason).get_or_insert(why);
         run.cancel.cancel();
         Some(run.run_id.clone())
     }

@@ -273,6 +273,41 @@ async fn exec_05_a_user_interrupt_releases_the_claim() {
     assert_eq!(h.drains.started().len(), 2);
 }
 
+/// A user interrupt followed by a shutdown before the run's terminal is written keeps
+/// the user's reason: the claim is released and the stopped work is never resumed.
+#[tokio::test(start_paused = true)]
+async fn exec_05_user_interrupt_is_not_overwritten_by_shutdown() {
+    let h = Harness::new(Drain::Hang).await;
+    let thread = h.thread(None).await;
+    let exec = h.execution();
+    let run = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_started(1).await;
+
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    // Ctrl-C right after: the app calls shutdown (twice) before the terminal lands.
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    exec.await_idle(&thread).await;
+
+    let run = h.store.get_run(&run.id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Interrupted);
+    assert_eq!(run.error.unwrap().code.as_deref(), Some("user"));
+    let t = h.get(&thread).await;
+    assert!(
+        !t.is_claimed(),
+        "user-interrupted work must not be resumed: {t:?}"
+    );
+    let next = h.execution();
+    let report = h
+        .restart(&next, 10)
+        .resume_suspended_threads()
+        .await
+        .unwrap();
+    assert!(report.resumed.is_empty(), "{report:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn exec_06_the_sweep_starts_every_claimed_execution_concurrently() {
     let h = Harness::new(Drain::Hang).await;
