@@ -415,14 +415,21 @@ impl ExecutionService {
     }
 
     async fn drive(&self, ctx: RunContext) {
-        let (outcome, usage) = self.run_turn(&ctx).await;
+        let Ended {
+            outcome,
+            usage,
+            teardown,
+        } = self.run_turn(&ctx).await;
         ctx.finishing.store(true, Ordering::SeqCst);
         // The terminal write must land, or the thread stays "running" in the store
         // until the next boot: retry a few times (a full disk may free up), then
         // leave it to `create_run`, which settles a stale active run it finds.
         for (attempt, backoff_ms) in [0u64, 200, 1000, 5000].into_iter().enumerate() {
             tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-            match self.finalize(&ctx, outcome.clone(), usage.clone()).await {
+            match self
+                .finalize(&ctx, outcome.clone(), usage.clone(), teardown)
+                .await
+            {
                 Ok(()) => return,
                 Err(e) => tracing::error!(
                     thread = %ctx.thread.id, run = %ctx.run.id, attempt = attempt + 1, error = %e,
@@ -445,7 +452,7 @@ impl ExecutionService {
         }
     }
 
-    async fn run_turn(&self, ctx: &RunContext) -> (TurnOutcome, Option<TokenUsage>) {
+    async fn run_turn(&self, ctx: &RunContext) -> Ended {
         let inner = &self.inner;
         let history = match inner.store.thread_projection(&ctx.thread.id).await {
             Ok(Some(p)) => p
@@ -454,11 +461,11 @@ impl ExecutionService {
                 .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
                 .collect(),
             Ok(None) => Vec::new(),
-            Err(e) => return (failed("store", e.to_string()), None),
+            Err(e) => return Ended::failed("store", e.to_string(), false),
         };
         // Interrupted while the run was being created: no session, no model call.
         if ctx.cancel.is_cancelled() {
-            return (interrupted(ctx), None);
+            return Ended::interrupted(ctx);
         }
         let instance = &ctx.thread.provider_instance_id;
         // One session per thread unless the adapter declares shared sessions.
@@ -473,9 +480,18 @@ impl ExecutionService {
             &ctx.root,
         );
         request.model = ctx.thread.model.clone();
-        let handle = match inner.manager.open(request).await {
+        // An interrupt (or shutdown) during the open ends the run at once; the
+        // dropped open cleans up after itself (MGR-04).
+        let opened = tokio::select! {
+            opened = inner.manager.open(request) => opened,
+            _ = ctx.cancel.cancelled() => return Ended::interrupted(ctx),
+        };
+        let handle = match opened {
             Ok(h) => h,
-            Err(e) => return (failed("provider.open", e.to_string()), None),
+            Err(e) => {
+                let teardown = self.is_teardown(&e);
+                return Ended::failed("provider.open", e.to_string(), teardown);
+            }
         };
         *lock(&ctx.session) = Some(handle.clone());
         let provider_turn_id = ProviderTurnId::for_run(&ctx.run.id, 1);
@@ -492,14 +508,27 @@ impl ExecutionService {
         // Subscribed before the turn starts, so no event of the turn is missed.
         let mut events = handle.subscribe_events();
         let result = if ctx.cancel.is_cancelled() {
-            (interrupted(ctx), None)
+            Ended::interrupted(ctx)
         } else {
-            match handle.start_turn(input).await {
-                Ok(()) => {
+            let started = tokio::select! {
+                started = handle.start_turn(input) => Some(started),
+                _ = ctx.cancel.cancelled() => None,
+            };
+            match started {
+                Some(Ok(())) => {
                     self.follow(ctx, &handle, &mut events, &provider_turn_id)
                         .await
                 }
-                Err(e) => (failed("provider.runtime", e.to_string()), None),
+                Some(Err(e)) => {
+                    let teardown = self.is_teardown(&e);
+                    Ended::failed("provider.runtime", e.to_string(), teardown)
+                }
+                // Cancelled while the runtime was accepting the turn: it may have
+                // begun it, so it is asked to stop (time-boxed) before the run ends.
+                None => {
+                    self.interrupt_runtime(ctx, &handle).await;
+                    Ended::interrupted(ctx)
+                }
             }
         };
         lock(&ctx.session).take();
@@ -517,7 +546,7 @@ impl ExecutionService {
         handle: &SessionHandle,
         events: &mut EventStream,
         turn: &ProviderTurnId,
-    ) -> (TurnOutcome, Option<TokenUsage>) {
+    ) -> Ended {
         let inner = &self.inner;
         let mut grace_deadline: Option<tokio::time::Instant> = None;
         loop {
@@ -533,30 +562,67 @@ impl ExecutionService {
                 }
                 _ = sleep_until_opt(grace_deadline) => {
                     self.release_unresponsive(ctx, handle);
-                    return (interrupted(ctx), None);
+                    return Ended::interrupted(ctx);
                 }
             };
             match next {
                 // The session ended without error: released by a shutdown or stopped
                 // by the provider before this turn's terminal.
-                None if ctx.cancel.is_cancelled() => return (interrupted(ctx), None),
+                None if ctx.cancel.is_cancelled() => return Ended::interrupted(ctx),
+                // A session torn down under the turn (a shutdown's release, a broken
+                // stream): a teardown failure, interrupted(shutdown) if that is why.
                 None => {
-                    return (
-                        failed(
-                            "provider.runtime",
-                            "the agent runtime stopped before finishing the turn".into(),
-                        ),
-                        None,
+                    return Ended::failed(
+                        "provider.runtime",
+                        "the agent runtime stopped before finishing the turn".into(),
+                        true,
                     );
                 }
-                Some(Err(e)) => return (failed("provider.runtime", e.to_string()), None),
+                Some(Err(e)) => return Ended::failed("provider.runtime", e.to_string(), true),
                 Some(Ok(AdapterEvent::TurnTerminal {
                     provider_turn_id,
                     outcome,
                     usage,
                     ..
-                })) if &provider_turn_id == turn => return (outcome, usage),
+                })) if &provider_turn_id == turn => {
+                    return Ended {
+                        outcome,
+                        usage,
+                        teardown: false,
+                    };
+                }
                 Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Whether `e` is what a session torn down by a shutdown looks like to a run:
+    /// the manager refusing or stopping the open, or the session gone under it.
+    fn is_teardown(&self, e: &crate::sessions::SessionError) -> bool {
+        use crate::sessions::SessionError as E;
+        match e {
+            E::ShuttingDown | E::SessionGone(_) | E::Runtime(AdapterError::Closed) => true,
+            E::Open(_) => self.inner.manager.is_shutting_down(),
+            _ => false,
+        }
+    }
+
+    /// Asks the runtime to stop the thread's turn, time-boxed by the interrupt grace:
+    /// a runtime that does not answer must not keep the run from ending.
+    async fn interrupt_runtime(&self, ctx: &RunContext, handle: &SessionHandle) {
+        let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
+        match tokio::time::timeout(
+            self.inner.interrupt_grace,
+            handle.interrupt_turn(&ctx.thread.id, why),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt")
+            }
+            Err(_) => {
+                tracing::warn!(thread = %ctx.thread.id, "the runtime did not answer the interrupt within the grace")
             }
         }
     }
@@ -596,11 +662,16 @@ impl ExecutionService {
     /// thread, in one transaction. The terminal is classified by
     /// [`crate::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
     /// that same transaction unless the run was interrupted by a shutdown (EXEC-04/05).
+    /// A failure caused by a teardown (`teardown`: the open refused or stopped, the
+    /// session gone, its stream ended or broken) of a run the shutdown interrupted, or
+    /// of any run while the manager shuts down, is that interruption,
+    /// `interrupted{shutdown}`, so its claim survives (EXEC-04/09).
     async fn finalize(
         &self,
         ctx: &RunContext,
         outcome: TurnOutcome,
         usage: Option<TokenUsage>,
+        teardown: bool,
     ) -> Result<(), RuntimeError> {
         let store = &self.inner.store;
         let now = self.inner.clock.now();
@@ -624,7 +695,20 @@ impl ExecutionService {
             Some(p) => crate::recovery::settle_unfinished(&p, &run.id, now),
             None => Vec::new(),
         };
-        let terminal = terminal_of_outcome(outcome, *lock(&ctx.reason));
+        let reason = *lock(&ctx.reason);
+        // Nobody interrupted it but the manager is shutting down: the process is
+        // going away, which is a shutdown too (EXEC-02: no reason given = shutdown).
+        let shutdown = match reason {
+            Some(why) => why == InterruptReason::Shutdown,
+            None => self.inner.manager.is_shutting_down(),
+        };
+        let outcome = match outcome {
+            TurnOutcome::Failed { .. } if teardown && shutdown => TurnOutcome::Interrupted {
+                reason: InterruptReason::Shutdown.as_str().to_owned(),
+            },
+            outcome => outcome,
+        };
+        let terminal = terminal_of_outcome(outcome, reason);
         if terminal.releases_claim() {
             thread.release_claim();
         }
@@ -692,6 +776,32 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// How a run's turn ended, before classification.
+struct Ended {
+    outcome: TurnOutcome,
+    usage: Option<TokenUsage>,
+    /// The failure (if any) came from the session being torn down under the run.
+    teardown: bool,
+}
+
+impl Ended {
+    fn interrupted(ctx: &RunContext) -> Self {
+        Self {
+            outcome: interrupted(ctx),
+            usage: None,
+            teardown: false,
+        }
+    }
+
+    fn failed(error_type: &str, message: String, teardown: bool) -> Self {
+        Self {
+            outcome: failed(error_type, message),
+            usage: None,
+            teardown,
+        }
     }
 }
 

@@ -241,6 +241,57 @@ async fn exec_04_claims_commit_with_the_start_release_on_completion_survive_tear
     assert!(t.active_run_id.is_none());
 }
 
+/// A shutdown while the run's provider session is still opening ends the run
+/// `interrupted{shutdown}` at once and keeps the claim; the open is dropped, not
+/// recorded as a `provider.open` failure.
+#[tokio::test(start_paused = true)]
+async fn exec_04_a_shutdown_during_the_open_keeps_the_claim() {
+    let h = Harness::new(Drain::Hang).await;
+    let thread = h.thread(None).await;
+    h.drains.hang_opens();
+    let exec = h.execution();
+    let run = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_opens(1).await;
+
+    // Only the execution service stops here: nothing else ends the hanging open.
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    // Paused time jumps ahead while the store's writer thread works, so the wait
+    // for the run's end is bounded in real time (10 s), by yielding.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while exec.is_active(&thread) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run kept waiting for its open after the shutdown"
+        );
+        tokio::task::yield_now().await;
+    }
+
+    let run = h.store.get_run(&run.id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Interrupted, "{run:?}");
+    assert_eq!(run.error.unwrap().code.as_deref(), Some("shutdown"));
+    let t = h.get(&thread).await;
+    assert!(t.is_claimed(), "{t:?}");
+}
+
+/// The app shuts the manager down too: an open it stops (or refuses) under a run the
+/// shutdown interrupted is that interruption, not a `provider.open` failure.
+#[tokio::test(start_paused = true)]
+async fn exec_09_an_open_stopped_by_the_manager_shutdown_keeps_the_claim() {
+    let h = Harness::new(Drain::Hang).await;
+    let thread = h.thread(None).await;
+    h.drains.hang_opens();
+    let exec = h.execution();
+    exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_opens(1).await;
+    exec.manager().shutdown().await;
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    exec.await_idle(&thread).await;
+    let t = h.get(&thread).await;
+    assert!(t.is_claimed(), "{t:?}");
+    let p = h.projection(&thread).await;
+    assert_eq!(p.runs[0].status, RunStatus::Interrupted, "{:?}", p.runs[0]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn exec_05_a_user_interrupt_releases_the_claim() {
     let h = Harness::new(Drain::Hang).await;

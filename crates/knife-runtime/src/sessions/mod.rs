@@ -334,6 +334,11 @@ impl SessionManager {
         Ok(())
     }
 
+    /// Whether [`Self::shutdown`] has begun (opens are refused from then on).
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.shutdown.is_cancelled()
+    }
+
     /// Stops the manager (MGR-35..37): refuses new opens, stops opens in flight
     /// (their scopes are closed), and releases every live session with
     /// `server_shutdown` in parallel under one shared [`CLOSE_TIMEOUT`] box; subscriber

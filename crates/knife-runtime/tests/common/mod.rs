@@ -44,6 +44,9 @@ pub struct Drains {
     started: Arc<Mutex<Vec<Started>>>,
     count: Arc<watch::Sender<usize>>,
     release: Arc<Notify>,
+    /// Opens hang (never finish) while set; counts the opens begun.
+    hang_opens: Arc<std::sync::atomic::AtomicBool>,
+    opens: Arc<watch::Sender<usize>>,
 }
 
 impl Drains {
@@ -54,7 +57,19 @@ impl Drains {
             started: Arc::default(),
             count: Arc::new(watch::Sender::new(0)),
             release: Arc::new(Notify::new()),
+            hang_opens: Arc::default(),
+            opens: Arc::new(watch::Sender::new(0)),
         }
+    }
+    /// Makes every later adapter open hang until it is cancelled.
+    pub fn hang_opens(&self) {
+        self.hang_opens
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// Waits until at least `n` adapter opens began.
+    pub async fn wait_opens(&self, n: usize) {
+        let mut rx = self.opens.subscribe();
+        rx.wait_for(|c| *c >= n).await.unwrap();
     }
     /// Plans `drain` for every turn of `thread`.
     pub fn plan(&self, thread: &ThreadId, drain: Drain) {
@@ -110,6 +125,14 @@ impl ProviderAdapter for FakeAdapter {
         &self,
         _input: OpenSessionInput,
     ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        self.drains.opens.send_modify(|c| *c += 1);
+        if self
+            .drains
+            .hang_opens
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            std::future::pending::<()>().await;
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Arc::new(FakeSession {
             drains: self.drains.clone(),
