@@ -279,6 +279,15 @@ impl ExecutionService {
             };
             let driver = this.clone();
             this.inner.tracker.spawn(async move {
+                // Frees the thread and wakes waiters however the drive ends, a panic
+                // included (otherwise the thread would answer `run_in_progress` until
+                // the next start).
+                let _driving = Driving {
+                    inner: driver.inner.clone(),
+                    thread: thread_id,
+                    run: run.id.clone(),
+                    done: done_tx,
+                };
                 let ctx = RunContext {
                     thread,
                     root: PathBuf::from(&project.root),
@@ -290,8 +299,6 @@ impl ExecutionService {
                     session,
                 };
                 driver.drive(ctx).await;
-                lock(&driver.inner.active).remove(&thread_id);
-                let _ = done_tx.send(true);
             });
             Ok(started)
         });
@@ -814,6 +821,33 @@ struct RunContext {
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
     session: Arc<Mutex<Option<SessionHandle>>>,
+}
+
+/// Held by the task driving a run: on drop (the drive ended or panicked) the
+/// thread's active entry is removed and `done` signalled. A run whose drive panicked
+/// is not written here (no await in `Drop`, and the panic may have come from the
+/// store); it stays `running` in the store until the thread's next message settles
+/// it (`create_run` ends a stale active run it finds) or the next boot reconciles
+/// it (`recovery::reconcile_after_restart`; its claim resumes it).
+struct Driving {
+    inner: Arc<Inner>,
+    thread: ThreadId,
+    run: RunId,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!(
+                thread = %self.thread, run = %self.run,
+                "the task driving the run panicked; the thread is free again and the run \
+                 is settled by its next message or the next start"
+            );
+        }
+        lock(&self.inner.active).remove(&self.thread);
+        let _ = self.done.send(true);
+    }
 }
 
 struct Reservation {

@@ -359,6 +359,37 @@ async fn exec_05_user_interrupt_is_not_overwritten_by_shutdown() {
     assert!(report.resumed.is_empty(), "{report:?}");
 }
 
+/// A panic while driving a run frees the thread: `await_idle` returns, and the next
+/// message starts a run (no `run_in_progress` until restart); the panicked run is
+/// settled by that next run.
+#[tokio::test(start_paused = true)]
+async fn exec_04_a_panicking_drive_frees_the_thread() {
+    let h = Harness::new(Drain::Complete).await;
+    let thread = h.thread(None).await;
+    h.drains.plan(&thread, Drain::Panic);
+    let exec = h.execution();
+    let first = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_started(1).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while exec.is_active(&thread) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the thread stayed active after its drive panicked"
+        );
+        tokio::task::yield_now().await;
+    }
+    exec.await_idle(&thread).await;
+
+    h.drains.plan(&thread, Drain::Complete);
+    let second = exec.start_run(&thread, "two".into()).await.unwrap();
+    exec.await_idle(&thread).await;
+    let p = h.projection(&thread).await;
+    let status = |id: &RunId| p.runs.iter().find(|r| &r.id == id).unwrap().status;
+    assert_eq!(status(&second.id), RunStatus::Completed);
+    assert_ne!(status(&first.id), RunStatus::Running, "{:?}", p.runs);
+    exec.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn exec_06_the_sweep_starts_every_claimed_execution_concurrently() {
     let h = Harness::new(Drain::Hang).await;

@@ -26,6 +26,8 @@ pub enum Drain {
     Fail(RunError),
     /// Waits for [`Drains::release`], then completes; honours interrupts.
     Gated,
+    /// `start_turn` panics (a defect in the runtime or the driver).
+    Panic,
 }
 
 /// A turn the fake runtime was asked to run.
@@ -198,6 +200,7 @@ impl SessionRuntime for FakeSession {
                 let _ = tx.send(Ok(terminal_event(&input, TurnOutcome::Failed { error })));
             }
             Drain::Hang => {}
+            Drain::Panic => panic!("the fake runtime panics on start_turn"),
             Drain::Gated => {
                 let release = self.drains.release.clone();
                 let notified = release.notified_owned();
