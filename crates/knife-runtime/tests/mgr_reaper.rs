@@ -229,3 +229,34 @@ async fn reap_02_a_detached_thread_of_a_live_shared_session_only_loses_its_bindi
         .collect();
     assert_eq!(bound, vec![b.clone()]);
 }
+
+/// A thread joining a live shared session must not move the session's last-seen time
+/// back to when it was opened: the reaper would see a just-joined session as stale.
+#[tokio::test(start_paused = true)]
+async fn reap_03_a_thread_joining_a_shared_session_does_not_move_last_seen_back() {
+    let h = Harness::new(
+        FakeBehaviour {
+            shared: true,
+            ..Default::default()
+        },
+        |o| o.idle_timeout = Duration::from_secs(3600),
+    )
+    .await;
+    let (a, b) = (h.thread().await, h.thread().await);
+    h.open(&shared(), &a).await;
+    let opened = last_seen(&h, &shared()).await;
+    let control = h.adapter.session(&shared()).unwrap();
+    assert!(control.push(AdapterEvent::TurnItemUpdated(assistant_item(&a, 1, "a"))));
+    wait_until_async(Duration::from_secs(5), "the pump's touch", || async {
+        last_seen(&h, &shared()).await > opened
+    })
+    .await;
+    let touched = last_seen(&h, &shared()).await;
+
+    h.open(&shared(), &b).await;
+    let joined = last_seen(&h, &shared()).await;
+    assert!(
+        joined >= touched,
+        "last seen moved back from {touched} to {joined} when a thread joined"
+    );
+}

@@ -448,11 +448,14 @@ pub(crate) async fn ensure_attached(
             .insert(thread.clone(), p.config.credential_id.clone());
         guard.credential = Some((p.config.credential_id.clone(), p.issued));
     }
-    let event = DomainEvent::new(
-        inner.clock.now(),
-        EventBody::ProviderSessionAttached(entry.record()),
-    )
-    .with_thread(thread);
+    // Stamped now: the attach is activity, and the record's last-seen time must not
+    // fall back to when the session was opened (the reaper reads it).
+    let now = inner.clock.now();
+    let mut record = entry.record();
+    record.updated_at = now;
+    entry.set_record(record.clone());
+    let event =
+        DomainEvent::new(now, EventBody::ProviderSessionAttached(record)).with_thread(thread);
     inner.store.write(WriteKind::Attach, vec![event]).await?;
     guard.armed = false;
     Ok(true)
