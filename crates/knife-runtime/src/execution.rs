@@ -560,10 +560,16 @@ impl ExecutionService {
             let next = tokio::select! {
                 next = events.next() => next,
                 _ = ctx.cancel.cancelled(), if grace_deadline.is_none() => {
-                    let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
-                    grace_deadline = Some(tokio::time::Instant::now() + inner.interrupt_grace);
-                    if let Err(e) = handle.interrupt_turn(&ctx.thread.id, why).await {
-                        tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt");
+                    let deadline = tokio::time::Instant::now() + inner.interrupt_grace;
+                    grace_deadline = Some(deadline);
+                    // Time-boxed by the same grace: a runtime that hangs on the
+                    // interrupt must not keep the run from ending.
+                    if tokio::time::timeout_at(deadline, self.interrupt_runtime(ctx, handle))
+                        .await
+                        .is_err()
+                    {
+                        self.release_unresponsive(ctx, handle);
+                        return Ended::interrupted(ctx);
                     }
                     continue;
                 }

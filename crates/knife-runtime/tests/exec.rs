@@ -390,6 +390,34 @@ async fn exec_04_a_panicking_drive_frees_the_thread() {
     exec.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
+/// A runtime that never answers the interrupt does not keep a user-interrupted run
+/// from ending: the interrupt call is time-boxed by the interrupt grace, the run ends
+/// `interrupted{user}` and its claim is released.
+#[tokio::test(start_paused = true)]
+async fn exec_05_a_runtime_deaf_to_the_interrupt_still_ends_the_run() {
+    let h = Harness::new(Drain::Deaf).await;
+    let thread = h.thread(None).await;
+    let exec = h.execution();
+    let run = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_started(1).await;
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    // Virtual time moves in small steps; the wait is bounded in real time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while exec.is_active(&thread) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run waited for the runtime's interrupt answer"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let run = h.store.get_run(&run.id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Interrupted);
+    assert_eq!(run.error.unwrap().code.as_deref(), Some("user"));
+    assert!(!h.get(&thread).await.is_claimed());
+}
+
 #[tokio::test(start_paused = true)]
 async fn exec_06_the_sweep_starts_every_claimed_execution_concurrently() {
     let h = Harness::new(Drain::Hang).await;

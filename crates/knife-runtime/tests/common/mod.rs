@@ -28,6 +28,8 @@ pub enum Drain {
     Gated,
     /// `start_turn` panics (a defect in the runtime or the driver).
     Panic,
+    /// Never ends on its own, and `interrupt_turn` hangs forever (a deaf runtime).
+    Deaf,
 }
 
 /// A turn the fake runtime was asked to run.
@@ -199,7 +201,7 @@ impl SessionRuntime for FakeSession {
             Drain::Fail(error) => {
                 let _ = tx.send(Ok(terminal_event(&input, TurnOutcome::Failed { error })));
             }
-            Drain::Hang => {}
+            Drain::Hang | Drain::Deaf => {}
             Drain::Panic => panic!("the fake runtime panics on start_turn"),
             Drain::Gated => {
                 let release = self.drains.release.clone();
@@ -219,6 +221,12 @@ impl SessionRuntime for FakeSession {
         reason: InterruptReason,
     ) -> Result<(), AdapterError> {
         let input = self.turn.lock().unwrap().clone();
+        if input
+            .as_ref()
+            .is_some_and(|i| self.drains.plan_of(&i.thread_id) == Drain::Deaf)
+        {
+            std::future::pending::<()>().await;
+        }
         if let (Some(input), Some(tx)) = (input, self.tx.lock().unwrap().clone()) {
             let _ = tx.send(Ok(terminal_event(
                 &input,
