@@ -26,7 +26,18 @@ pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
                 st.stall_task = None;
                 return;
             }
-            st.last_event.unwrap_or_else(Instant::now) + limit
+            // A limit too large to represent never fires.
+            match st
+                .last_event
+                .unwrap_or_else(Instant::now)
+                .checked_add(limit)
+            {
+                Some(deadline) => deadline,
+                None => {
+                    st.stall_task = None;
+                    return;
+                }
+            }
         };
         tokio::time::sleep_until(deadline).await;
         let stalled: Vec<_> = {
@@ -35,7 +46,10 @@ pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
                 st.stall_task = None;
                 return;
             }
-            if st.last_event.is_some_and(|at| at + limit > Instant::now()) {
+            if st
+                .last_event
+                .is_some_and(|at| at.checked_add(limit).is_none_or(|d| d > Instant::now()))
+            {
                 continue;
             }
             st.busy
