@@ -279,6 +279,15 @@ impl ExecutionService {
             };
             let driver = this.clone();
             this.inner.tracker.spawn(async move {
+                // Frees the thread and wakes waiters however the drive ends, a panic
+                // included (otherwise the thread would answer `run_in_progress` until
+                // the next start).
+                let _driving = Driving {
+                    inner: driver.inner.clone(),
+                    thread: thread_id,
+                    run: run.id.clone(),
+                    done: done_tx,
+                };
                 let ctx = RunContext {
                     thread,
                     root: PathBuf::from(&project.root),
@@ -290,8 +299,6 @@ impl ExecutionService {
                     session,
                 };
                 driver.drive(ctx).await;
-                lock(&driver.inner.active).remove(&thread_id);
-                let _ = done_tx.send(true);
             });
             Ok(started)
         });
@@ -324,6 +331,10 @@ impl ExecutionService {
     }
 
     /// Cancels the active run of `thread`, if any; returns its run-id watch.
+    ///
+    /// The first reason wins: a run the user (or a newer message) already stopped
+    /// keeps that reason when a shutdown follows before its terminal is written, so
+    /// its claim is still released and the stopped work is never resumed (EXEC-05).
     fn signal_interrupt(
         &self,
         thread: &ThreadId,
@@ -331,7 +342,7 @@ impl ExecutionService {
     ) -> Option<watch::Receiver<Option<RunId>>> {
         let active = lock(&self.inner.active);
         let run = active.get(thread)?;
-        *lock(&run.reason) = Some(why);
+        lock(&run.reason).get_or_insert(why);
         run.cancel.cancel();
         Some(run.run_id.clone())
     }
@@ -411,14 +422,21 @@ impl ExecutionService {
     }
 
     async fn drive(&self, ctx: RunContext) {
-        let (outcome, usage) = self.run_turn(&ctx).await;
+        let Ended {
+            outcome,
+            usage,
+            teardown,
+        } = self.run_turn(&ctx).await;
         ctx.finishing.store(true, Ordering::SeqCst);
         // The terminal write must land, or the thread stays "running" in the store
         // until the next boot: retry a few times (a full disk may free up), then
         // leave it to `create_run`, which settles a stale active run it finds.
         for (attempt, backoff_ms) in [0u64, 200, 1000, 5000].into_iter().enumerate() {
             tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-            match self.finalize(&ctx, outcome.clone(), usage.clone()).await {
+            match self
+                .finalize(&ctx, outcome.clone(), usage.clone(), teardown)
+                .await
+            {
                 Ok(()) => return,
                 Err(e) => tracing::error!(
                     thread = %ctx.thread.id, run = %ctx.run.id, attempt = attempt + 1, error = %e,
@@ -441,7 +459,7 @@ impl ExecutionService {
         }
     }
 
-    async fn run_turn(&self, ctx: &RunContext) -> (TurnOutcome, Option<TokenUsage>) {
+    async fn run_turn(&self, ctx: &RunContext) -> Ended {
         let inner = &self.inner;
         let history = match inner.store.thread_projection(&ctx.thread.id).await {
             Ok(Some(p)) => p
@@ -450,11 +468,11 @@ impl ExecutionService {
                 .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
                 .collect(),
             Ok(None) => Vec::new(),
-            Err(e) => return (failed("store", e.to_string()), None),
+            Err(e) => return Ended::failed("store", e.to_string(), false),
         };
         // Interrupted while the run was being created: no session, no model call.
         if ctx.cancel.is_cancelled() {
-            return (interrupted(ctx), None);
+            return Ended::interrupted(ctx);
         }
         let instance = &ctx.thread.provider_instance_id;
         // One session per thread unless the adapter declares shared sessions.
@@ -469,9 +487,18 @@ impl ExecutionService {
             &ctx.root,
         );
         request.model = ctx.thread.model.clone();
-        let handle = match inner.manager.open(request).await {
+        // An interrupt (or shutdown) during the open ends the run at once; the
+        // dropped open cleans up after itself (MGR-04).
+        let opened = tokio::select! {
+            opened = inner.manager.open(request) => opened,
+            _ = ctx.cancel.cancelled() => return Ended::interrupted(ctx),
+        };
+        let handle = match opened {
             Ok(h) => h,
-            Err(e) => return (failed("provider.open", e.to_string()), None),
+            Err(e) => {
+                let teardown = self.is_teardown(&e);
+                return Ended::failed("provider.open", e.to_string(), teardown);
+            }
         };
         *lock(&ctx.session) = Some(handle.clone());
         let provider_turn_id = ProviderTurnId::for_run(&ctx.run.id, 1);
@@ -488,14 +515,27 @@ impl ExecutionService {
         // Subscribed before the turn starts, so no event of the turn is missed.
         let mut events = handle.subscribe_events();
         let result = if ctx.cancel.is_cancelled() {
-            (interrupted(ctx), None)
+            Ended::interrupted(ctx)
         } else {
-            match handle.start_turn(input).await {
-                Ok(()) => {
+            let started = tokio::select! {
+                started = handle.start_turn(input) => Some(started),
+                _ = ctx.cancel.cancelled() => None,
+            };
+            match started {
+                Some(Ok(())) => {
                     self.follow(ctx, &handle, &mut events, &provider_turn_id)
                         .await
                 }
-                Err(e) => (failed("provider.runtime", e.to_string()), None),
+                Some(Err(e)) => {
+                    let teardown = self.is_teardown(&e);
+                    Ended::failed("provider.runtime", e.to_string(), teardown)
+                }
+                // Cancelled while the runtime was accepting the turn: it may have
+                // begun it, so it is asked to stop (time-boxed) before the run ends.
+                None => {
+                    self.interrupt_runtime(ctx, &handle).await;
+                    Ended::interrupted(ctx)
+                }
             }
         };
         lock(&ctx.session).take();
@@ -513,46 +553,89 @@ impl ExecutionService {
         handle: &SessionHandle,
         events: &mut EventStream,
         turn: &ProviderTurnId,
-    ) -> (TurnOutcome, Option<TokenUsage>) {
+    ) -> Ended {
         let inner = &self.inner;
         let mut grace_deadline: Option<tokio::time::Instant> = None;
         loop {
             let next = tokio::select! {
                 next = events.next() => next,
                 _ = ctx.cancel.cancelled(), if grace_deadline.is_none() => {
-                    let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
-                    grace_deadline = Some(tokio::time::Instant::now() + inner.interrupt_grace);
-                    if let Err(e) = handle.interrupt_turn(&ctx.thread.id, why).await {
-                        tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt");
+                    let deadline = tokio::time::Instant::now() + inner.interrupt_grace;
+                    grace_deadline = Some(deadline);
+                    // Time-boxed by the same grace: a runtime that hangs on the
+                    // interrupt must not keep the run from ending.
+                    if tokio::time::timeout_at(deadline, self.interrupt_runtime(ctx, handle))
+                        .await
+                        .is_err()
+                    {
+                        self.release_unresponsive(ctx, handle);
+                        return Ended::interrupted(ctx);
                     }
                     continue;
                 }
                 _ = sleep_until_opt(grace_deadline) => {
                     self.release_unresponsive(ctx, handle);
-                    return (interrupted(ctx), None);
+                    return Ended::interrupted(ctx);
                 }
             };
             match next {
                 // The session ended without error: released by a shutdown or stopped
                 // by the provider before this turn's terminal.
-                None if ctx.cancel.is_cancelled() => return (interrupted(ctx), None),
+                None if ctx.cancel.is_cancelled() => return Ended::interrupted(ctx),
+                // A session torn down under the turn (a shutdown's release, a broken
+                // stream): a teardown failure, interrupted(shutdown) if that is why.
                 None => {
-                    return (
-                        failed(
-                            "provider.runtime",
-                            "the agent runtime stopped before finishing the turn".into(),
-                        ),
-                        None,
+                    return Ended::failed(
+                        "provider.runtime",
+                        "the agent runtime stopped before finishing the turn".into(),
+                        true,
                     );
                 }
-                Some(Err(e)) => return (failed("provider.runtime", e.to_string()), None),
+                Some(Err(e)) => return Ended::failed("provider.runtime", e.to_string(), true),
                 Some(Ok(AdapterEvent::TurnTerminal {
                     provider_turn_id,
                     outcome,
                     usage,
                     ..
-                })) if &provider_turn_id == turn => return (outcome, usage),
+                })) if &provider_turn_id == turn => {
+                    return Ended {
+                        outcome,
+                        usage,
+                        teardown: false,
+                    };
+                }
                 Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Whether `e` is what a session torn down by a shutdown looks like to a run:
+    /// the manager refusing or stopping the open, or the session gone under it.
+    fn is_teardown(&self, e: &crate::sessions::SessionError) -> bool {
+        use crate::sessions::SessionError as E;
+        match e {
+            E::ShuttingDown | E::SessionGone(_) | E::Runtime(AdapterError::Closed) => true,
+            E::Open(_) => self.inner.manager.is_shutting_down(),
+            _ => false,
+        }
+    }
+
+    /// Asks the runtime to stop the thread's turn, time-boxed by the interrupt grace:
+    /// a runtime that does not answer must not keep the run from ending.
+    async fn interrupt_runtime(&self, ctx: &RunContext, handle: &SessionHandle) {
+        let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
+        match tokio::time::timeout(
+            self.inner.interrupt_grace,
+            handle.interrupt_turn(&ctx.thread.id, why),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt")
+            }
+            Err(_) => {
+                tracing::warn!(thread = %ctx.thread.id, "the runtime did not answer the interrupt within the grace")
             }
         }
     }
@@ -592,11 +675,16 @@ impl ExecutionService {
     /// thread, in one transaction. The terminal is classified by
     /// [`crate::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
     /// that same transaction unless the run was interrupted by a shutdown (EXEC-04/05).
+    /// A failure caused by a teardown (`teardown`: the open refused or stopped, the
+    /// session gone, its stream ended or broken) of a run the shutdown interrupted, or
+    /// of any run while the manager shuts down, is that interruption,
+    /// `interrupted{shutdown}`, so its claim survives (EXEC-04/09).
     async fn finalize(
         &self,
         ctx: &RunContext,
         outcome: TurnOutcome,
         usage: Option<TokenUsage>,
+        teardown: bool,
     ) -> Result<(), RuntimeError> {
         let store = &self.inner.store;
         let now = self.inner.clock.now();
@@ -620,7 +708,20 @@ impl ExecutionService {
             Some(p) => crate::recovery::settle_unfinished(&p, &run.id, now),
             None => Vec::new(),
         };
-        let terminal = terminal_of_outcome(outcome, *lock(&ctx.reason));
+        let reason = *lock(&ctx.reason);
+        // Nobody interrupted it but the manager is shutting down: the process is
+        // going away, which is a shutdown too (EXEC-02: no reason given = shutdown).
+        let shutdown = match reason {
+            Some(why) => why == InterruptReason::Shutdown,
+            None => self.inner.manager.is_shutting_down(),
+        };
+        let outcome = match outcome {
+            TurnOutcome::Failed { .. } if teardown && shutdown => TurnOutcome::Interrupted {
+                reason: InterruptReason::Shutdown.as_str().to_owned(),
+            },
+            outcome => outcome,
+        };
+        let terminal = terminal_of_outcome(outcome, reason);
         if terminal.releases_claim() {
             thread.release_claim();
         }
@@ -691,6 +792,32 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
     }
 }
 
+/// How a run's turn ended, before classification.
+struct Ended {
+    outcome: TurnOutcome,
+    usage: Option<TokenUsage>,
+    /// The failure (if any) came from the session being torn down under the run.
+    teardown: bool,
+}
+
+impl Ended {
+    fn interrupted(ctx: &RunContext) -> Self {
+        Self {
+            outcome: interrupted(ctx),
+            usage: None,
+            teardown: false,
+        }
+    }
+
+    fn failed(error_type: &str, message: String, teardown: bool) -> Self {
+        Self {
+            outcome: failed(error_type, message),
+            usage: None,
+            teardown,
+        }
+    }
+}
+
 struct RunContext {
     thread: Thread,
     root: PathBuf,
@@ -700,6 +827,33 @@ struct RunContext {
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
     session: Arc<Mutex<Option<SessionHandle>>>,
+}
+
+/// Held by the task driving a run: on drop (the drive ended or panicked) the
+/// thread's active entry is removed and `done` signalled. A run whose drive panicked
+/// is not written here (no await in `Drop`, and the panic may have come from the
+/// store); it stays `running` in the store until the thread's next message settles
+/// it (`create_run` ends a stale active run it finds) or the next boot reconciles
+/// it (`recovery::reconcile_after_restart`; its claim resumes it).
+struct Driving {
+    inner: Arc<Inner>,
+    thread: ThreadId,
+    run: RunId,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!(
+                thread = %self.thread, run = %self.run,
+                "the task driving the run panicked; the thread is free again and the run \
+                 is settled by its next message or the next start"
+            );
+        }
+        lock(&self.inner.active).remove(&self.thread);
+        let _ = self.done.send(true);
+    }
 }
 
 struct Reservation {

@@ -19,6 +19,16 @@ pub const DEFAULT_INACTIVITY_THRESHOLD: Duration = Duration::from_secs(30 * 60);
 /// Default time between sweeps (60 s).
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
+/// What a [`SessionStopper`] did with a stale row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// Stopped (or the thread's binding settled).
+    Stopped,
+    /// Kept: the live session turned out busy (a running turn) or pinned by pending
+    /// background work when the stop looked at it (REAP-02).
+    Skipped,
+}
+
 /// Stops the provider session serving a thread (implemented by the session manager).
 #[async_trait::async_trait]
 pub trait SessionStopper: Send + Sync + 'static {
@@ -27,7 +37,7 @@ pub trait SessionStopper: Send + Sync + 'static {
         &self,
         thread: &ThreadId,
         session: &ProviderSessionId,
-    ) -> Result<(), RuntimeError>;
+    ) -> Result<StopOutcome, RuntimeError>;
 }
 
 /// Reaper settings.
@@ -55,7 +65,8 @@ pub struct ReapReport {
     pub rows: usize,
     /// Sessions stopped: (session, thread).
     pub reaped: Vec<(ProviderSessionId, ThreadId)>,
-    /// Stale rows kept because their thread has an active turn (REAP-02).
+    /// Stale rows kept because their thread has an active turn, or their live session
+    /// was busy or pinned when the stopper looked (REAP-02).
     pub skipped_active: usize,
     /// Stops that failed or panicked, with the reason (REAP-05/06).
     pub failed: Vec<(ProviderSessionId, String)>,
@@ -123,7 +134,11 @@ impl Reaper {
                 tokio::spawn(async move { stopper.stop_session(&thread, &session).await })
             };
             match task.await {
-                Ok(Ok(())) => {
+                Ok(Ok(StopOutcome::Skipped)) => {
+                    tracing::debug!(session = %session, thread = %thread, "stale session kept: it is busy or pinned by pending work");
+                    report.skipped_active += 1;
+                }
+                Ok(Ok(StopOutcome::Stopped)) => {
                     tracing::info!(
                         session = %session, thread = %thread, idle_secs = idle.num_seconds(),
                         reason = "inactivity_threshold", "reaped a stale provider session"

@@ -241,6 +241,57 @@ async fn exec_04_claims_commit_with_the_start_release_on_completion_survive_tear
     assert!(t.active_run_id.is_none());
 }
 
+/// A shutdown while the run's provider session is still opening ends the run
+/// `interrupted{shutdown}` at once and keeps the claim; the open is dropped, not
+/// recorded as a `provider.open` failure.
+#[tokio::test(start_paused = true)]
+async fn exec_04_a_shutdown_during_the_open_keeps_the_claim() {
+    let h = Harness::new(Drain::Hang).await;
+    let thread = h.thread(None).await;
+    h.drains.hang_opens();
+    let exec = h.execution();
+    let run = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_opens(1).await;
+
+    // Only the execution service stops here: nothing else ends the hanging open.
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    // Paused time jumps ahead while the store's writer thread works, so the wait
+    // for the run's end is bounded in real time (10 s), by yielding.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while exec.is_active(&thread) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run kept waiting for its open after the shutdown"
+        );
+        tokio::task::yield_now().await;
+    }
+
+    let run = h.store.get_run(&run.id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Interrupted, "{run:?}");
+    assert_eq!(run.error.unwrap().code.as_deref(), Some("shutdown"));
+    let t = h.get(&thread).await;
+    assert!(t.is_claimed(), "{t:?}");
+}
+
+/// The app shuts the manager down too: an open it stops (or refuses) under a run the
+/// shutdown interrupted is that interruption, not a `provider.open` failure.
+#[tokio::test(start_paused = true)]
+async fn exec_09_an_open_stopped_by_the_manager_shutdown_keeps_the_claim() {
+    let h = Harness::new(Drain::Hang).await;
+    let thread = h.thread(None).await;
+    h.drains.hang_opens();
+    let exec = h.execution();
+    exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_opens(1).await;
+    exec.manager().shutdown().await;
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    exec.await_idle(&thread).await;
+    let t = h.get(&thread).await;
+    assert!(t.is_claimed(), "{t:?}");
+    let p = h.projection(&thread).await;
+    assert_eq!(p.runs[0].status, RunStatus::Interrupted, "{:?}", p.runs[0]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn exec_05_a_user_interrupt_releases_the_claim() {
     let h = Harness::new(Drain::Hang).await;
@@ -271,6 +322,100 @@ async fn exec_05_a_user_interrupt_releases_the_claim() {
         .unwrap();
     assert!(report.resumed.is_empty(), "{report:?}");
     assert_eq!(h.drains.started().len(), 2);
+}
+
+/// A user interrupt followed by a shutdown before the run's terminal is written keeps
+/// the user's reason: the claim is released and the stopped work is never resumed.
+#[tokio::test(start_paused = true)]
+async fn exec_05_user_interrupt_is_not_overwritten_by_shutdown() {
+    let h = Harness::new(Drain::Hang).await;
+    let thread = h.thread(None).await;
+    let exec = h.execution();
+    let run = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_started(1).await;
+
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    // Ctrl-C right after: the app calls shutdown (twice) before the terminal lands.
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    exec.shutdown(std::time::Duration::from_secs(30)).await;
+    exec.await_idle(&thread).await;
+
+    let run = h.store.get_run(&run.id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Interrupted);
+    assert_eq!(run.error.unwrap().code.as_deref(), Some("user"));
+    let t = h.get(&thread).await;
+    assert!(
+        !t.is_claimed(),
+        "user-interrupted work must not be resumed: {t:?}"
+    );
+    let next = h.execution();
+    let report = h
+        .restart(&next, 10)
+        .resume_suspended_threads()
+        .await
+        .unwrap();
+    assert!(report.resumed.is_empty(), "{report:?}");
+}
+
+/// A panic while driving a run frees the thread: `await_idle` returns, and the next
+/// message starts a run (no `run_in_progress` until restart); the panicked run is
+/// settled by that next run.
+#[tokio::test(start_paused = true)]
+async fn exec_04_a_panicking_drive_frees_the_thread() {
+    let h = Harness::new(Drain::Complete).await;
+    let thread = h.thread(None).await;
+    h.drains.plan(&thread, Drain::Panic);
+    let exec = h.execution();
+    let first = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_started(1).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while exec.is_active(&thread) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the thread stayed active after its drive panicked"
+        );
+        tokio::task::yield_now().await;
+    }
+    exec.await_idle(&thread).await;
+
+    h.drains.plan(&thread, Drain::Complete);
+    let second = exec.start_run(&thread, "two".into()).await.unwrap();
+    exec.await_idle(&thread).await;
+    let p = h.projection(&thread).await;
+    let status = |id: &RunId| p.runs.iter().find(|r| &r.id == id).unwrap().status;
+    assert_eq!(status(&second.id), RunStatus::Completed);
+    assert_ne!(status(&first.id), RunStatus::Running, "{:?}", p.runs);
+    exec.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+/// A runtime that never answers the interrupt does not keep a user-interrupted run
+/// from ending: the interrupt call is time-boxed by the interrupt grace, the run ends
+/// `interrupted{user}` and its claim is released.
+#[tokio::test(start_paused = true)]
+async fn exec_05_a_runtime_deaf_to_the_interrupt_still_ends_the_run() {
+    let h = Harness::new(Drain::Deaf).await;
+    let thread = h.thread(None).await;
+    let exec = h.execution();
+    let run = exec.start_run(&thread, "one".into()).await.unwrap();
+    h.drains.wait_started(1).await;
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    // Virtual time moves in small steps; the wait is bounded in real time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while exec.is_active(&thread) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run waited for the runtime's interrupt answer"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let run = h.store.get_run(&run.id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Interrupted);
+    assert_eq!(run.error.unwrap().code.as_deref(), Some("user"));
+    assert!(!h.get(&thread).await.is_claimed());
 }
 
 #[tokio::test(start_paused = true)]

@@ -413,3 +413,34 @@ async fn describe_shows_busy_turns_idle_deadlines_and_pins() {
         .unwrap();
     assert!(ia.pinned_since.is_some(), "pending work pins it");
 }
+
+/// An open that joins a live shared session while its idle release comes due (the
+/// join's attach write is still in flight) gets a live session: the released entry is
+/// noticed after the touch and a fresh session is opened, so the first turn does not
+/// fail with `SessionGone`.
+#[tokio::test(start_paused = true)]
+async fn mgr_20_an_open_racing_a_due_idle_release_returns_a_live_session() {
+    let h = Harness::new(
+        FakeBehaviour {
+            shared: true,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .await;
+    let (a, b) = (h.thread().await, h.thread().await);
+    h.open(&shared(), &a).await;
+    let pause = h.flaky.pause(WriteKind::Attach);
+    let manager = h.manager.clone();
+    let request = h.request(&shared(), &b);
+    let join = tokio::spawn(async move { manager.open(request).await });
+    pause.reached().await;
+    // The idle window passes while b's attach is being written: the session goes.
+    tokio::time::sleep(ms(1500)).await;
+    assert!(!h.manager.is_live(&shared()), "released while b attached");
+    h.flaky.unpause(WriteKind::Attach);
+    pause.resume();
+    let handle = join.await.unwrap().unwrap();
+    assert!(h.manager.is_live(&shared()), "a fresh session was opened");
+    handle.start_turn(turn(&b, 1)).await.unwrap();
+}

@@ -366,3 +366,33 @@ async fn an_unload_that_hangs_is_time_boxed() {
     );
     assert!(h.manager.is_live(&shared()));
 }
+
+/// A runtime that never answers the interrupt does not hang a detach: the interrupt
+/// is time-boxed (`INTERRUPT_TIMEOUT`) and the thread is detached.
+#[tokio::test(start_paused = true)]
+async fn mgr_12_detach_time_boxes_an_interrupt_the_runtime_never_answers() {
+    let mut behaviour = shared_behaviour();
+    behaviour.interrupt_hangs = true;
+    let h = Harness::new(behaviour, |o| o.idle_timeout = Duration::from_secs(3600)).await;
+    let (a, b) = (h.thread().await, h.thread().await);
+    h.open(&shared(), &a).await;
+    let handle = h.open(&shared(), &b).await;
+    h.adapter
+        .session(&shared())
+        .unwrap()
+        .push(AdapterEvent::ProviderTurnUpdated(provider_turn(
+            &a,
+            &shared(),
+            ProviderTurnStatus::Running,
+        )));
+    settle().await;
+    tokio::time::timeout(
+        INTERRUPT_TIMEOUT + Duration::from_secs(5),
+        h.manager.detach(&shared(), &a, None, false),
+    )
+    .await
+    .expect("the detach waited for the runtime's interrupt answer")
+    .unwrap();
+    assert_eq!(h.adapter.state().interrupt_count(), 1);
+    assert_eq!(handle.attached_threads(), vec![b.clone()]);
+}

@@ -75,3 +75,42 @@ async fn the_stall_watchdog_is_off_when_its_limit_is_zero() {
     assert!(h.manager.is_live(&exclusive(&t)));
     assert_eq!(h.adapter.state().interrupt_count(), 0);
 }
+
+/// A stalled turn whose runtime does not even answer the interrupt: the interrupt is
+/// time-boxed (`INTERRUPT_TIMEOUT`), the synthetic terminal still goes out, and the
+/// unresponsive exclusive session is released with status `error`.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_turn_whose_runtime_ignores_the_interrupt_is_ended_and_released() {
+    let h = Harness::new(
+        FakeBehaviour {
+            interrupt_hangs: true,
+            ..Default::default()
+        },
+        |o| {
+            o.turn_stall_timeout = secs(5);
+            o.idle_timeout = secs(3600);
+        },
+    )
+    .await;
+    let t = h.thread().await;
+    let handle = h.open(&exclusive(&t), &t).await;
+    let mut events = handle.subscribe_events();
+    handle.start_turn(turn(&t, 1)).await.unwrap();
+    tokio::time::sleep(secs(5) + INTERRUPT_TIMEOUT + secs(1)).await;
+    assert_eq!(h.adapter.state().interrupt_count(), 1);
+    match tokio::time::timeout(secs(60), events.next()).await {
+        Ok(Some(Ok(AdapterEvent::TurnTerminal {
+            outcome: TurnOutcome::Failed { error },
+            ..
+        }))) => assert_eq!(error.error_type, STALLED_ERROR_TYPE),
+        other => panic!("expected the stalled terminal, got {other:?}"),
+    }
+    wait_until(secs(5), "the unresponsive session's release", || {
+        !h.manager.is_live(&exclusive(&t))
+    })
+    .await;
+    wait_until_async(secs(5), "the error status", || async {
+        h.session_status(&exclusive(&t)).await == Some(SessionStatus::Error)
+    })
+    .await;
+}

@@ -46,14 +46,14 @@ impl SessionStopper for FakeStopper {
         &self,
         thread: &ThreadId,
         session: &ProviderSessionId,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<StopOutcome, RuntimeError> {
         self.calls
             .lock()
             .unwrap()
             .push((thread.clone(), session.clone()));
         let plan = self.plans.lock().unwrap().get(thread).copied();
         match plan.unwrap_or(Stop::Ok) {
-            Stop::Ok => Ok(()),
+            Stop::Ok => Ok(StopOutcome::Stopped),
             Stop::Fail => Err(RuntimeError::Internal("the runtime refused to stop".into())),
             Stop::Panic => panic!("stop defect"),
         }

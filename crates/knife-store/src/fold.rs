@@ -190,14 +190,19 @@ pub(crate) fn apply_event(
                         text(s.provider_instance_id.as_str()),
                     ),
                     ("status", enum_text(&s.status)?),
-                    (
-                        "last_seen_at_us",
-                        Value::Integer(s.updated_at.timestamp_micros()),
-                    ),
                 ],
                 s,
                 seq,
             )?;
+            // Last-seen only moves forward: a record written with an older
+            // `updated_at` (a thread joining a shared session) must not make a live
+            // session look stale to the reaper.
+            conn.prepare_cached(
+                "UPDATE provider_sessions \
+                 SET last_seen_at_us = MAX(COALESCE(last_seen_at_us, ?2), ?2) \
+                 WHERE id = ?1",
+            )?
+            .execute(params![s.id.as_str(), s.updated_at.timestamp_micros()])?;
             if let (EventBody::ProviderSessionAttached(_), Some(thread)) =
                 (&stored.event.body, thread)
             {

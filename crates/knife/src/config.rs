@@ -119,8 +119,19 @@ pub struct ServerConfig {
     pub max_resume_attempts: Option<u32>,
 }
 
+/// Longest duration any `*_secs` key accepts: 30 days. Larger values are clamped to it
+/// (a timer that far out is "never" in practice, and unbounded values overflow the
+/// monotonic clock).
+pub const MAX_DURATION_SECS: u64 = 30 * 24 * 60 * 60;
+
+/// `secs` seconds, clamped to [`MAX_DURATION_SECS`].
+pub fn clamped_secs(secs: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(secs.min(MAX_DURATION_SECS))
+}
+
 /// `[sessions]`: how long provider sessions live (SPEC.md MGR) and how the reaper
-/// finds stale ones (REAP). Every key is optional; seconds.
+/// finds stale ones (REAP). Every key is optional; seconds, at most
+/// [`MAX_DURATION_SECS`] (30 days; larger values are clamped).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsConfig {
@@ -141,29 +152,27 @@ pub struct SessionsConfig {
 impl SessionsConfig {
     /// The session manager's options (defaults for unset keys; no MCP).
     pub fn manager_options(&self) -> knife_runtime::SessionManagerOptions {
-        use std::time::Duration;
         let mut options = knife_runtime::SessionManagerOptions::default();
         if let Some(s) = self.idle_timeout_secs {
-            options.idle_timeout = Duration::from_secs(s);
+            options.idle_timeout = clamped_secs(s);
         }
         if let Some(s) = self.max_idle_pin_secs {
-            options.max_idle_pin = Duration::from_secs(s);
+            options.max_idle_pin = clamped_secs(s);
         }
         if let Some(s) = self.turn_stall_timeout_secs {
-            options.turn_stall_timeout = Duration::from_secs(s);
+            options.turn_stall_timeout = clamped_secs(s);
         }
         options
     }
 
     /// The reaper's options (defaults for unset keys).
     pub fn reaper_options(&self) -> knife_runtime::reaper::ReaperOptions {
-        use std::time::Duration;
         let mut options = knife_runtime::reaper::ReaperOptions::default();
         if let Some(s) = self.sweep_interval_secs {
-            options.sweep_interval = Duration::from_secs(s.max(1));
+            options.sweep_interval = clamped_secs(s.max(1));
         }
         if let Some(s) = self.inactivity_threshold_secs {
-            options.inactivity_threshold = Duration::from_secs(s);
+            options.inactivity_threshold = clamped_secs(s);
         }
         options
     }
@@ -549,6 +558,35 @@ mod tests {
         assert_eq!(r.inactivity_threshold, Duration::from_secs(8));
         let err = toml::from_str::<Config>("[sessions]\nidle_timeout = 5\n").unwrap_err();
         assert!(err.to_string().contains("idle_timeout"), "{err}");
+    }
+
+    /// Huge durations are clamped to 30 days instead of overflowing `Instant + d`.
+    #[test]
+    fn mgr_20_huge_session_durations_are_clamped_to_30_days() {
+        let c: Config = toml::from_str(&format!(
+            "[sessions]\nidle_timeout_secs = {max}\nmax_idle_pin_secs = {max}\n\
+             turn_stall_timeout_secs = {max}\nsweep_interval_secs = {max}\n\
+             inactivity_threshold_secs = {max}\n\n\
+             [providers.a]\ndriver='openai-chat'\nbase_url='x'\nmodel='m'\n\
+             connect_timeout_secs = {max}\nidle_timeout_secs = {max}\n",
+            max = u64::MAX
+        ))
+        .unwrap();
+        let limit = std::time::Duration::from_secs(MAX_DURATION_SECS);
+        let m = c.sessions.manager_options();
+        let r = c.sessions.reaper_options();
+        for d in [
+            m.idle_timeout,
+            m.max_idle_pin,
+            m.turn_stall_timeout,
+            r.sweep_interval,
+            r.inactivity_threshold,
+        ] {
+            assert_eq!(d, limit);
+            assert!(tokio::time::Instant::now().checked_add(d).is_some());
+        }
+        let t = crate::providers::timeouts(&c.providers["a"]);
+        assert_eq!((t.connect, t.idle), (limit, limit));
     }
 
     #[test]

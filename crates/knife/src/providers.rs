@@ -2,7 +2,6 @@
 //! `[providers.<id>]`; drivers listed in [`crate::config::DRIVERS`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::bail;
 use knife_llm::LlmClient;
@@ -14,14 +13,15 @@ use knife_llm::openai_responses::OpenAiResponsesClient;
 use crate::config::ProviderConfig;
 
 /// The HTTP timeouts of an instance: 10 s to connect and 300 s of silence unless
-/// `connect_timeout_secs` / `idle_timeout_secs` say otherwise (at least 1 s).
+/// `connect_timeout_secs` / `idle_timeout_secs` say otherwise (at least 1 s, at most
+/// [`crate::config::MAX_DURATION_SECS`]).
 pub fn timeouts(p: &ProviderConfig) -> HttpTimeouts {
     let mut timeouts = HttpTimeouts::default();
     if let Some(secs) = p.connect_timeout_secs {
-        timeouts.connect = Duration::from_secs(secs.max(1));
+        timeouts.connect = crate::config::clamped_secs(secs.max(1));
     }
     if let Some(secs) = p.idle_timeout_secs {
-        timeouts.idle = Duration::from_secs(secs.max(1));
+        timeouts.idle = crate::config::clamped_secs(secs.max(1));
     }
     timeouts
 }

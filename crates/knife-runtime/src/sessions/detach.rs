@@ -4,7 +4,7 @@
 use knife_protocol::*;
 
 use super::store::WriteKind;
-use super::{ReleaseReason, SessionError, SessionManager, idle, release};
+use super::{INTERRUPT_TIMEOUT, ReleaseReason, SessionError, SessionManager, idle, release};
 use crate::adapter::InterruptReason;
 
 impl SessionManager {
@@ -45,13 +45,22 @@ impl SessionManager {
                 let running = projection.provider_turns.iter().any(|t| {
                     t.provider_session_id == *id && t.status == ProviderTurnStatus::Running
                 });
-                if running
-                    && let Err(e) = entry
-                        .runtime
-                        .interrupt_turn(thread, InterruptReason::User)
-                        .await
-                {
-                    tracing::warn!(session = %id, %thread, error = %e, "interrupt on detach failed");
+                if running {
+                    // Time-boxed: a runtime that does not answer must not hang the detach.
+                    match tokio::time::timeout(
+                        INTERRUPT_TIMEOUT,
+                        entry.runtime.interrupt_turn(thread, InterruptReason::User),
+                    )
+                    .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(session = %id, %thread, error = %e, "interrupt on detach failed");
+                        }
+                        Err(_) => {
+                            tracing::warn!(session = %id, %thread, "the runtime did not answer the interrupt on detach");
+                        }
+                    }
                 }
             }
         }

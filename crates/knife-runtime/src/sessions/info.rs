@@ -27,14 +27,13 @@ impl SessionManager {
         let now = Instant::now();
         let wall = self.inner.clock.now();
         // Instants are monotonic; wall-clock times are derived from "now" on both clocks.
-        let to_wall = |at: Instant| -> Timestamp {
-            let delta = |d: std::time::Duration| {
-                chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-            };
+        // `None` when the time is not representable (a huge configured timeout).
+        let to_wall = |at: Instant| -> Option<Timestamp> {
+            let delta = |d: std::time::Duration| chrono::Duration::from_std(d).ok();
             if at >= now {
-                wall + delta(at - now)
+                wall.checked_add_signed(delta(at - now)?)
             } else {
-                wall - delta(now - at)
+                wall.checked_sub_signed(delta(now - at)?)
             }
         };
         let idle_timeout = self.inner.options.idle_timeout;
@@ -71,9 +70,11 @@ impl SessionManager {
                     idle_deadline: if st.is_busy() {
                         None
                     } else {
-                        st.idle_since.map(|since| to_wall(since + idle_timeout))
+                        st.idle_since
+                            .and_then(|since| since.checked_add(idle_timeout))
+                            .and_then(to_wall)
                     },
-                    pinned_since: st.pinned_since.map(to_wall),
+                    pinned_since: st.pinned_since.and_then(to_wall),
                 }
             })
             .collect();

@@ -66,6 +66,9 @@ pub const DEFAULT_MAX_IDLE_PIN: Duration = Duration::from_secs(4 * 60 * 60);
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time box for unloading one native thread: 10 s (MGR-12, MGR-14).
 pub const UNLOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time box of one `interrupt_turn` call into a runtime (the stuck-turn watchdog,
+/// detach): a runtime that does not answer must not hang its caller.
+pub const INTERRUPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default stuck-turn limit: a running turn with no adapter event for 15 min is
 /// interrupted and failed (issue 5 item 7); zero turns the watchdog off.
 pub const DEFAULT_TURN_STALL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -332,6 +335,11 @@ impl SessionManager {
             .find(Result::is_err)
             .unwrap_or(Ok(true))?;
         Ok(())
+    }
+
+    /// Whether [`Self::shutdown`] has begun (opens are refused from then on).
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.shutdown.is_cancelled()
     }
 
     /// Stops the manager (MGR-35..37): refuses new opens, stops opens in flight

@@ -99,9 +99,23 @@ impl SessionManager {
         let _open_lock = inner.open_locks.lock(&id).await;
 
         if let Some(entry) = inner.entry(&id) {
-            ensure_attached(inner, &entry, &thread).await?;
-            idle::touch(inner, &entry);
-            return Ok(SessionHandle::new(Arc::clone(inner), entry));
+            match ensure_attached(inner, &entry, &thread).await {
+                // Released while the attach waited: open a fresh session below.
+                Err(SessionError::SessionGone(_)) => {}
+                Err(e) => return Err(e),
+                Ok(_) => {
+                    idle::touch(inner, &entry);
+                    // A due idle release may have removed the entry before the touch
+                    // (it does not take the open lock). Re-checked after the touch:
+                    // either the release saw the new generation and backs off, or
+                    // the entry is gone and a fresh session is opened (we still hold
+                    // the open lock, so no other open races this one).
+                    if !entry.state().removed {
+                        return Ok(SessionHandle::new(Arc::clone(inner), entry));
+                    }
+                    tracing::debug!(session = %id, %thread, "the session was released while it was being opened; opening a fresh one");
+                }
+            }
         }
 
         let driver = adapter.driver().to_owned();
@@ -448,11 +462,14 @@ pub(crate) async fn ensure_attached(
             .insert(thread.clone(), p.config.credential_id.clone());
         guard.credential = Some((p.config.credential_id.clone(), p.issued));
     }
-    let event = DomainEvent::new(
-        inner.clock.now(),
-        EventBody::ProviderSessionAttached(entry.record()),
-    )
-    .with_thread(thread);
+    // Stamped now: the attach is activity, and the record's last-seen time must not
+    // fall back to when the session was opened (the reaper reads it).
+    let now = inner.clock.now();
+    let mut record = entry.record();
+    record.updated_at = now;
+    entry.set_record(record.clone());
+    let event =
+        DomainEvent::new(now, EventBody::ProviderSessionAttached(record)).with_thread(thread);
     inner.store.write(WriteKind::Attach, vec![event]).await?;
     guard.armed = false;
     Ok(true)

@@ -7,7 +7,7 @@ use knife_protocol::*;
 use tokio::time::Instant;
 
 use super::entry::Entry;
-use super::{Inner, idle};
+use super::{INTERRUPT_TIMEOUT, Inner, ReleaseReason, idle, release};
 use crate::adapter::InterruptReason;
 
 /// `RunError::error_type` of a turn the watchdog ended.
@@ -26,7 +26,18 @@ pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
                 st.stall_task = None;
                 return;
             }
-            st.last_event.unwrap_or_else(Instant::now) + limit
+            // A limit too large to represent never fires.
+            match st
+                .last_event
+                .unwrap_or_else(Instant::now)
+                .checked_add(limit)
+            {
+                Some(deadline) => deadline,
+                None => {
+                    st.stall_task = None;
+                    return;
+                }
+            }
         };
         tokio::time::sleep_until(deadline).await;
         let stalled: Vec<_> = {
@@ -35,7 +46,10 @@ pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
                 st.stall_task = None;
                 return;
             }
-            if st.last_event.is_some_and(|at| at + limit > Instant::now()) {
+            if st
+                .last_event
+                .is_some_and(|at| at.checked_add(limit).is_none_or(|d| d > Instant::now()))
+            {
                 continue;
             }
             st.busy
@@ -56,14 +70,25 @@ pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
                 limit.as_secs()
             )
         };
+        let mut unresponsive = false;
         for (turn, busy) in stalled {
             tracing::warn!(session = %entry.id, thread = %busy.thread, %turn, "turn stalled; interrupting it");
-            if let Err(e) = entry
-                .runtime
-                .interrupt_turn(&busy.thread, InterruptReason::User)
-                .await
+            match tokio::time::timeout(
+                INTERRUPT_TIMEOUT,
+                entry
+                    .runtime
+                    .interrupt_turn(&busy.thread, InterruptReason::User),
+            )
+            .await
             {
-                tracing::warn!(session = %entry.id, error = %e, "interrupting a stalled turn failed");
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(session = %entry.id, error = %e, "interrupting a stalled turn failed");
+                }
+                Err(_) => {
+                    tracing::warn!(session = %entry.id, timeout_s = INTERRUPT_TIMEOUT.as_secs(), "the runtime did not answer the interrupt of a stalled turn");
+                    unresponsive = true;
+                }
             }
             let terminal = AdapterEvent::TurnTerminal {
                 thread_id: busy.thread.clone(),
@@ -76,6 +101,32 @@ pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
             };
             entry.subscribers().broadcast(&terminal);
             idle::mark_idle(&inner, &entry, &turn);
+        }
+        // A runtime that does not even answer an interrupt is released when it serves
+        // one thread only (as execution's `release_unresponsive` does), so the next
+        // message gets a fresh one. A shared runtime stays for the other threads.
+        if unresponsive && !entry.shared() {
+            let detail = format!(
+                "The provider runtime did not answer an interrupt within {} s after its \
+                 turn stalled; knife closed it. The next message starts a new one.",
+                INTERRUPT_TIMEOUT.as_secs()
+            );
+            let (inner2, entry2) = (Arc::clone(&inner), Arc::clone(&entry));
+            // Its own task: the release aborts this watchdog.
+            inner.tasks.spawn(async move {
+                if let Err(e) = release::release_entry(
+                    &inner2,
+                    entry2,
+                    ReleaseReason::RuntimeError,
+                    Some(detail),
+                    release::ReleaseOptions::default(),
+                )
+                .await
+                {
+                    tracing::warn!(error = %e, "could not release an unresponsive provider session");
+                }
+            });
+            return;
         }
     }
 }

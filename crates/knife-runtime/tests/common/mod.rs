@@ -26,6 +26,10 @@ pub enum Drain {
     Fail(RunError),
     /// Waits for [`Drains::release`], then completes; honours interrupts.
     Gated,
+    /// `start_turn` panics (a defect in the runtime or the driver).
+    Panic,
+    /// Never ends on its own, and `interrupt_turn` hangs forever (a deaf runtime).
+    Deaf,
 }
 
 /// A turn the fake runtime was asked to run.
@@ -44,6 +48,9 @@ pub struct Drains {
     started: Arc<Mutex<Vec<Started>>>,
     count: Arc<watch::Sender<usize>>,
     release: Arc<Notify>,
+    /// Opens hang (never finish) while set; counts the opens begun.
+    hang_opens: Arc<std::sync::atomic::AtomicBool>,
+    opens: Arc<watch::Sender<usize>>,
 }
 
 impl Drains {
@@ -54,7 +61,19 @@ impl Drains {
             started: Arc::default(),
             count: Arc::new(watch::Sender::new(0)),
             release: Arc::new(Notify::new()),
+            hang_opens: Arc::default(),
+            opens: Arc::new(watch::Sender::new(0)),
         }
+    }
+    /// Makes every later adapter open hang until it is cancelled.
+    pub fn hang_opens(&self) {
+        self.hang_opens
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// Waits until at least `n` adapter opens began.
+    pub async fn wait_opens(&self, n: usize) {
+        let mut rx = self.opens.subscribe();
+        rx.wait_for(|c| *c >= n).await.unwrap();
     }
     /// Plans `drain` for every turn of `thread`.
     pub fn plan(&self, thread: &ThreadId, drain: Drain) {
@@ -110,6 +129,14 @@ impl ProviderAdapter for FakeAdapter {
         &self,
         _input: OpenSessionInput,
     ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        self.drains.opens.send_modify(|c| *c += 1);
+        if self
+            .drains
+            .hang_opens
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            std::future::pending::<()>().await;
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Arc::new(FakeSession {
             drains: self.drains.clone(),
@@ -174,7 +201,8 @@ impl SessionRuntime for FakeSession {
             Drain::Fail(error) => {
                 let _ = tx.send(Ok(terminal_event(&input, TurnOutcome::Failed { error })));
             }
-            Drain::Hang => {}
+            Drain::Hang | Drain::Deaf => {}
+            Drain::Panic => panic!("the fake runtime panics on start_turn"),
             Drain::Gated => {
                 let release = self.drains.release.clone();
                 let notified = release.notified_owned();
@@ -193,6 +221,12 @@ impl SessionRuntime for FakeSession {
         reason: InterruptReason,
     ) -> Result<(), AdapterError> {
         let input = self.turn.lock().unwrap().clone();
+        if input
+            .as_ref()
+            .is_some_and(|i| self.drains.plan_of(&i.thread_id) == Drain::Deaf)
+        {
+            std::future::pending::<()>().await;
+        }
         if let (Some(input), Some(tx)) = (input, self.tx.lock().unwrap().clone()) {
             let _ = tx.send(Ok(terminal_event(
                 &input,

@@ -51,6 +51,8 @@ pub struct FakeBehaviour {
     pub process_stop_hangs: bool,
     /// `close` hangs forever after signalling [`FakeState::close_reached`] (MGR-33).
     pub close_hangs: bool,
+    /// `interrupt_turn` hangs forever (after counting the interrupt).
+    pub interrupt_hangs: bool,
     /// Runs at the start of every open (after spawn-before-open), with its input.
     pub before_open: Option<OpenHook>,
     /// Runs in `start_turn` before the turn is accepted.
@@ -306,6 +308,9 @@ impl SessionRuntime for FakeSession {
         _reason: InterruptReason,
     ) -> Result<(), AdapterError> {
         self.adapter.state.interrupts.fetch_add(1, Ordering::SeqCst);
+        if self.adapter.behaviour().interrupt_hangs {
+            std::future::pending::<()>().await;
+        }
         Ok(())
     }
 
