@@ -385,3 +385,15 @@ pub fn raw_tool_item(n: u64, id: &str, tool: &str, input: Value, error: Option<&
         },
     )
 }
+
+/// The contents of the `Tool` messages of a request, in order.
+pub fn tool_results(request: &LlmRequest) -> Vec<String> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,423 @@
+//! Driving one run's turn: open the session, start the turn, follow the session's
+//! events until the turn's first `TurnTerminal` (honouring interrupts and the grace
+//! deadline), then write the run's terminal state and claim (EXEC-01/02/04/05/09).
+
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use knife_protocol::*;
+
+use super::*;
+use crate::sessions::{OpenRequest, SessionHandle};
+
+impl ExecutionService {
+    pub(super) async fn drive(&self, ctx: RunContext) {
+        let Ended {
+            outcome,
+            usage,
+            teardown,
+        } = self.run_turn(&ctx).await;
+        ctx.finishing.store(true, Ordering::SeqCst);
+        // The terminal write must land, or the thread stays "running" in the store
+        // until the next boot: retry a few times (a full disk may free up), then
+        // leave it to `create_run`, which settles a stale active run it finds.
+        for (attempt, backoff_ms) in [0u64, 200, 1000, 5000].into_iter().enumerate() {
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            match self
+                .finalize(&ctx, outcome.clone(), usage.clone(), teardown)
+                .await
+            {
+                Ok(()) => return,
+                Err(e) => tracing::error!(
+                    thread = %ctx.thread.id, run = %ctx.run.id, attempt = attempt + 1, error = %e,
+                    "could not record the end of the run"
+                ),
+            }
+        }
+    }
+
+    /// Waits (up to [`FINISH_WAIT`]) for a run of `thread` whose turn already ended
+    /// to write its terminal state, so a message sent right after a run's last
+    /// event is accepted rather than refused with `RunInProgress`.
+    pub(super) async fn wait_if_finishing(&self, thread: &ThreadId) {
+        let done = lock(&self.inner.active)
+            .get(thread)
+            .filter(|r| r.finishing.load(Ordering::SeqCst))
+            .map(|r| r.done.clone());
+        if let Some(mut done) = done {
+            let _ = tokio::time::timeout(FINISH_WAIT, done.wait_for(|d| *d)).await;
+        }
+    }
+
+    async fn run_turn(&self, ctx: &RunContext) -> Ended {
+        let inner = &self.inner;
+        let history = match inner.store.thread_projection(&ctx.thread.id).await {
+            Ok(Some(p)) => p
+                .turn_items
+                .into_iter()
+                .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
+                .collect(),
+            Ok(None) => Vec::new(),
+            Err(e) => return Ended::failed("store", e.to_string(), false),
+        };
+        // Interrupted while the run was being created: no session, no model call.
+        if ctx.cancel.is_cancelled() {
+            return Ended::interrupted(ctx);
+        }
+        let instance = &ctx.thread.provider_instance_id;
+        // One session per thread unless the adapter declares shared sessions.
+        let session_id = match inner.manager.capabilities(instance) {
+            Some(caps) if caps.shared_sessions => ProviderSessionId::shared(instance),
+            _ => ProviderSessionId::exclusive(instance, &ctx.thread.id),
+        };
+        let mut request = OpenRequest::new(
+            session_id,
+            ctx.thread.id.clone(),
+            instance.clone(),
+            &ctx.root,
+        );
+        request.model = ctx.thread.model.clone();
+        // An interrupt (or shutdown) during the open ends the run at once; the
+        // dropped open cleans up after itself (MGR-04).
+        let opened = tokio::select! {
+            opened = inner.manager.open(request) => opened,
+            _ = ctx.cancel.cancelled() => return Ended::interrupted(ctx),
+        };
+        let handle = match opened {
+            Ok(h) => h,
+            Err(e) => {
+                let teardown = self.is_teardown(&e);
+                return Ended::failed("provider.open", e.to_string(), teardown);
+            }
+        };
+        *lock(&ctx.session) = Some(handle.clone());
+        let provider_turn_id = ProviderTurnId::for_run(&ctx.run.id, 1);
+        let input = StartTurnInput {
+            thread_id: ctx.thread.id.clone(),
+            run_id: ctx.run.id.clone(),
+            run_ordinal: ctx.run.ordinal,
+            provider_turn_id: provider_turn_id.clone(),
+            attempt: 1,
+            text: ctx.text.clone(),
+            history,
+            model: ctx.thread.model.clone(),
+        };
+        // Subscribed before the turn starts, so no event of the turn is missed.
+        let mut events = handle.subscribe_events();
+        let result = if ctx.cancel.is_cancelled() {
+            Ended::interrupted(ctx)
+        } else {
+            let started = tokio::select! {
+                started = handle.start_turn(input) => Some(started),
+                _ = ctx.cancel.cancelled() => None,
+            };
+            match started {
+                Some(Ok(())) => {
+                    self.follow(ctx, &handle, &mut events, &provider_turn_id)
+                        .await
+                }
+                Some(Err(e)) => {
+                    let teardown = self.is_teardown(&e);
+                    Ended::failed("provider.runtime", e.to_string(), teardown)
+                }
+                // Cancelled while the runtime was accepting the turn: it may have
+                // begun it, so it is asked to stop (time-boxed) before the run ends.
+                None => {
+                    self.interrupt_runtime(ctx, &handle).await;
+                    Ended::interrupted(ctx)
+                }
+            }
+        };
+        lock(&ctx.session).take();
+        result
+    }
+
+    /// Follows the session's events until the first `TurnTerminal` of `turn` (the
+    /// stuck-turn watchdog's synthetic terminal or the runtime's; a later duplicate is
+    /// ignored). The manager's pump has persisted every event before it arrives here.
+    /// An interrupt is passed to the runtime through the handle; if no terminal comes
+    /// within the interrupt grace, the run ends interrupted anyway.
+    async fn follow(
+        &self,
+        ctx: &RunContext,
+        handle: &SessionHandle,
+        events: &mut EventStream,
+        turn: &ProviderTurnId,
+    ) -> Ended {
+        let inner = &self.inner;
+        let mut grace_deadline: Option<tokio::time::Instant> = None;
+        loop {
+            let next = tokio::select! {
+                next = events.next() => next,
+                _ = ctx.cancel.cancelled(), if grace_deadline.is_none() => {
+                    let deadline = tokio::time::Instant::now() + inner.interrupt_grace;
+                    grace_deadline = Some(deadline);
+                    // Time-boxed by the same grace: a runtime that hangs on the
+                    // interrupt must not keep the run from ending.
+                    if tokio::time::timeout_at(deadline, self.interrupt_runtime(ctx, handle))
+                        .await
+                        .is_err()
+                    {
+                        self.release_unresponsive(ctx, handle);
+                        return Ended::interrupted(ctx);
+                    }
+                    continue;
+                }
+                _ = sleep_until_opt(grace_deadline) => {
+                    self.release_unresponsive(ctx, handle);
+                    return Ended::interrupted(ctx);
+                }
+            };
+            match next {
+                // The session ended without error: released by a shutdown or stopped
+                // by the provider before this turn's terminal.
+                None if ctx.cancel.is_cancelled() => return Ended::interrupted(ctx),
+                // A session torn down under the turn (a shutdown's release, a broken
+                // stream): a teardown failure, interrupted(shutdown) if that is why.
+                None => {
+                    return Ended::failed(
+                        "provider.runtime",
+                        "the agent runtime stopped before finishing the turn".into(),
+                        true,
+                    );
+                }
+                Some(Err(e)) => return Ended::failed("provider.runtime", e.to_string(), true),
+                Some(Ok(AdapterEvent::TurnTerminal {
+                    provider_turn_id,
+                    outcome,
+                    usage,
+                    ..
+                })) if &provider_turn_id == turn => {
+                    return Ended {
+                        outcome,
+                        usage,
+                        teardown: false,
+                    };
+                }
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Whether `e` is what a session torn down by a shutdown looks like to a run:
+    /// the manager refusing or stopping the open, or the session gone under it.
+    fn is_teardown(&self, e: &crate::sessions::SessionError) -> bool {
+        use crate::sessions::SessionError as E;
+        match e {
+            E::ShuttingDown | E::SessionGone(_) | E::Runtime(AdapterError::Closed) => true,
+            E::Open(_) => self.inner.manager.is_shutting_down(),
+            _ => false,
+        }
+    }
+
+    /// Asks the runtime to stop the thread's turn, time-boxed by the interrupt grace:
+    /// a runtime that does not answer must not keep the run from ending.
+    async fn interrupt_runtime(&self, ctx: &RunContext, handle: &SessionHandle) {
+        let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
+        match tokio::time::timeout(
+            self.inner.interrupt_grace,
+            handle.interrupt_turn(&ctx.thread.id, why),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(thread = %ctx.thread.id, error = %e, "the runtime refused the interrupt")
+            }
+            Err(_) => {
+                tracing::warn!(thread = %ctx.thread.id, "the runtime did not answer the interrupt within the grace")
+            }
+        }
+    }
+
+    /// The runtime did not end its turn within the interrupt grace: an exclusive
+    /// session is released in the background (reason `runtime_error`), so the thread's
+    /// next message gets a fresh runtime instead of one still busy with the old turn.
+    /// A shared session is left alone (other threads' turns run on it); the stuck-turn
+    /// watchdog ends the turn there.
+    fn release_unresponsive(&self, ctx: &RunContext, handle: &SessionHandle) {
+        if handle.session().capabilities.shared_sessions {
+            return;
+        }
+        let manager = self.inner.manager.clone();
+        let id = handle.id().clone();
+        let thread = ctx.thread.id.clone();
+        let detail = format!(
+            "The provider runtime did not stop its turn within the interrupt grace of {:.1} s; \
+             knife closed it. The next message starts a new one.",
+            self.inner.interrupt_grace.as_secs_f64()
+        );
+        tokio::spawn(async move {
+            if let Err(e) = manager
+                .release(
+                    &id,
+                    crate::sessions::ReleaseReason::RuntimeError,
+                    Some(detail),
+                )
+                .await
+            {
+                tracing::warn!(%thread, session = %id, error = %e, "could not release an unresponsive provider session");
+            }
+        });
+    }
+
+    /// Writes the run's terminal state, an error item when it failed, and the idle
+    /// thread, in one transaction. The terminal is classified by
+    /// [`crate::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
+    /// that same transaction unless the run was interrupted by a shutdown (EXEC-04/05).
+    /// A failure caused by a teardown (`teardown`: the open refused or stopped, the
+    /// session gone, its stream ended or broken) of a run the shutdown interrupted, or
+    /// of any run while the manager shuts down, is that interruption,
+    /// `interrupted{shutdown}`, so its claim survives (EXEC-04/09).
+    async fn finalize(
+        &self,
+        ctx: &RunContext,
+        outcome: TurnOutcome,
+        usage: Option<TokenUsage>,
+        teardown: bool,
+    ) -> Result<(), RuntimeError> {
+        let store = &self.inner.store;
+        let now = self.inner.clock.now();
+        let mut run = ctx.run.clone();
+        run.completed_at = Some(now);
+        run.usage = usage;
+        let mut thread = store
+            .get_thread(&ctx.thread.id)
+            .await?
+            .unwrap_or_else(|| ctx.thread.clone());
+        thread.active_run_id = None;
+        thread.updated_at = now;
+        // A runtime that stopped without publishing `idle` (grace expiry, broken
+        // stream) must not leave the thread looking busy (PROC-09).
+        if thread.agent_status.is_some() {
+            thread.agent_status = Some(AgentStatus::Idle);
+        }
+        // Whatever the runtime left unfinished ends with the run (a grace expiry, a
+        // broken event stream or a failed write means its own settlement never came).
+        let mut events = match store.thread_projection(&ctx.thread.id).await? {
+            Some(p) => crate::recovery::settle_unfinished(&p, &run.id, now),
+            None => Vec::new(),
+        };
+        let reason = *lock(&ctx.reason);
+        // Nobody interrupted it but the manager is shutting down: the process is
+        // going away, which is a shutdown too (EXEC-02: no reason given = shutdown).
+        let shutdown = match reason {
+            Some(why) => why == InterruptReason::Shutdown,
+            None => self.inner.manager.is_shutting_down(),
+        };
+        let outcome = match outcome {
+            TurnOutcome::Failed { .. } if teardown && shutdown => TurnOutcome::Interrupted {
+                reason: InterruptReason::Shutdown.as_str().to_owned(),
+            },
+            outcome => outcome,
+        };
+        let terminal = terminal_of_outcome(outcome, reason);
+        if terminal.releases_claim() {
+            thread.release_claim();
+        }
+        let label = match &terminal {
+            Terminal::Succeeded => {
+                run.status = RunStatus::Completed;
+                thread.status = ThreadStatus::Idle;
+                "completed"
+            }
+            Terminal::Interrupted { reason } => {
+                run.status = RunStatus::Interrupted;
+                run.error = Some(RunError {
+                    code: Some(reason.as_str().to_owned()),
+                    ..RunError::new(
+                        "interrupted",
+                        format!("the run was interrupted ({})", reason.as_str()),
+                    )
+                });
+                thread.status = ThreadStatus::Idle;
+                "interrupted"
+            }
+            Terminal::Failed { error } => {
+                run.status = RunStatus::Failed;
+                run.error = Some(error.clone());
+                thread.status = ThreadStatus::Failed;
+                thread.last_error = Some(error.clone());
+                events.push(DomainEvent::new(
+                    now,
+                    EventBody::TurnItemUpdated(crate::runs::error_item(&run, error, now)),
+                ));
+                "failed"
+            }
+        };
+        let node_status = match run.status {
+            RunStatus::Completed => NodeStatus::Completed,
+            RunStatus::Interrupted => NodeStatus::Interrupted,
+            _ => NodeStatus::Failed,
+        };
+        events.insert(
+            0,
+            DomainEvent::new(
+                now,
+                EventBody::NodeUpdated(root_node(&run, node_status, now)),
+            ),
+        );
+        events.insert(0, DomainEvent::new(now, EventBody::RunUpdated(run.clone())));
+        let claimed = thread.is_claimed();
+        events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
+        store.write(events).await?;
+        metrics::counter!("knife_runs_total", "outcome" => label).increment(1);
+        let seconds = (now - run.requested_at).num_milliseconds().max(0) as f64 / 1000.0;
+        metrics::histogram!("knife_run_duration_seconds", "outcome" => label).record(seconds);
+        tracing::info!(
+            thread = %ctx.thread.id, run = %run.id, outcome = label, claim_kept = claimed,
+            "run finished"
+        );
+        Ok(())
+    }
+}
+
+type EventStream =
+    futures::stream::BoxStream<'static, Result<AdapterEvent, crate::sessions::SessionEventError>>;
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How a run's turn ended, before classification.
+struct Ended {
+    outcome: TurnOutcome,
+    usage: Option<TokenUsage>,
+    /// The failure (if any) came from the session being torn down under the run.
+    teardown: bool,
+}
+
+impl Ended {
+    fn interrupted(ctx: &RunContext) -> Self {
+        Self {
+            outcome: interrupted(ctx),
+            usage: None,
+            teardown: false,
+        }
+    }
+
+    fn failed(error_type: &str, message: String, teardown: bool) -> Self {
+        Self {
+            outcome: failed(error_type, message),
+            usage: None,
+            teardown,
+        }
+    }
+}
+
+/// The outcome of a run stopped by `interrupt` (reason from the request, default `user`).
+fn interrupted(ctx: &RunContext) -> TurnOutcome {
+    let why = lock(&ctx.reason).unwrap_or(InterruptReason::User);
+    TurnOutcome::Interrupted {
+        reason: why.as_str().to_owned(),
+    }
+}
+
+fn failed(error_type: &str, message: String) -> TurnOutcome {
+    TurnOutcome::Failed {
+        error: RunError::new(error_type, message),
+    }
+}
