@@ -133,6 +133,15 @@ pub struct ThreadProjection {
     pub mcp: Option<crate::McpCredentialInfo>,
 }
 
+/// `GET /api/events/latest`: the highest sequence in the whole event log (0 when
+/// empty). A client that subscribes to a thread with `after` set to it gets only
+/// what happens from now on (the web page's sidebar follows every thread's status
+/// this way without replaying their histories).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatestSequenceResponse {
+    pub sequence: u64,
+}
+
 /// JSON error body of every non-2xx API answer: `{"error": {"code", "message"}}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ApiErrorBody {

@@ -4,8 +4,10 @@
 //! `POST/GET /api/projects` (POST: 201 new, 200 when the folder is already a project), `POST/GET /api/threads`, `GET /api/threads/{id}`,
 //! `POST /api/threads/{id}/messages` (202, starts a run), `POST /api/threads/{id}/interrupt`,
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
+//! `GET /api/events/latest` (the log's highest sequence),
 //! `GET /api/sessions` (live provider sessions), `POST /api/sessions/{id}/close`,
-//! `GET /healthz`, `GET /metrics` (Prometheus text), `/mcp` (MCP streamable HTTP, see
+//! `GET /healthz`, `GET /metrics` (Prometheus text), the web page at `/` (assets
+//! under `/ui/`, embedded; see [`ui`]), `/mcp` (MCP streamable HTTP, see
 //! [`mcp`]; with debug tokens on, `POST|DELETE /api/threads/{id}/mcp-token`). Every error is JSON, including
 //! 404 for unknown paths (inside or outside `/api`), 405 for an unsupported method on a
 //! known path, and 400 for a malformed query string.
@@ -21,6 +23,7 @@ mod events;
 pub mod mcp;
 mod routes;
 mod sessions;
+pub mod ui;
 
 pub use error::ApiErr;
 pub use routes::router;

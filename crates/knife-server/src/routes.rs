@@ -19,7 +19,8 @@ use subtle::ConstantTimeEq;
 use crate::AppState;
 use crate::error::ApiErr;
 
-/// The full router: `/api/*`, `/healthz`, `/metrics`; every other path answers a JSON
+/// The full router: `/api/*`, `/healthz`, `/metrics`, the web page (`/` and
+/// `/ui/{file}`, public; see [`crate::ui`]); every other path answers a JSON
 /// 404 `not_found`, and a known path with an unsupported method a JSON 405
 /// `method_not_allowed` (with `Allow`).
 ///
@@ -40,6 +41,7 @@ pub fn router(state: AppState) -> Router {
             post(answer_request).get(get_request),
         )
         .route("/threads/{id}/events", get(crate::events::sse_events))
+        .route("/events/latest", get(latest_sequence))
         .route(
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),
@@ -71,6 +73,8 @@ pub fn router(state: AppState) -> Router {
         .merge(metrics)
         .merge(mcp)
         .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(crate::ui::index))
+        .route("/ui/{file}", get(crate::ui::asset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -82,7 +86,7 @@ async fn api_not_found() -> ApiErr {
 
 async fn not_found() -> ApiErr {
     ApiErr::not_found(
-        "no such page; the API is under /api (see the README), plus /healthz and /metrics",
+        "no such page; the web page is at /, the API under /api (see the README), plus /healthz and /metrics",
     )
 }
 
@@ -294,6 +298,15 @@ async fn answer_request(
         .respond_to_request(&id, &request_id, answer)
         .await?;
     Ok(Json(request))
+}
+
+/// `GET /api/events/latest`: the log's highest sequence (see [`LatestSequenceResponse`]).
+async fn latest_sequence(
+    State(s): State<AppState>,
+) -> Result<Json<LatestSequenceResponse>, ApiErr> {
+    Ok(Json(LatestSequenceResponse {
+        sequence: s.store.latest_sequence(None).await?,
+    }))
 }
 
 /// 404 for an unknown thread.

@@ -1,0 +1,139 @@
+// The page's access to knife: JSON over fetch (with the API token when the server
+// asks for one) and `LiveSocket`, a resumable WebSocket subscription to threads.
+
+const TOKEN_KEY = 'knife.apiToken';
+
+/** Thrown for a non-2xx answer; carries the API's `{error: {code, message}}`. */
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** The API token for this tab (sessionStorage: survives reloads, not the tab). */
+export function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || '';
+}
+
+export function setToken(value) {
+  if (value) sessionStorage.setItem(TOKEN_KEY, value);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+/** Called with the ApiError when the server answers 401 (set by the app). */
+let onUnauthorized = () => {};
+export function whenUnauthorized(fn) {
+  onUnauthorized = fn;
+}
+
+/** `fetch` of `/api{path}` with JSON in and out. Rejects with ApiError. */
+export async function api(path, { method = 'GET', body } = {}) {
+  const headers = { Accept: 'application/json' };
+  const t = token();
+  if (t) headers.Authorization = `Bearer ${t}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  let res;
+  try {
+    res = await fetch(`/api${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new ApiError(0, 'network', `knife is not reachable (${e.message}); is \`knife serve\` running?`);
+  }
+  const text = await res.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!res.ok) {
+    const err = json && json.error
+      ? new ApiError(res.status, json.error.code, json.error.message)
+      : new ApiError(res.status, 'http', `HTTP ${res.status}: ${text.slice(0, 200)}`);
+    if (res.status === 401) onUnauthorized(err);
+    throw err;
+  }
+  return json;
+}
+
+/**
+ * One WebSocket to `/api/ws` that keeps thread subscriptions alive across
+ * reconnects. Each subscription remembers the last sequence it delivered and
+ * resubscribes with `after` = that sequence, and events at or below it are dropped:
+ * across a reconnect the listener sees every event once, in order, with no gap.
+ *
+ * `onState(connected: boolean)` reports the connection state.
+ */
+export class LiveSocket {
+  constructor(onState = () => {}) {
+    this.subs = new Map(); // thread id -> {after, onEvent}
+    this.onState = onState;
+    this.ws = null;
+    this.closed = false;
+    this.backoff = 250;
+    this.connect();
+  }
+
+  connect() {
+    if (this.closed) return;
+    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const t = token();
+    const query = t ? `?token=${encodeURIComponent(t)}` : '';
+    const ws = new WebSocket(`${proto}//${location.host}/api/ws${query}`);
+    this.ws = ws;
+    ws.addEventListener('open', () => {
+      this.backoff = 250;
+      this.onState(true);
+      for (const [id, sub] of this.subs) this.send({ type: 'subscribe', thread_id: id, after: sub.after });
+    });
+    ws.addEventListener('message', (m) => this.receive(m.data));
+    ws.addEventListener('close', () => {
+      if (this.ws !== ws) return;
+      this.onState(false);
+      if (this.closed) return;
+      setTimeout(() => this.connect(), this.backoff);
+      this.backoff = Math.min(this.backoff * 2, 5000);
+    });
+  }
+
+  send(msg) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(msg));
+  }
+
+  receive(data) {
+    let msg;
+    try {
+      msg = JSON.parse(data);
+    } catch {
+      return;
+    }
+    if (msg.type !== 'event') return;
+    const ev = msg.event;
+    const sub = this.subs.get(ev.thread_id);
+    if (!sub || ev.sequence <= sub.after) return;
+    sub.after = ev.sequence;
+    sub.onEvent(ev);
+  }
+
+  /** Follows `threadId` from sequence `after` (exclusive); replaces an earlier subscription. */
+  subscribe(threadId, after, onEvent) {
+    this.subs.set(threadId, { after, onEvent });
+    this.send({ type: 'subscribe', thread_id: threadId, after });
+  }
+
+  unsubscribe(threadId) {
+    if (this.subs.delete(threadId)) this.send({ type: 'unsubscribe', thread_id: threadId });
+  }
+
+  /** Stops for good (no reconnect). */
+  close() {
+    this.closed = true;
+    this.subs.clear();
+    if (this.ws) this.ws.close();
+  }
+}

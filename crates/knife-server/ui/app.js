@@ -1,0 +1,88 @@
+// The page's entry point: layout, token prompt, hash routing between the views
+// (thread, events, approvals, sessions) and the live connection indicator.
+
+import { h, replace } from './dom.js';
+import { api, setToken, token, whenUnauthorized } from './api.js';
+import { Sidebar } from './sidebar.js';
+import { ThreadView } from './thread.js';
+import { EventsView } from './events.js';
+import { SessionsView } from './sessions.js';
+import { ApprovalsView } from './approvals.js';
+
+const main = h('main', { id: 'main' });
+const status = h('span', { class: 'conn', id: 'conn', title: 'live updates (WebSocket)' }, 'connecting…');
+let sidebar = null;
+let view = null;
+
+function nav() {
+  return h('nav', { class: 'top' },
+    h('a', { href: '#/', class: 'brand' }, 'knife'),
+    h('a', { href: '#/approvals', id: 'nav-approvals' }, 'Approvals'),
+    h('a', { href: '#/sessions', id: 'nav-sessions' }, 'Sessions'),
+    status);
+}
+
+/** Shows the token form (the server answered 401). */
+function askToken(reason) {
+  if (document.getElementById('token-form')) return;
+  const input = h('input', { type: 'password', id: 'token-input', autocomplete: 'off', placeholder: 'API token' });
+  const form = h('form', { id: 'token-form', class: 'token-form' },
+    h('h2', {}, 'This knife server needs its API token'),
+    h('p', {}, 'knife is listening beyond this machine, so every request must carry the token it was started with ($KNIFE_API_TOKEN, or the variable named by api_token_env). It is kept for this tab only.'),
+    token() ? h('p', { class: 'error' }, reason || 'The token was refused.') : null,
+    input,
+    h('button', { type: 'submit', id: 'token-submit' }, 'Continue'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    setToken(input.value.trim());
+    location.reload();
+  });
+  replace(document.getElementById('app'), form);
+  input.focus();
+}
+
+function route() {
+  if (view && view.destroy) view.destroy();
+  view = null;
+  const path = location.hash.replace(/^#\/?/, '').split('/');
+  const [kind, id, sub] = path;
+  if (kind === 'thread' && id) {
+    view = sub === 'events' ? new EventsView(decodeURIComponent(id)) : new ThreadView(decodeURIComponent(id), sidebar);
+  } else if (kind === 'sessions') {
+    view = new SessionsView();
+  } else if (kind === 'approvals') {
+    view = new ApprovalsView(sidebar);
+  }
+  sidebar.select(kind === 'thread' ? decodeURIComponent(id) : null);
+  for (const a of document.querySelectorAll('nav.top a')) {
+    a.classList.toggle('active', a.getAttribute('href') === `#/${kind || ''}`);
+  }
+  replace(main, view ? view.el : welcome());
+}
+
+function welcome() {
+  return h('section', { class: 'welcome' },
+    h('h1', {}, 'knife'),
+    h('p', {}, 'Pick a thread on the left, or add a project folder and start a thread in it.'),
+    h('p', { class: 'muted' }, 'Threads update live; approvals, sessions and the raw event log are one click away.'));
+}
+
+async function start() {
+  whenUnauthorized((err) => askToken(err.message));
+  try {
+    await api('/projects');
+  } catch (e) {
+    if (e.status === 401) return; // the token form is showing
+    replace(document.getElementById('app'), h('p', { class: 'error' }, e.message));
+    return;
+  }
+  sidebar = new Sidebar((connected) => {
+    status.textContent = connected ? 'live' : 'reconnecting…';
+    status.classList.toggle('ok', connected);
+  });
+  replace(document.getElementById('app'), nav(), h('div', { class: 'layout' }, sidebar.el, main));
+  window.addEventListener('hashchange', route);
+  route();
+}
+
+start();

@@ -1,0 +1,82 @@
+// One transcript item (a TurnItem of the API) as DOM: user messages, assistant
+// text (safe Markdown), reasoning (collapsed), tool calls, errors, compaction and
+// "continuing after restart" markers, approval cards.
+
+import { h, duration, clock, truncated } from './dom.js';
+import { markdown } from './markdown.js';
+import { approvalCard } from './approvals.js';
+
+/** How long an item ran ("1.2 s"), or how long it has been running. */
+function took(item) {
+  if (!item.started_at) return '';
+  const end = item.completed_at ? new Date(item.completed_at) : new Date();
+  const ms = end - new Date(item.started_at);
+  return item.completed_at ? duration(ms) : `${duration(ms)} so far`;
+}
+
+function pretty(value) {
+  if (typeof value === 'string') return value;
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+/**
+ * Renders `item`. `ctx.requests` maps request id -> RuntimeRequest; `ctx.answer`
+ * (request, decision, message) sends an approval answer.
+ */
+export function renderItem(item, ctx) {
+  const attrs = { class: `item item-${item.type} st-${item.status}`, dataset: { item: item.id, status: item.status } };
+  switch (item.type) {
+    case 'user_message':
+      if (item.origin === 'system') {
+        return h('div', { ...attrs, class: `${attrs.class} marker restart` },
+          h('span', { class: 'marker-label' }, `↻ ${item.description || 'Message from knife'}`),
+          h('details', {}, h('summary', {}, 'what knife told the agent'), h('pre', { class: 'plain' }, item.text)));
+      }
+      return h('div', attrs, h('div', { class: 'who' }, 'You'), h('div', { class: 'plain user-text' }, item.text));
+    case 'assistant_message':
+      return h('div', attrs, h('div', { class: 'who' }, 'Assistant', item.streaming ? h('span', { class: 'streaming' }, ' • streaming') : null,
+        item.status === 'interrupted' ? h('span', { class: 'badge' }, 'interrupted') : null),
+      markdown(item.text));
+    case 'reasoning':
+      return h('details', attrs,
+        h('summary', {}, item.streaming ? 'Reasoning… ' : 'Reasoning ', h('span', { class: 'muted' }, took(item))),
+        h('pre', { class: 'plain reasoning-text' }, item.text));
+    case 'tool_call':
+      return h('div', { ...attrs, class: `${attrs.class} card` },
+        h('div', { class: 'card-head' },
+          h('span', { class: 'tool-name' }, item.tool),
+          h('span', { class: `badge st-${item.status}` }, item.status),
+          h('span', { class: 'muted' }, took(item))),
+        h('div', { class: 'label' }, 'input'), truncated(pretty(item.input), 400, 'tool-input'),
+        item.output != null ? [h('div', { class: 'label' }, 'output'), truncated(item.output, 600, 'tool-output')] : null,
+        item.error != null ? [h('div', { class: 'label' }, 'error'), truncated(item.error, 600, 'tool-error error')] : null);
+    case 'error':
+      return h('div', { ...attrs, class: `${attrs.class} error-box` },
+        h('strong', {}, `Error (${item.error.type})`), ' ', h('span', { class: 'error-message' }, item.error.message),
+        item.error.http_status ? h('span', { class: 'muted' }, ` HTTP ${item.error.http_status}`) : null);
+    case 'compaction':
+      return h('div', { ...attrs, class: `${attrs.class} marker compaction` },
+        h('span', { class: 'marker-label' }, item.status === 'completed' ? '⇣ Conversation compacted' : '⇣ Compacting the conversation…'),
+        item.summary ? h('details', {}, h('summary', {}, 'summary'), markdown(item.summary)) : null);
+    case 'approval': {
+      const request = ctx.requests.get(item.request_id);
+      return h('div', attrs, approvalCard(item, request, ctx.answer));
+    }
+    default:
+      return h('div', attrs, h('pre', { class: 'plain' }, pretty(item)));
+  }
+}
+
+/** A short line about a run's end (interrupted, failed with its error). */
+export function runNote(run) {
+  if (run.status === 'interrupted') return h('div', { class: 'marker run-end', dataset: { run: run.id } }, `■ Run ${run.ordinal} interrupted at ${clock(run.completed_at)}`);
+  if (run.status === 'failed' && run.error) {
+    return h('div', { class: 'error-box run-end', dataset: { run: run.id } },
+      h('strong', {}, `Run ${run.ordinal} failed (${run.error.type}) `), h('span', { class: 'error-message' }, run.error.message));
+  }
+  return null;
+}

@@ -1,0 +1,86 @@
+// The sessions view: the live provider sessions (GET /api/sessions, re-read every
+// 2 s; the idle countdown ticks every second in between), each with a Close button.
+
+import { h, replace, clock, duration } from './dom.js';
+import { api } from './api.js';
+
+const POLL_MS = 2000;
+
+function countdown(s) {
+  if (s.busy_turns.length) return 'busy: no idle release while a turn runs';
+  if (!s.idle_deadline) return '—';
+  const ms = new Date(s.idle_deadline) - Date.now();
+  const pin = s.pinned_since ? ' (pinned: background work may defer it)' : '';
+  return ms > 0 ? `released in ${duration(ms)}${pin}` : `release due now${pin}`;
+}
+
+function capabilities(c) {
+  const on = Object.entries(c).filter(([, v]) => v).map(([k]) => k.replaceAll('_', ' '));
+  return on.length ? on.join(', ') : 'none';
+}
+
+export class SessionsView {
+  constructor() {
+    this.sessions = [];
+    this.list = h('div', { class: 'sessions-list' });
+    this.error = h('p', { class: 'error', hidden: true });
+    this.el = h('section', { class: 'view sessions-view' },
+      h('h2', {}, 'Live provider sessions'),
+      h('p', { class: 'muted' }, 'Each session is one live agent runtime. An idle session is released when its countdown ends; the thread’s next message opens a new one.'),
+      this.error, this.list);
+    this.poll = setInterval(() => this.load(), POLL_MS);
+    this.tick = setInterval(() => this.draw(), 1000);
+    this.load();
+  }
+
+  async load() {
+    try {
+      this.sessions = await api('/sessions');
+      this.error.hidden = true;
+    } catch (e) {
+      this.error.hidden = false;
+      this.error.textContent = e.message;
+    }
+    this.draw();
+  }
+
+  draw() {
+    if (!this.sessions.length) {
+      replace(this.list, h('p', { class: 'muted', id: 'no-sessions' }, 'No live sessions. Sending a message to a thread starts one.'));
+      return;
+    }
+    replace(this.list, this.sessions.map((s) => {
+      const close = h('button', { type: 'button', class: 'danger close-session', dataset: { session: s.provider_session_id } }, 'Close');
+      close.addEventListener('click', async () => {
+        close.disabled = true;
+        try {
+          await api(`/sessions/${encodeURIComponent(s.provider_session_id)}/close`, { method: 'POST', body: {} });
+          await this.load();
+        } catch (e) {
+          close.disabled = false;
+          this.error.hidden = false;
+          this.error.textContent = e.message;
+        }
+      });
+      const row = (label, value) => [h('dt', {}, label), h('dd', {}, value)];
+      return h('div', { class: 'card session', dataset: { session: s.provider_session_id } },
+        h('div', { class: 'card-head' }, h('span', { class: 'tool-name' }, s.provider_session_id),
+          h('span', { class: `badge st-${s.status}` }, s.status), close),
+        h('dl', {},
+          row('driver', s.driver),
+          row('instance', `${s.provider_instance_id}${s.model ? ` / ${s.model}` : ''}`),
+          row('folder', s.cwd),
+          row('threads', s.threads.length ? s.threads.map((t) => h('a', { href: `#/thread/${encodeURIComponent(t)}`, class: 'session-thread' }, t, ' ')) : 'none'),
+          row('busy turns', s.busy_turns.length ? s.busy_turns.join(', ') : 'none'),
+          row('idle release', h('span', { class: 'countdown' }, countdown(s))),
+          row('pinned since', s.pinned_since ? clock(s.pinned_since) : 'not pinned'),
+          row('capabilities', capabilities(s.capabilities)),
+          row('MCP', s.mcp_threads.length ? `credential held by ${s.mcp_threads.join(', ')}` : 'no MCP credential')));
+    }));
+  }
+
+  destroy() {
+    clearInterval(this.poll);
+    clearInterval(this.tick);
+  }
+}

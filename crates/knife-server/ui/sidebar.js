@@ -1,0 +1,208 @@
+// The sidebar: projects and their threads, newest activity first, with each
+// thread's live status. Statuses follow the WebSocket (one subscription per thread
+// from the log's current end, so no history is replayed); the lists themselves are
+// re-read every few seconds to pick up projects and threads made elsewhere.
+
+import { h, replace, clock } from './dom.js';
+import { api, LiveSocket } from './api.js';
+
+const REFRESH_MS = 4000;
+
+/** The status word and detail the sidebar shows for a thread. */
+export function threadStatus(thread, pendingCount) {
+  const a = thread.agent_status;
+  if (thread.status === 'running' && pendingCount > 0) {
+    return { key: 'waiting', label: 'waiting for approval' };
+  }
+  if (a && a.type === 'retry' && thread.status === 'running') {
+    return { key: 'retrying', label: `retrying (attempt ${a.attempt}, next try ${clock(a.next)})`, title: a.message };
+  }
+  if (thread.time_suspended && thread.resume_attempts > 0 && thread.status === 'running') {
+    return { key: 'resuming', label: `resuming after restart (attempt ${thread.resume_attempts})` };
+  }
+  if (thread.time_suspended && thread.status !== 'running') {
+    return { key: 'resuming', label: 'resuming after restart' };
+  }
+  if (thread.status === 'running') return { key: 'running', label: 'running' };
+  if (thread.status === 'failed') {
+    return { key: 'failed', label: 'failed', title: thread.last_error ? thread.last_error.message : '' };
+  }
+  return { key: 'idle', label: 'idle' };
+}
+
+export class Sidebar {
+  constructor(onConnection) {
+    this.projects = [];
+    this.threads = new Map(); // id -> Thread
+    this.pending = new Map(); // thread id -> Set of pending request ids
+    this.selected = null;
+    this.listeners = new Set();
+    this.list = h('div', { class: 'tree' });
+    this.error = h('p', { class: 'error', hidden: true });
+    this.el = h('aside', { class: 'sidebar' }, this.projectForm(), this.error, this.list);
+    this.socket = null;
+    this.onConnection = onConnection;
+    this.refresh(true);
+    this.timer = setInterval(() => this.refresh(false), REFRESH_MS);
+  }
+
+  /** `fn()` is called whenever a thread's status or the lists change. */
+  onChange(fn) {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  select(id) {
+    this.selected = id;
+    this.render();
+  }
+
+  projectForm() {
+    const root = h('input', { id: 'project-root', placeholder: '/path/to/project folder', required: true });
+    const name = h('input', { id: 'project-name', placeholder: 'name (optional)' });
+    const form = h('form', { class: 'new-project' },
+      h('label', { for: 'project-root' }, 'Add a project'), root, name,
+      h('button', { type: 'submit', id: 'project-create' }, 'Add project'));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      try {
+        await api('/projects', { method: 'POST', body: { root: root.value.trim(), name: name.value.trim() || null } });
+        root.value = '';
+        name.value = '';
+        this.showError(null);
+        await this.refresh(false);
+      } catch (err) {
+        this.showError(err.message);
+      }
+    });
+    return form;
+  }
+
+  showError(message) {
+    this.error.hidden = !message;
+    this.error.textContent = message || '';
+  }
+
+  async refresh(first) {
+    try {
+      const [projects, threads] = await Promise.all([api('/projects'), api('/threads')]);
+      this.projects = projects;
+      if (first) {
+        const { sequence } = await api('/events/latest');
+        this.socket = new LiveSocket(this.onConnection);
+        this.after = sequence;
+      }
+      for (const t of threads) {
+        const known = this.threads.has(t.id);
+        const old = this.threads.get(t.id);
+        if (!old || old.updated_at <= t.updated_at) this.threads.set(t.id, t);
+        if (!known) {
+          this.socket.subscribe(t.id, this.after, (ev) => this.apply(ev));
+          if (t.status === 'running') this.loadPending(t.id);
+        }
+      }
+      this.render();
+    } catch (err) {
+      this.showError(err.message);
+    }
+  }
+
+  async loadPending(threadId) {
+    try {
+      const requests = await api(`/threads/${encodeURIComponent(threadId)}/requests`);
+      const set = new Set(requests.filter((r) => r.status === 'pending').map((r) => r.id));
+      this.pending.set(threadId, set);
+      this.render();
+    } catch {
+      // The next event or refresh corrects it.
+    }
+  }
+
+  apply(ev) {
+    const p = ev.payload;
+    if (ev.type === 'thread.created' || ev.type === 'thread.updated') {
+      this.threads.set(p.id, p);
+    } else if (ev.type === 'thread.status') {
+      const t = this.threads.get(p.thread_id);
+      if (t) t.agent_status = p.status;
+    } else if (ev.type === 'runtime-request.updated') {
+      const set = this.pending.get(p.thread_id) || new Set();
+      if (p.status === 'pending') set.add(p.id);
+      else set.delete(p.id);
+      this.pending.set(p.thread_id, set);
+    } else {
+      return;
+    }
+    this.render();
+  }
+
+  pendingCount(threadId) {
+    const set = this.pending.get(threadId);
+    return set ? set.size : 0;
+  }
+
+  /** Thread ids with a pending approval. */
+  waitingThreads() {
+    return [...this.threads.values()].filter((t) => t.status === 'running' && this.pendingCount(t.id) > 0);
+  }
+
+  render() {
+    if (this.renderQueued) return;
+    this.renderQueued = true;
+    requestAnimationFrame(() => {
+      this.renderQueued = false;
+      this.draw();
+      for (const fn of this.listeners) fn();
+    });
+  }
+
+  draw() {
+    const byProject = new Map(this.projects.map((p) => [p.id, []]));
+    for (const t of this.threads.values()) {
+      if (!byProject.has(t.project_id)) byProject.set(t.project_id, []);
+      byProject.get(t.project_id).push(t);
+    }
+    const newest = (pid) => {
+      const p = this.projects.find((x) => x.id === pid);
+      const times = byProject.get(pid).map((t) => t.updated_at);
+      if (p) times.push(p.updated_at);
+      return times.sort().at(-1) || '';
+    };
+    const order = [...byProject.keys()].sort((a, b) => newest(b).localeCompare(newest(a)));
+    replace(this.list, order.map((pid) => this.projectNode(pid, byProject.get(pid))));
+    const waiting = this.waitingThreads().length;
+    const navA = document.getElementById('nav-approvals');
+    if (navA) navA.textContent = waiting ? `Approvals (${waiting})` : 'Approvals';
+  }
+
+  projectNode(pid, threads) {
+    const project = this.projects.find((p) => p.id === pid);
+    threads.sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+    const title = h('input', { class: 'thread-title', placeholder: 'thread title (optional)' });
+    const form = h('form', { class: 'new-thread', dataset: { project: pid } }, title,
+      h('button', { type: 'submit', class: 'new-thread-button' }, '+ New thread'));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      try {
+        const t = await api('/threads', { method: 'POST', body: { project_id: pid, title: title.value.trim() || null } });
+        this.threads.set(t.id, t);
+        this.socket.subscribe(t.id, this.after, (ev) => this.apply(ev));
+        location.hash = `#/thread/${encodeURIComponent(t.id)}`;
+      } catch (err) {
+        this.showError(err.message);
+      }
+    });
+    return h('section', { class: 'project', dataset: { project: pid } },
+      h('h3', { title: project ? project.root : pid }, project ? project.name : pid),
+      h('ul', { class: 'threads' }, threads.map((t) => this.threadNode(t))),
+      form);
+  }
+
+  threadNode(t) {
+    const s = threadStatus(t, this.pendingCount(t.id));
+    return h('li', { class: t.id === this.selected ? 'selected' : '' },
+      h('a', { href: `#/thread/${encodeURIComponent(t.id)}`, class: 'thread-link', dataset: { thread: t.id } },
+        h('span', { class: 'title' }, t.title || t.id),
+        h('span', { class: `status status-${s.key}`, title: s.title || '' }, s.label)));
+  }
+}

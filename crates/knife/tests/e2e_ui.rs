@@ -1,0 +1,259 @@
+// The web page (issue 8) in a real browser: headless Chromium driven by Playwright
+// (`playwright-core`, pinned in tests/ui/package.json) against real `knife serve`
+// and `knife mock-llm` processes started here, one pair per scenario so the
+// scripted model answers never interleave. The browser tests are in
+// tests/ui/tests.mjs; each saves a screenshot under target/ui-screenshots/.
+//
+// Needs Node (`node` on PATH or $KNIFE_NODE), playwright-core installed from
+// tests/ui/package-lock.json ($KNIFE_UI_NODE_MODULES, default
+// ~/.cache/knife-ui-node/node_modules) and Chromium ($KNIFE_CHROMIUM, default
+// /usr/bin/chromium). `.ci/run` installs all three. When one is missing the test
+// fails and says how to install it, unless KNIFE_SKIP_UI_TESTS=1 asks to skip.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// The whole browser suite's budget.
+const SUITE_TIMEOUT: Duration = Duration::from_secs(150);
+const TOKEN: &str = "ui-test-token-5f2c";
+
+fn node() -> String {
+    std::env::var("KNIFE_NODE").unwrap_or_else(|_| "node".into())
+}
+
+fn node_modules() -> PathBuf {
+    match std::env::var_os("KNIFE_UI_NODE_MODULES") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+            .join(".cache/knife-ui-node/node_modules"),
+    }
+}
+
+fn chromium() -> PathBuf {
+    std::env::var_os("KNIFE_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+/// True when Node, playwright-core and Chromium are all there; panics naming the
+/// missing piece unless KNIFE_SKIP_UI_TESTS=1.
+fn browser_tools_available() -> bool {
+    let node_ok = std::process::Command::new(node())
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let missing = if !node_ok {
+        Some(format!("Node.js (`{} --version` failed)", node()))
+    } else if !node_modules()
+        .join("playwright-core/package.json")
+        .is_file()
+    {
+        Some(format!(
+            "playwright-core in {} (install it with `npm ci --prefix ~/.cache/knife-ui-node` \
+             after copying crates/knife/tests/ui/package.json and package-lock.json there, or set \
+             KNIFE_UI_NODE_MODULES)",
+            node_modules().display()
+        ))
+    } else if !chromium().is_file() {
+        Some(format!(
+            "Chromium at {} (`apt-get install -y chromium`, or set KNIFE_CHROMIUM)",
+            chromium().display()
+        ))
+    } else {
+        None
+    };
+    let Some(missing) = missing else {
+        return true;
+    };
+    if std::env::var("KNIFE_SKIP_UI_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED e2e_ui: missing {missing} and KNIFE_SKIP_UI_TESTS=1");
+        return false;
+    }
+    panic!(
+        "the browser tests need {missing}. `.ci/run` installs everything; or set \
+         KNIFE_SKIP_UI_TESTS=1 to skip them"
+    );
+}
+
+/// One scenario's processes: the mock model and the server using it.
+struct Pair {
+    _mock: MockLlm,
+    server: Server,
+    token: Option<&'static str>,
+}
+
+async fn pair(script: String, server_toml: &str, token: Option<&'static str>) -> Pair {
+    let mock = MockLlm::script(&script, &[]).await;
+    let mut config = config_toml(&mock.base_url());
+    config.push_str(server_toml);
+    let server = match token {
+        None => Server::start_with_config(&config).await,
+        Some(t) => start_with_token(&config, t).await,
+    };
+    Pair {
+        _mock: mock,
+        server,
+        token,
+    }
+}
+
+/// Like `Server::start_with_config`, with `KNIFE_API_TOKEN` set: every `/api` call
+/// then needs the token (the page must ask for it).
+async fn start_with_token(config: &str, token: &str) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("knife.toml"), config).unwrap();
+    std::fs::create_dir_all(dir.path().join("project")).unwrap();
+    let mut cmd = knife_command(dir.path());
+    cmd.env("KNIFE_API_TOKEN", token)
+        .arg("serve")
+        .arg("--config")
+        .arg(dir.path().join("knife.toml"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"));
+    let proc = Proc::spawn("knife serve (token)", cmd).await;
+    let api = Api::new(&proc.url());
+    Server { proc, api, dir }
+}
+
+fn words(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("{prefix}{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where screenshots go: `<workspace>/target/ui-screenshots` (or $KNIFE_UI_SCREENSHOTS).
+fn screenshot_dir() -> PathBuf {
+    std::env::var_os("KNIFE_UI_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots")
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_ui_browser_suite_against_knife_serve() {
+    if !browser_tools_available() {
+        return;
+    }
+    let sessions = "\n[sessions]\nidle_timeout_secs = 600\n";
+    let scenarios: Vec<(&str, String, &str, Option<&'static str>)> = vec![
+        (
+            "chat",
+            "[[response]]\ntext = \"Hello from **knife**: this answer streams in `piece by piece` \
+             over the WebSocket.\"\ndeltas = 12\nstream_deltas_ms = 150\n"
+                .into(),
+            "",
+            None,
+        ),
+        (
+            "approval",
+            "[[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo knife-ui-ok\" } }]\n\n\
+             [[response]]\ntext = \"The command printed knife-ui-ok. Done.\"\n"
+                .into(),
+            "",
+            None,
+        ),
+        (
+            "slow",
+            format!(
+                "[[response]]\ntext = \"{} THE END\"\nstream_deltas_ms = 100\n",
+                words("word", 200)
+            ),
+            "",
+            None,
+        ),
+        (
+            "reload",
+            format!(
+                "[[response]]\ntext = \"{} THE END\"\nstream_deltas_ms = 100\n",
+                words("w", 60)
+            ),
+            "",
+            None,
+        ),
+        (
+            "sessions",
+            "[[response]]\ntext = \"Session ready.\"\n".into(),
+            sessions,
+            None,
+        ),
+        (
+            "xss",
+            "[[response]]\ntext = '''Look: <script>window.__pwned = 1</script> and \
+             <img src=x onerror=\"window.__pwned = 2\"> and [a link](javascript:window.__pwned=3) \
+             — end of test'''\n"
+                .into(),
+            "",
+            None,
+        ),
+        (
+            "token",
+            "[[response]]\ntext = \"Authorised answer.\"\n".into(),
+            "",
+            Some(TOKEN),
+        ),
+    ];
+    let started = futures::future::join_all(
+        scenarios
+            .iter()
+            .map(|(_, script, toml, token)| pair(script.clone(), toml, *token)),
+    )
+    .await;
+    let mut servers = serde_json::Map::new();
+    for ((name, ..), p) in scenarios.iter().zip(&started) {
+        let project = std::fs::canonicalize(p.server.project_dir()).unwrap();
+        servers.insert(
+            (*name).to_owned(),
+            json!({
+                "url": p.server.proc.url(),
+                "project": project.display().to_string(),
+                "token": p.token,
+            }),
+        );
+    }
+    let work = tempfile::tempdir().unwrap();
+    let config_path = work.path().join("ui-config.json");
+    let config = json!({
+        "screenshots": screenshot_dir().display().to_string(),
+        "servers": Value::Object(servers),
+    });
+    std::fs::write(&config_path, config.to_string()).unwrap();
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/run.mjs");
+    let mut cmd = tokio::process::Command::new(node());
+    cmd.arg(script)
+        .env("KNIFE_UI_CONFIG", &config_path)
+        .env("KNIFE_UI_NODE_MODULES", node_modules())
+        .env("KNIFE_CHROMIUM", chromium())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(SUITE_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("the browser suite did not finish within {SUITE_TIMEOUT:?}"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "browser tests failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("all browser tests passed"),
+        "unexpected runner output:\n{stdout}"
+    );
+    drop(started);
+}

@@ -1,0 +1,198 @@
+// The browser tests (see run.mjs). Each names the server (from e2e_ui.rs) it runs
+// against; each server has its own mock-llm script, so tests do not share state.
+
+import assert from 'node:assert/strict';
+
+/** Adds the server's project folder and a thread from the page; opens the thread. */
+async function newThread(page, server, title) {
+  await page.goto(server.url);
+  await page.fill('#project-root', server.project);
+  await page.click('#project-create');
+  const project = page.locator('section.project').first();
+  await project.locator('.thread-title').fill(title);
+  await project.locator('.new-thread-button').click();
+  await page.waitForURL(/#\/thread\//);
+  await page.locator('.thread-view .thread-title', { hasText: title }).waitFor();
+}
+
+async function send(page, text) {
+  await page.fill('#composer-input', text);
+  await page.click('#send');
+  await page.locator('.item-user_message .user-text', { hasText: text }).first().waitFor();
+}
+
+const assistant = (page) => page.locator('.item-assistant_message');
+
+export const CHAT_ANSWER = 'Hello from **knife**: this answer streams in `piece by piece` over the WebSocket.';
+
+export const tests = {
+  // Create a project and a thread from the page; send a message; the answer
+  // streams in (seen while streaming, then complete, Markdown rendered).
+  create_and_stream: {
+    server: 'chat',
+    async run({ page, server }) {
+      await newThread(page, server, 'First thread');
+      await page.locator('.thread-link', { hasText: 'First thread' }).waitFor();
+      await send(page, 'hello');
+      // Mid-stream: the item is there, marked streaming, with only part of the text.
+      await assistant(page).locator('.streaming').waitFor();
+      const partial = await assistant(page).locator('.md').innerText();
+      assert.ok(!partial.includes('over the WebSocket.'), `already complete while streaming: ${partial}`);
+      await assistant(page).locator('.md', { hasText: 'over the WebSocket.' }).waitFor();
+      await assistant(page).locator('.streaming').waitFor({ state: 'detached' });
+      assert.equal(await assistant(page).locator('.md strong').innerText(), 'knife');
+      assert.equal(await assistant(page).locator('.md code').innerText(), 'piece by piece');
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      await page.locator('.thread-link .status-idle').waitFor();
+      await page.locator('#interrupt').waitFor({ state: 'hidden' });
+    },
+  },
+
+  // The events view of the same thread: sequence numbers and JSON, in order.
+  events_view: {
+    server: 'chat',
+    async run({ page, server }) {
+      await page.goto(server.url);
+      await page.locator('.thread-link', { hasText: 'First thread' }).click();
+      await page.click('#events-link');
+      await page.locator('.event[data-type="turn-item.updated"]').first().waitFor();
+      const seqs = await page.locator('.event').evaluateAll((els) => els.map((e) => Number(e.dataset.sequence)));
+      assert.ok(seqs.length > 5, `only ${seqs.length} events`);
+      for (let i = 1; i < seqs.length; i += 1) assert.ok(seqs[i] > seqs[i - 1], `sequence not increasing at ${i}: ${seqs}`);
+      const first = page.locator('.event').first();
+      await first.locator('summary').click();
+      const json = JSON.parse(await first.locator('pre.json').innerText());
+      assert.equal(json.sequence, seqs[0]);
+      assert.equal(json.type, 'thread.created');
+    },
+  },
+
+  // A `bash` call asks for approval: the sidebar says so, the Approvals view lists
+  // it, "Allow once" runs it and its output appears.
+  approve_bash: {
+    server: 'approval',
+    async run({ page, server, shot }) {
+      await newThread(page, server, 'Approval thread');
+      await send(page, 'run the command');
+      const card = page.locator('.transcript .approval-pending');
+      await card.waitFor();
+      assert.match(await card.locator('.subject').innerText(), /echo knife-ui-ok/);
+      await page.locator('.thread-link .status-waiting', { hasText: 'waiting for approval' }).waitFor();
+      await page.click('#nav-approvals');
+      await page.locator('.approvals-view .approval-pending .subject', { hasText: 'echo knife-ui-ok' }).waitFor();
+      await page.screenshot({ path: shot.replace(/\.png$/, '-approvals-view.png') });
+      await page.goBack();
+      await page.locator('.transcript .approval-pending .approval-message').fill('go ahead');
+      await page.locator('.transcript .approval-pending .decide-allow_once').click();
+      await page.locator('.item-tool_call .tool-output', { hasText: 'knife-ui-ok' }).waitFor();
+      await page.locator('.item-tool_call .badge', { hasText: 'completed' }).waitFor();
+      await page.locator('.transcript .decision', { hasText: 'Allow once' }).waitFor();
+      await assistant(page).locator('.md', { hasText: 'The command printed knife-ui-ok.' }).waitFor();
+      await page.locator('.thread-link .status-idle').waitFor();
+    },
+  },
+
+  // A long stream is stopped with the Interrupt button.
+  interrupt: {
+    server: 'slow',
+    async run({ page, server }) {
+      await newThread(page, server, 'Long thread');
+      await send(page, 'tell me a long story');
+      await assistant(page).locator('.streaming').waitFor();
+      await page.locator('#interrupt').click();
+      await page.locator('.run-end', { hasText: 'interrupted' }).waitFor();
+      await page.locator('#interrupt').waitFor({ state: 'hidden' });
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      const text = await assistant(page).locator('.md').innerText();
+      assert.ok(!text.includes('THE END'), 'the whole story arrived; the interrupt did nothing');
+    },
+  },
+
+  // The WebSocket drops mid-stream (the page reconnects and resumes), then the page
+  // is reloaded mid-stream: the transcript ends complete, nothing doubled.
+  reconnect_and_reload: {
+    server: 'reload',
+    async run({ page, context, server }) {
+      const pageSides = [];
+      await context.routeWebSocket(/\/api\/ws/, (ws) => {
+        ws.connectToServer();
+        pageSides.push(ws);
+      });
+      await newThread(page, server, 'Reload thread');
+      await send(page, 'count to sixty');
+      await assistant(page).locator('.md', { hasText: 'w5 ' }).waitFor();
+      // Drop every live socket: the thread view reconnects and subscribes again
+      // from the last sequence it saw.
+      for (const ws of pageSides.splice(0)) await ws.close({ code: 4000, reason: 'test drops the socket' });
+      await assistant(page).locator('.md', { hasText: 'w15 ' }).waitFor();
+      assert.ok(pageSides.length > 0, 'the page did not reconnect');
+      await page.reload();
+      await assistant(page).locator('.md', { hasText: 'w59 THE END' }).waitFor();
+      await assistant(page).locator('.streaming').waitFor({ state: 'detached' });
+      assert.equal(await assistant(page).count(), 1);
+      assert.equal(await page.locator('.item-user_message').count(), 1);
+      const words = (await assistant(page).locator('.md').innerText()).trim().split(/\s+/);
+      const expected = [...Array(60).keys()].map((i) => `w${i}`).concat(['THE', 'END']);
+      assert.deepEqual(words, expected);
+      const ids = await page.locator('.transcript [data-item]').evaluateAll((els) => els.map((e) => e.dataset.item));
+      assert.equal(new Set(ids).size, ids.length, `duplicate items: ${ids}`);
+    },
+  },
+
+  // The sessions view shows the live session; Close releases it.
+  sessions: {
+    server: 'sessions',
+    async run({ page, server, shot }) {
+      await newThread(page, server, 'Session thread');
+      await send(page, 'hi');
+      await assistant(page).locator('.md', { hasText: 'Session ready.' }).waitFor();
+      await page.click('#nav-sessions');
+      const card = page.locator('.card.session').first();
+      await card.waitFor();
+      assert.match(await card.locator('dl').innerText(), /driver\s+builtin/);
+      await card.locator('.countdown', { hasText: 'released in' }).waitFor();
+      await card.locator('.session-thread').first().waitFor();
+      await page.screenshot({ path: shot.replace(/\.png$/, '-before-close.png') });
+      await card.locator('.close-session').click();
+      await page.locator('#no-sessions').waitFor();
+    },
+  },
+
+  // Model output with <script> and <img onerror> renders as text; nothing runs.
+  model_html_is_text: {
+    server: 'xss',
+    async run({ page, server }) {
+      await newThread(page, server, 'XSS thread');
+      await send(page, 'say <b>something</b> risky');
+      await assistant(page).locator('.md', { hasText: 'end of test' }).waitFor();
+      const text = await assistant(page).locator('.md').innerText();
+      assert.ok(text.includes('<script>window.__pwned = 1</script>'), text);
+      assert.ok(text.includes('<img src=x onerror="window.__pwned = 2">'), text);
+      assert.equal(await page.locator('.transcript script, .transcript img, .transcript b').count(), 0);
+      assert.equal(await page.locator('.transcript a[href^="javascript"]').count(), 0);
+      await page.waitForTimeout(300);
+      assert.equal(await page.evaluate(() => window.__pwned), undefined);
+      assert.equal(await page.locator('.item-user_message .user-text').innerText(), 'say <b>something</b> risky');
+    },
+  },
+
+  // A server with an API token: the page asks for it, refuses a wrong one, then works
+  // (REST and WebSocket) with the right one.
+  token: {
+    server: 'token',
+    async run({ page, server }) {
+      await page.goto(server.url);
+      await page.locator('#token-form').waitFor();
+      await page.fill('#token-input', 'wrong-token');
+      await page.click('#token-submit');
+      await page.locator('#token-form .error').waitFor();
+      await page.fill('#token-input', server.token);
+      await page.click('#token-submit');
+      await page.locator('#conn.ok', { hasText: 'live' }).waitFor();
+      await newThread(page, server, 'Token thread');
+      await send(page, 'hello');
+      await assistant(page).locator('.md', { hasText: 'Authorised answer.' }).waitFor();
+    },
+    allowConsole: [/401/],
+  },
+};
