@@ -104,7 +104,7 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
 }
 
 /// Token check of `/api/ws`: the `Authorization` header, or `?token=` (browsers
-/// cannot set headers on a WebSocket).
+/// cannot set headers on a WebSocket; the value is percent-decoded).
 async fn require_token_or_query(
     State(state): State<AppState>,
     request: Request,
@@ -141,15 +141,16 @@ fn token_from(request: &Request, query_ok: bool) -> Option<String> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
+    // The query is form-urlencoded: a browser sends `encodeURIComponent(token)`, so
+    // tokens with `+`, `/` or `=` (base64) arrive percent-encoded and are decoded here.
     let from_query = || {
-        request
-            .uri()
-            .query()
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")))
+        Query::<std::collections::HashMap<String, String>>::try_from_uri(request.uri())
+            .ok()
+            .and_then(|Query(mut q)| q.remove("token"))
     };
     match from_header {
         Some(t) => Some(t.to_owned()),
-        None if query_ok => from_query().map(str::to_owned),
+        None if query_ok => from_query(),
         None => None,
     }
 }

@@ -199,7 +199,8 @@ async fn unsupported_method_is_a_json_405_with_allow() {
 #[tokio::test]
 async fn unknown_paths_are_json_404_inside_and_outside_api() {
     let s = serve(None).await;
-    for path in ["/nope", "/", "/api/nope", "/api/threads/x/y/z"] {
+    // `/` is the web page (see the_web_page_is_served_…); `/ui` alone is no asset.
+    for path in ["/nope", "/ui", "/api/nope", "/api/threads/x/y/z"] {
         let resp = s.http.get(s.url(path)).send().await.unwrap();
         json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
     }
@@ -357,6 +358,104 @@ async fn with_a_token_the_websocket_takes_the_header_or_the_query() {
         .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
     ws.close(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_websocket_token_in_the_query_is_percent_decoded() {
+    // What the web page sends: `?token=${encodeURIComponent(token)}`; base64 tokens
+    // hold `+`, `/` and `=`.
+    let token = "a+b/c=d e";
+    let s = serve(Some(token)).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(s.ws_url("?token=a%2Bb%2Fc%3Dd%20e"))
+        .await
+        .unwrap();
+    ws.close(None).await.unwrap();
+    let err = tokio_tungstenite::connect_async(s.ws_url("?token=a%2Bb"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, tokio_tungstenite::tungstenite::Error::Http(r) if r.status() == 401),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_web_page_is_served_with_a_strict_content_security_policy() {
+    // The page is public even when the API needs a token: it holds no data.
+    let s = serve(Some(TOKEN)).await;
+    let resp = s.http.get(s.url("/")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    assert!(header(&resp, "content-type").starts_with("text/html"));
+    let csp = header(&resp, "content-security-policy");
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let html = resp.text().await.unwrap();
+    assert!(html.contains("src=\"/ui/app.js\""), "{html}");
+
+    for (path, mime) in [
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/style.css", "text/css"),
+    ] {
+        let resp = s.http.get(s.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        assert!(header(&resp, "content-type").starts_with(mime), "{path}");
+        assert_eq!(header(&resp, "x-content-type-options"), "nosniff");
+        assert!(!resp.text().await.unwrap().is_empty());
+    }
+    let resp = s.http.get(s.url("/ui/secrets.js")).send().await.unwrap();
+    let message = json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    assert!(message.contains("secrets.js"), "{message}");
+    let resp = s.http.get(s.url("/ui/../knife.db")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn latest_event_sequence_is_the_log_end_and_needs_the_token() {
+    let s = serve(Some(TOKEN)).await;
+    let resp = s
+        .http
+        .get(s.url("/api/events/latest"))
+        .send()
+        .await
+        .unwrap();
+    json_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let latest = |s: &Server| {
+        let req = s.http.get(s.url("/api/events/latest")).bearer_auth(TOKEN);
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.json::<LatestSequenceResponse>()
+                .await
+                .unwrap()
+                .sequence
+        }
+    };
+    assert_eq!(latest(&s).await, 0);
+    let t = s.thread().await;
+    let end = s.store.latest_sequence(None).await.unwrap();
+    assert!(end >= 2, "project and thread events: {end}");
+    assert_eq!(latest(&s).await, end);
+    // Subscribing from there replays nothing of the thread's past.
+    let mut request = s.ws_url("").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let sub = json!({"type": "subscribe", "thread_id": t.id, "after": end});
+    ws.send(Message::Text(sub.to_string().into()))
+        .await
+        .unwrap();
+    let first = ws.next().await.unwrap().unwrap();
+    let first: Value = serde_json::from_str(first.to_text().unwrap()).unwrap();
+    assert_eq!(first["type"], "subscribed");
+    let next = tokio::time::timeout(Duration::from_millis(300), ws.next()).await;
+    assert!(next.is_err(), "replayed an old event: {next:?}");
 }
 
 async fn post_project(s: &Server, root: &str) -> (StatusCode, Value) {

@@ -3,7 +3,7 @@
 // upserted by id, so a replayed or repeated update never duplicates anything),
 // the composer, the interrupt button and the thread's status line.
 
-import { h, replace, clock } from './dom.js';
+import { h, replace, clock, relative } from './dom.js';
 import { api, LiveSocket } from './api.js';
 import { renderItem, runNote } from './items.js';
 import { answerRequest } from './approvals.js';
@@ -113,7 +113,9 @@ export class ThreadView {
   drawRuns() {
     for (const n of this.transcript.querySelectorAll('.run-end')) n.remove();
     for (const run of this.runs.values()) {
-      const note = runNote(run);
+      // A failed run whose error is already an item of the transcript needs no second note.
+      const shown = [...this.items.values()].some((i) => i.type === 'error' && i.run_id === run.id);
+      const note = shown ? null : runNote(run);
       if (!note) continue;
       // After every item of this run: ordinals of run N are N * 1e6 + n.
       const bound = (run.ordinal + 1) * 1e6;
@@ -130,6 +132,9 @@ export class ThreadView {
     const pending = [...this.requests.values()].filter((r) => r.status === 'pending').length;
     const s = threadStatus(t, pending);
     const parts = [h('span', { class: `status status-${s.key}`, id: 'thread-status-label', title: s.title || '' }, s.label)];
+    if (t.agent_status && t.agent_status.type === 'retry' && t.status === 'running') {
+      parts.push(h('span', { class: 'muted' }, ` · ${t.agent_status.message}, ${relative(t.agent_status.next)}`));
+    }
     if (t.active_run_id) {
       const run = this.runs.get(t.active_run_id);
       if (run && run.started_at) parts.push(h('span', { class: 'muted' }, ` · run ${run.ordinal} started ${clock(run.started_at)}`));

@@ -140,6 +140,35 @@ fn screenshot_dir() -> PathBuf {
         })
 }
 
+/// Starts a slow run on `server`, restarts the server mid-stream (SIGTERM, same data
+/// dir) and waits until the new process resumed and finished the work.
+async fn stop_mid_stream_and_restart(server: &mut Server) {
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    server.api.post_message(&thread, "answer slowly").await;
+    let api = server.api.clone();
+    poll_until("the slow answer to stream", RUN_TIMEOUT, || async {
+        let p = api.thread_json(&thread).await;
+        p["turn_items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["type"] == "assistant_message" && i["text"] != "")
+            .then_some(())
+    })
+    .await;
+    server.restart().await;
+    let api = server.api.clone();
+    poll_until("the resumed work to finish", RUN_TIMEOUT, || async {
+        let p = api.thread_json(&thread).await;
+        let resumed = p["turn_items"].as_array().unwrap().iter().any(|i| {
+            i["type"] == "assistant_message" && i["text"] == "Picked up where I left off."
+        });
+        (resumed && p["thread"]["active_run_id"].is_null()).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_ui_browser_suite_against_knife_serve() {
     if !browser_tools_available() {
@@ -197,18 +226,41 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             None,
         ),
         (
+            "retry",
+            "[[response]]\nstatus = 429\nbody = '{\"error\":{\"message\":\"Slow down\",\"type\":\"rate_limit_exceeded\"}}'\n\
+             headers = { \"retry-after\" = \"3\" }\n\n\
+             [[response]]\ntext = \"Recovered after the retry.\"\n\n\
+             [[response]]\nstatus = 400\nbody = '{\"error\":{\"message\":\"bad request from the mock\",\"type\":\"invalid_request_error\"}}'\n"
+                .into(),
+            "",
+            None,
+        ),
+        (
+            "restart",
+            "[[response]]\ntext = \"a slow answer that is still streaming when the server stops\"\n\
+             deltas = 80\nstream_deltas_ms = 50\n\n\
+             [[response]]\ntext = \"Picked up where I left off.\"\n"
+                .into(),
+            "",
+            None,
+        ),
+        (
             "token",
             "[[response]]\ntext = \"Authorised answer.\"\n".into(),
             "",
             Some(TOKEN),
         ),
     ];
-    let started = futures::future::join_all(
+    let mut started = futures::future::join_all(
         scenarios
             .iter()
             .map(|(_, script, toml, token)| pair(script.clone(), toml, *token)),
     )
     .await;
+    // "restart": a thread whose run was cut short by a server restart, resumed by
+    // the new process (the page must show the "continuing after restart" marker).
+    let restart = scenarios.iter().position(|s| s.0 == "restart").unwrap();
+    stop_mid_stream_and_restart(&mut started[restart].server).await;
     let mut servers = serde_json::Map::new();
     for ((name, ..), p) in scenarios.iter().zip(&started) {
         let project = std::fs::canonicalize(p.server.project_dir()).unwrap();

@@ -158,6 +158,42 @@ export const tests = {
     },
   },
 
+  // A rate-limited model call: the sidebar and the status line say "retrying" with
+  // the attempt and the next try; then the answer comes. A later run that fails
+  // shows "failed" and the error's message.
+  retry_then_fail: {
+    server: 'retry',
+    async run({ page, server, shot }) {
+      await newThread(page, server, 'Retry thread');
+      await send(page, 'first');
+      await page.locator('.thread-link .status-retrying', { hasText: /retrying \(attempt 1, next try .+\)/ }).waitFor();
+      await page.locator('#thread-status-label', { hasText: 'retrying (attempt 1' }).waitFor();
+      await page.screenshot({ path: shot.replace(/\.png$/, '-retrying.png') });
+      await assistant(page).locator('.md', { hasText: 'Recovered after the retry.' }).waitFor();
+      await page.locator('.thread-link .status-idle').waitFor();
+      await send(page, 'second');
+      await page.locator('.thread-link .status-failed', { hasText: 'failed' }).waitFor();
+      await page.locator('.transcript .error-message', { hasText: 'bad request from the mock' }).first().waitFor();
+      await page.locator('#thread-status-label', { hasText: 'failed' }).waitFor();
+    },
+  },
+
+  // A thread whose run a server restart cut short (e2e_ui.rs restarted it before
+  // the browser came): the transcript shows the "continuing after restart" marker
+  // and the resumed answer.
+  restart_marker: {
+    server: 'restart',
+    async run({ page, server }) {
+      await page.goto(server.url);
+      await page.locator('.thread-link').first().click();
+      const marker = page.locator('.marker.restart');
+      await marker.waitFor();
+      assert.match(await marker.locator('.marker-label').innerText(), /continuing after restart/i);
+      await assistant(page).locator('.md', { hasText: 'Picked up where I left off.' }).waitFor();
+      assert.equal(await page.locator('.item-user_message .user-text', { hasText: 'answer slowly' }).count(), 1);
+    },
+  },
+
   // Model output with <script> and <img onerror> renders as text; nothing runs.
   model_html_is_text: {
     server: 'xss',
