@@ -22,6 +22,7 @@ function capabilities(c) {
 export class SessionsView {
   constructor() {
     this.sessions = [];
+    this.mcp = new Map(); // thread id -> {at, caps}
     this.list = h('div', { class: 'sessions-list' });
     this.error = h('p', { class: 'error', hidden: true });
     this.el = h('section', { class: 'view sessions-view' },
@@ -31,6 +32,28 @@ export class SessionsView {
     this.poll = setInterval(() => this.load(), POLL_MS);
     this.tick = setInterval(() => this.draw(), 1000);
     this.load();
+  }
+
+  /** MCP capabilities of `threadId`'s credential, from its projection (cached 15 s). */
+  mcpOf(threadId) {
+    const hit = this.mcp.get(threadId);
+    if (!hit || Date.now() - hit.at > 15000) {
+      this.mcp.set(threadId, { at: Date.now(), caps: hit ? hit.caps : null });
+      api(`/threads/${encodeURIComponent(threadId)}`).then((p) => {
+        this.mcp.set(threadId, { at: Date.now(), caps: p.mcp && p.mcp.active ? p.mcp.capabilities : [] });
+        this.draw();
+      }).catch(() => {});
+    }
+    return hit ? hit.caps : null;
+  }
+
+  mcpText(s) {
+    if (!s.mcp_threads.length) return 'no MCP credential';
+    return s.mcp_threads.map((t) => {
+      const caps = this.mcpOf(t);
+      const list = caps === null ? '…' : caps.length ? caps.join(', ') : 'no capabilities';
+      return `${list} (credential of ${t})`;
+    }).join('; ');
   }
 
   async load() {
@@ -74,8 +97,8 @@ export class SessionsView {
           row('busy turns', s.busy_turns.length ? s.busy_turns.join(', ') : 'none'),
           row('idle release', h('span', { class: 'countdown' }, countdown(s))),
           row('pinned since', s.pinned_since ? clock(s.pinned_since) : 'not pinned'),
-          row('capabilities', capabilities(s.capabilities)),
-          row('MCP', s.mcp_threads.length ? `credential held by ${s.mcp_threads.join(', ')}` : 'no MCP credential')));
+          row('runtime capabilities', capabilities(s.capabilities)),
+          row('MCP capabilities', h('span', { class: 'mcp' }, this.mcpText(s)))));
     }));
   }
 

@@ -204,8 +204,10 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
         (
             "reload",
             format!(
-                "[[response]]\ntext = \"{} THE END\"\nstream_deltas_ms = 100\n",
-                words("w", 60)
+                "[[response]]\ntext = \"{} THE END\"\nstream_deltas_ms = 60\n\n\
+                 [[response]]\ntext = \"{} THE END\"\nstream_deltas_ms = 80\n",
+                words("w", 50),
+                words("v", 50)
             ),
             "",
             None,

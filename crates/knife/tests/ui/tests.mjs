@@ -108,8 +108,10 @@ export const tests = {
     },
   },
 
-  // The WebSocket drops mid-stream (the page reconnects and resumes), then the page
-  // is reloaded mid-stream: the transcript ends complete, nothing doubled.
+  // The WebSocket drops mid-stream: the events view reconnects and resumes from the
+  // last sequence it saw — the same events as a fresh replay, none missing, none
+  // twice. Then the thread view loses its socket and is reloaded mid-stream: the
+  // transcript ends complete, nothing doubled.
   reconnect_and_reload: {
     server: 'reload',
     async run({ page, context, server }) {
@@ -118,22 +120,44 @@ export const tests = {
         ws.connectToServer();
         pageSides.push(ws);
       });
+      const drop = async () => {
+        const open = pageSides.splice(0);
+        assert.ok(open.length > 0, 'no socket to drop');
+        for (const ws of open) await ws.close({ code: 4000, reason: 'the test drops the socket' });
+      };
+      const sequences = () => page.locator('.event').evaluateAll((els) => els.map((e) => Number(e.dataset.sequence)));
+      const runDone = (n) => page.waitForFunction((count) => [...document.querySelectorAll('.event[data-type="run.updated"] pre')]
+        .filter((p) => JSON.parse(p.textContent).payload.status === 'completed').length >= count, n);
+
       await newThread(page, server, 'Reload thread');
-      await send(page, 'count to sixty');
-      await assistant(page).locator('.md', { hasText: 'w5 ' }).waitFor();
-      // Drop every live socket: the thread view reconnects and subscribes again
-      // from the last sequence it saw.
-      for (const ws of pageSides.splice(0)) await ws.close({ code: 4000, reason: 'test drops the socket' });
-      await assistant(page).locator('.md', { hasText: 'w15 ' }).waitFor();
-      assert.ok(pageSides.length > 0, 'the page did not reconnect');
+      await send(page, 'count to fifty');
+      await page.click('#events-link');
+      await page.locator('.event[data-type="turn-item.updated"]').first().waitFor();
+      await drop();
+      await runDone(1);
+      assert.ok(pageSides.length > 0, 'the events view did not reconnect');
+      const live = await sequences();
+      for (let i = 1; i < live.length; i += 1) assert.ok(live[i] > live[i - 1], `not increasing at ${i}: ${live}`);
       await page.reload();
-      await assistant(page).locator('.md', { hasText: 'w59 THE END' }).waitFor();
-      await assistant(page).locator('.streaming').waitFor({ state: 'detached' });
-      assert.equal(await assistant(page).count(), 1);
-      assert.equal(await page.locator('.item-user_message').count(), 1);
-      const words = (await assistant(page).locator('.md').innerText()).trim().split(/\s+/);
-      const expected = [...Array(60).keys()].map((i) => `w${i}`).concat(['THE', 'END']);
-      assert.deepEqual(words, expected);
+      await runDone(1);
+      await page.waitForFunction((n) => document.querySelectorAll('.event').length >= n, live.length);
+      assert.deepEqual(await sequences(), live, 'the resumed log differs from a fresh replay');
+
+      await page.click('text=Back to the thread');
+      await send(page, 'again');
+      const second = assistant(page).nth(1);
+      await second.locator('.md', { hasText: 'v5 ' }).waitFor();
+      await drop();
+      await second.locator('.md', { hasText: 'v15 ' }).waitFor();
+      assert.ok(pageSides.length > 0, 'the thread view did not reconnect');
+      await page.reload();
+      await second.locator('.md', { hasText: 'v49 THE END' }).waitFor();
+      await second.locator('.streaming').waitFor({ state: 'detached' });
+      assert.equal(await assistant(page).count(), 2);
+      assert.equal(await page.locator('.item-user_message').count(), 2);
+      const expected = (p) => [...Array(50).keys()].map((i) => `${p}${i}`).concat(['THE', 'END']);
+      assert.deepEqual((await assistant(page).nth(0).locator('.md').innerText()).trim().split(/\s+/), expected('w'));
+      assert.deepEqual((await second.locator('.md').innerText()).trim().split(/\s+/), expected('v'));
       const ids = await page.locator('.transcript [data-item]').evaluateAll((els) => els.map((e) => e.dataset.item));
       assert.equal(new Set(ids).size, ids.length, `duplicate items: ${ids}`);
     },
@@ -152,6 +176,7 @@ export const tests = {
       assert.match(await card.locator('dl').innerText(), /driver\s+builtin/);
       await card.locator('.countdown', { hasText: 'released in' }).waitFor();
       await card.locator('.session-thread').first().waitFor();
+      await card.locator('.mcp', { hasText: 'orchestration' }).waitFor();
       await page.screenshot({ path: shot.replace(/\.png$/, '-before-close.png') });
       await card.locator('.close-session').click();
       await page.locator('#no-sessions').waitFor();
