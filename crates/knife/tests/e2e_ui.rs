@@ -140,15 +140,32 @@ fn screenshot_dir() -> PathBuf {
         })
 }
 
-/// Starts a slow run on `server`, restarts the server mid-stream (SIGTERM, same data
-/// dir) and waits until the new process resumed and finished the work.
+/// Prepares the "restart" scenario: thread "Resumed thread" streams a slow answer
+/// and thread "Expired approval" waits for a `bash` approval when the server is
+/// killed (SIGKILL: nothing settles the approval); the new process on the same data
+/// dir resumes both threads and expires the approval. Waits until both are idle.
 async fn stop_mid_stream_and_restart(server: &mut Server) {
-    let project = server.api.create_project(&server.project_dir()).await;
-    let thread = server.api.create_thread(&project).await;
-    server.api.post_message(&thread, "answer slowly").await;
     let api = server.api.clone();
+    let project = api.create_project(&server.project_dir()).await;
+    let thread = |title: &'static str| {
+        let api = api.clone();
+        let project = project.clone();
+        async move {
+            let (status, body) = api
+                .post(
+                    "/api/threads",
+                    &json!({"project_id": project, "title": title}),
+                )
+                .await;
+            assert_eq!(status, reqwest::StatusCode::CREATED, "{body}");
+            body["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let resumed = thread("Resumed thread").await;
+    let asking = thread("Expired approval").await;
+    api.post_message(&resumed, "answer slowly").await;
     poll_until("the slow answer to stream", RUN_TIMEOUT, || async {
-        let p = api.thread_json(&thread).await;
+        let p = api.thread_json(&resumed).await;
         p["turn_items"]
             .as_array()
             .unwrap()
@@ -157,16 +174,30 @@ async fn stop_mid_stream_and_restart(server: &mut Server) {
             .then_some(())
     })
     .await;
-    server.restart().await;
-    let api = server.api.clone();
-    poll_until("the resumed work to finish", RUN_TIMEOUT, || async {
-        let p = api.thread_json(&thread).await;
-        let resumed = p["turn_items"].as_array().unwrap().iter().any(|i| {
-            i["type"] == "assistant_message" && i["text"] == "Picked up where I left off."
-        });
-        (resumed && p["thread"]["active_run_id"].is_null()).then_some(())
+    api.post_message(&asking, "run something").await;
+    poll_until("the approval request", RUN_TIMEOUT, || async {
+        let p = api.thread_json(&asking).await;
+        p["runtime_requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["status"] == "pending")
+            .then_some(())
     })
     .await;
+    server.proc.kill_hard().await;
+    server.respawn().await;
+    let api = server.api.clone();
+    for thread in [&resumed, &asking] {
+        poll_until("the resumed work to finish", RUN_TIMEOUT, || async {
+            let p = api.thread_json(thread).await;
+            let done = p["turn_items"].as_array().unwrap().iter().any(|i| {
+                i["type"] == "assistant_message" && i["text"] == "Picked up where I left off."
+            });
+            (done && p["thread"]["active_run_id"].is_null()).then_some(())
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,7 +209,8 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
     let scenarios: Vec<(&str, String, &str, Option<&'static str>)> = vec![
         (
             "chat",
-            "[[response]]\ntext = \"Hello from **knife**: this answer streams in `piece by piece` \
+            "[[response]]\nreasoning = \"The user greets me; I will answer politely.\"\n\
+             text = \"Hello from **knife**: this answer streams in `piece by piece` \
              over the WebSocket.\"\ndeltas = 12\nstream_deltas_ms = 150\n"
                 .into(),
             "",
@@ -186,7 +218,7 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
         ),
         (
             "approval",
-            "[[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo knife-ui-ok\" } }]\n\n\
+            "[[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo knife-ui-ok; seq 1 300\" } }]\n\n\
              [[response]]\ntext = \"The command printed knife-ui-ok. Done.\"\n"
                 .into(),
             "",
@@ -239,8 +271,10 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
         ),
         (
             "restart",
-            "[[response]]\ntext = \"a slow answer that is still streaming when the server stops\"\n\
+            "repeat_last = true\n\n\
+             [[response]]\ntext = \"a slow answer that is still streaming when the server stops\"\n\
              deltas = 80\nstream_deltas_ms = 50\n\n\
+             [[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo never-run\" } }]\n\n\
              [[response]]\ntext = \"Picked up where I left off.\"\n"
                 .into(),
             "",

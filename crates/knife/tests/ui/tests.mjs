@@ -45,6 +45,12 @@ export const tests = {
       await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
       await page.locator('.thread-link .status-idle').waitFor();
       await page.locator('#interrupt').waitFor({ state: 'hidden' });
+      // Reasoning is there, collapsed until clicked.
+      const reasoning = page.locator('details.item-reasoning');
+      assert.equal(await reasoning.evaluate((d) => d.open), false);
+      assert.equal(await reasoning.locator('.reasoning-text').isVisible(), false);
+      await reasoning.locator('summary').click();
+      await reasoning.locator('.reasoning-text', { hasText: 'I will answer politely.' }).waitFor();
     },
   },
 
@@ -76,7 +82,7 @@ export const tests = {
       await send(page, 'run the command');
       const card = page.locator('.transcript .approval-pending');
       await card.waitFor();
-      assert.match(await card.locator('.subject').innerText(), /echo knife-ui-ok/);
+      assert.match(await card.locator('.subject').innerText(), /echo knife-ui-ok; seq 1 300/);
       await page.locator('.thread-link .status-waiting', { hasText: 'waiting for approval' }).waitFor();
       await page.click('#nav-approvals');
       await page.locator('.approvals-view .approval-pending .subject', { hasText: 'echo knife-ui-ok' }).waitFor();
@@ -84,7 +90,12 @@ export const tests = {
       await page.goBack();
       await page.locator('.transcript .approval-pending .approval-message').fill('go ahead');
       await page.locator('.transcript .approval-pending .decide-allow_once').click();
-      await page.locator('.item-tool_call .tool-output', { hasText: 'knife-ui-ok' }).waitFor();
+      const output = page.locator('.item-tool_call .tool-output');
+      await output.filter({ hasText: 'knife-ui-ok' }).waitFor();
+      // Long output is cut, with "show more" for the rest.
+      assert.ok(!(await output.innerText()).includes('\n300'), 'long output not truncated');
+      await page.locator('.item-tool_call .show-more').click();
+      await output.filter({ hasText: /\n299\n300/ }).waitFor();
       await page.locator('.item-tool_call .badge', { hasText: 'completed' }).waitFor();
       await page.locator('.transcript .decision', { hasText: 'Allow once' }).waitFor();
       await assistant(page).locator('.md', { hasText: 'The command printed knife-ui-ok.' }).waitFor();
@@ -203,19 +214,27 @@ export const tests = {
     },
   },
 
-  // A thread whose run a server restart cut short (e2e_ui.rs restarted it before
-  // the browser came): the transcript shows the "continuing after restart" marker
-  // and the resumed answer.
+  // Threads a server crash cut short (e2e_ui.rs killed and restarted the server
+  // before the browser came): one shows the "continuing after restart" marker and
+  // the resumed answer; the other's approval card says why it can no longer be
+  // answered.
   restart_marker: {
     server: 'restart',
-    async run({ page, server }) {
+    async run({ page, server, shot }) {
       await page.goto(server.url);
-      await page.locator('.thread-link').first().click();
+      await page.locator('.thread-link', { hasText: 'Resumed thread' }).click();
       const marker = page.locator('.marker.restart');
       await marker.waitFor();
       assert.match(await marker.locator('.marker-label').innerText(), /continuing after restart/i);
       await assistant(page).locator('.md', { hasText: 'Picked up where I left off.' }).waitFor();
       assert.equal(await page.locator('.item-user_message .user-text', { hasText: 'answer slowly' }).count(), 1);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-resumed.png') });
+      await page.locator('.thread-link', { hasText: 'Expired approval' }).click();
+      const card = page.locator('.transcript .approval-expired');
+      await card.waitFor();
+      assert.match(await card.locator('.expired-reason').innerText(),
+        /expired.*the agent session that asked ended with the previous server process/);
+      assert.equal(await card.locator('button.decide').count(), 0);
     },
   },
 
