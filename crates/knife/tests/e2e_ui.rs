@@ -281,6 +281,19 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             None,
         ),
         (
+            // 9100 tokens of an 8000-token context (1000 reserved) overflow: the agent
+            // summarises (response 2), then answers (response 3).
+            "compaction",
+            "[[response]]\ntext = \"A long first answer.\"\n\
+             usage = { prompt_tokens = 9000, completion_tokens = 100 }\n\n\
+             [[response]]\ntext = \"The user asked about the project; it is empty.\"\n\n\
+             [[response]]\ntext = \"Final answer after compaction.\"\n\
+             usage = { prompt_tokens = 50, completion_tokens = 5 }\n"
+                .into(),
+            "context_limit = 8000\noutput_limit = 1000\n",
+            None,
+        ),
+        (
             "token",
             "[[response]]\ntext = \"Authorised answer.\"\n".into(),
             "",

@@ -28,8 +28,10 @@ const browser = await chromium.launch({
 });
 
 let failed = 0;
+let ran = 0;
 for (const [name, test] of Object.entries(tests)) {
   if (only && !only.includes(name)) continue;
+  ran += 1;
   const server = config.servers[test.server];
   const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   const page = await context.newPage();
@@ -57,5 +59,9 @@ for (const [name, test] of Object.entries(tests)) {
   await context.close();
 }
 await browser.close();
+if (!ran) {
+  console.log(`no browser test matched KNIFE_UI_ONLY=${process.env.KNIFE_UI_ONLY}; names: ${Object.keys(tests).join(', ')}`);
+  process.exit(1);
+}
 console.log(failed ? `${failed} browser test(s) failed` : 'all browser tests passed');
 process.exit(failed ? 1 : 0);

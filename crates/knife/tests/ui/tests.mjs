@@ -238,6 +238,21 @@ export const tests = {
     },
   },
 
+  // An answer that overflows the context: the transcript shows the compaction
+  // marker (summary folded) and the answer after it.
+  compaction_marker: {
+    server: 'compaction',
+    async run({ page, server }) {
+      await newThread(page, server, 'Compaction thread');
+      await send(page, 'What is here?');
+      const marker = page.locator('.marker.compaction');
+      await marker.locator('.marker-label', { hasText: 'Conversation compacted' }).waitFor();
+      await assistant(page).locator('.md', { hasText: 'Final answer after compaction.' }).waitFor();
+      await marker.locator('summary').click();
+      await marker.locator('.md', { hasText: 'The user asked about the project; it is empty.' }).waitFor();
+    },
+  },
+
   // Model output with <script> and <img onerror> renders as text; nothing runs.
   model_html_is_text: {
     server: 'xss',
