@@ -85,13 +85,20 @@ export class ApprovalsView {
         return { t, rs: [] };
       }
     }));
+    // Redraw only when the set of pending requests changed: a redraw would drop a
+    // message being typed into a card.
+    const key = groups.flatMap((g) => g.rs.map((r) => r.id)).sort().join(' ');
+    if (key === this.shown) return;
+    this.shown = key;
     const cards = groups.filter((g) => g.rs.length).map((g) => h('div', { class: 'approval-group' },
       h('h3', {}, h('a', { href: `#/thread/${encodeURIComponent(g.t.id)}` }, g.t.title || g.t.id)),
       g.rs.map((r) => approvalCard(null, r, async (req, d, m) => { await answerRequest(req, d, m); this.load(); }))));
+    if (this.destroyed) return;
     replace(this.list, cards.length ? cards : h('p', { class: 'muted' }, 'Nothing waits for your approval.'));
   }
 
   destroy() {
+    this.destroyed = true;
     this.off();
   }
 }
