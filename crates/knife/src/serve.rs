@@ -44,6 +44,7 @@ pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resul
         "knife listening on http://{local} (data: {})",
         data_dir.display()
     );
+    println!("web page: http://{local}/");
     app.serve(listener, shutdown_signal()).await?;
     tracing::info!("knife stopped");
     Ok(ExitCode::SUCCESS)
