@@ -41,9 +41,10 @@ export class Sidebar {
     this.error = h('p', { class: 'error', hidden: true });
     this.el = h('aside', { class: 'sidebar' }, this.projectForm(), this.error, this.list);
     this.socket = null;
+    this.subscribed = new Set(); // thread ids followed on the socket
     this.onConnection = onConnection;
-    this.refresh(true);
-    this.timer = setInterval(() => this.refresh(false), REFRESH_MS);
+    this.refresh();
+    this.timer = setInterval(() => this.refresh(), REFRESH_MS);
   }
 
   /** `fn()` is called whenever a thread's status or the lists change. */
@@ -70,7 +71,7 @@ export class Sidebar {
         root.value = '';
         name.value = '';
         this.showError(null);
-        await this.refresh(false);
+        await this.refresh();
       } catch (err) {
         this.showError(err.message);
       }
@@ -83,28 +84,38 @@ export class Sidebar {
     this.error.textContent = message || '';
   }
 
-  async refresh(first) {
+  async refresh() {
+    if (this.refreshing) return; // one at a time (the timer may fire during a slow one)
+    this.refreshing = true;
     try {
+      if (!this.socket) {
+        // The log's end first, the lists after: every event later than `after` is
+        // streamed, and the lists already include everything up to it.
+        const { sequence } = await api('/events/latest');
+        this.after = sequence;
+        this.socket = new LiveSocket(this.onConnection);
+      }
       const [projects, threads] = await Promise.all([api('/projects'), api('/threads')]);
       this.projects = projects;
-      if (first) {
-        const { sequence } = await api('/events/latest');
-        this.socket = new LiveSocket(this.onConnection);
-        this.after = sequence;
-      }
       for (const t of threads) {
-        const known = this.threads.has(t.id);
         const old = this.threads.get(t.id);
         if (!old || old.updated_at <= t.updated_at) this.threads.set(t.id, t);
-        if (!known) {
-          this.socket.subscribe(t.id, this.after, (ev) => this.apply(ev));
-          if (t.status === 'running') this.loadPending(t.id);
-        }
+        this.follow(t);
       }
       this.render();
     } catch (err) {
       this.showError(err.message);
+    } finally {
+      this.refreshing = false;
     }
+  }
+
+  /** Subscribes to `t`'s events once (from the log's end at page load). */
+  follow(t) {
+    if (!this.socket || this.subscribed.has(t.id)) return;
+    this.subscribed.add(t.id);
+    this.socket.subscribe(t.id, this.after, (ev) => this.apply(ev));
+    if (t.status === 'running') this.loadPending(t.id);
   }
 
   async loadPending(threadId) {
@@ -186,7 +197,7 @@ export class Sidebar {
       try {
         const t = await api('/threads', { method: 'POST', body: { project_id: pid, title: title.value.trim() || null } });
         this.threads.set(t.id, t);
-        this.socket.subscribe(t.id, this.after, (ev) => this.apply(ev));
+        this.follow(t); // (before the first refresh has a socket, that refresh follows it)
         location.hash = `#/thread/${encodeURIComponent(t.id)}`;
       } catch (err) {
         this.showError(err.message);
