@@ -143,7 +143,8 @@ fn screenshot_dir() -> PathBuf {
 /// Prepares the "restart" scenario: thread "Resumed thread" streams a slow answer
 /// and thread "Expired approval" waits for a `bash` approval when the server is
 /// killed (SIGKILL: nothing settles the approval); the new process on the same data
-/// dir resumes both threads and expires the approval. Waits until both are idle.
+/// dir resumes both threads (a slow answer: about 6 s) and expires the approval.
+/// Returns once the resumed run is running.
 async fn stop_mid_stream_and_restart(server: &mut Server) {
     let api = server.api.clone();
     let project = api.create_project(&server.project_dir()).await;
@@ -187,17 +188,20 @@ async fn stop_mid_stream_and_restart(server: &mut Server) {
     .await;
     server.proc.kill_hard().await;
     server.respawn().await;
+    // The browser test must see the resumed run still streaming ("resuming after
+    // restart" in the sidebar): wait only until the new process resumed it.
     let api = server.api.clone();
-    for thread in [&resumed, &asking] {
-        poll_until("the resumed work to finish", RUN_TIMEOUT, || async {
-            let p = api.thread_json(thread).await;
-            let done = p["turn_items"].as_array().unwrap().iter().any(|i| {
-                i["type"] == "assistant_message" && i["text"] == "Picked up where I left off."
-            });
-            (done && p["thread"]["active_run_id"].is_null()).then_some(())
-        })
-        .await;
-    }
+    poll_until(
+        "the restart sweep to resume the work",
+        RUN_TIMEOUT,
+        || async {
+            let p = api.thread_json(&resumed).await;
+            (p["thread"]["resume_attempts"].as_u64() >= Some(1)
+                && !p["thread"]["active_run_id"].is_null())
+            .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,12 +275,14 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
         ),
         (
             "restart",
-            "repeat_last = true\n\n\
+            format!(
+                "repeat_last = true\n\n\
              [[response]]\ntext = \"a slow answer that is still streaming when the server stops\"\n\
              deltas = 80\nstream_deltas_ms = 50\n\n\
-             [[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo never-run\" } }]\n\n\
-             [[response]]\ntext = \"Picked up where I left off.\"\n"
-                .into(),
+             [[response]]\ntool_calls = [{{ name = \"bash\", arguments = {{ command = \"echo never-run\" }} }}]\n\n\
+             [[response]]\ntext = \"Picked up where I left off, slowly: {}.\"\nstream_deltas_ms = 150\n",
+                words("r", 40)
+            ),
             "",
             None,
         ),

@@ -35,6 +35,37 @@ const assistant = (page) => page.locator('.item-assistant_message');
 export const CHAT_ANSWER = 'Hello from **knife**: this answer streams in `piece by piece` over the WebSocket.';
 
 export const tests = {
+  // Threads a server crash cut short (e2e_ui.rs killed and restarted the server
+  // before the browser came): one is "resuming after restart" in the sidebar, then
+  // shows the "continuing after restart" marker and the resumed answer; the other's
+  // approval card says why it can no longer be answered. First, so the resumed
+  // answer is still streaming.
+  restart_marker: {
+    server: 'restart',
+    async run({ page, server, shot }) {
+      await page.goto(server.url);
+      // The resumed run is still streaming (this test runs first, e2e_ui.rs returned
+      // as soon as the new process resumed it).
+      const link = page.locator('.thread-link', { hasText: 'Resumed thread' });
+      await link.locator('.status-resuming', { hasText: 'resuming after restart (attempt 1)' }).waitFor();
+      await page.screenshot({ path: shot.replace(/\.png$/, '-resuming.png') });
+      await link.click();
+      const marker = page.locator('.marker.restart');
+      await marker.waitFor();
+      assert.match(await marker.locator('.marker-label').innerText(), /continuing after restart/i);
+      await assistant(page).locator('.md', { hasText: 'r39.' }).waitFor();
+      await link.locator('.status-idle').waitFor();
+      assert.equal(await page.locator('.item-user_message .user-text', { hasText: 'answer slowly' }).count(), 1);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-resumed.png') });
+      await page.locator('.thread-link', { hasText: 'Expired approval' }).click();
+      const card = page.locator('.transcript .approval-expired');
+      await card.waitFor();
+      assert.match(await card.locator('.expired-reason').innerText(),
+        /expired.*the agent session that asked ended with the previous server process/);
+      assert.equal(await card.locator('button.decide').count(), 0);
+    },
+  },
+
   // Create a project and a thread from the page; send a message; the answer
   // streams in (seen while streaming, then complete, Markdown rendered).
   create_and_stream: {
@@ -223,30 +254,6 @@ export const tests = {
       await page.locator('.thread-link .status-failed', { hasText: 'failed' }).waitFor();
       await page.locator('.transcript .error-message', { hasText: 'bad request from the mock' }).first().waitFor();
       await page.locator('#thread-status-label', { hasText: 'failed' }).waitFor();
-    },
-  },
-
-  // Threads a server crash cut short (e2e_ui.rs killed and restarted the server
-  // before the browser came): one shows the "continuing after restart" marker and
-  // the resumed answer; the other's approval card says why it can no longer be
-  // answered.
-  restart_marker: {
-    server: 'restart',
-    async run({ page, server, shot }) {
-      await page.goto(server.url);
-      await page.locator('.thread-link', { hasText: 'Resumed thread' }).click();
-      const marker = page.locator('.marker.restart');
-      await marker.waitFor();
-      assert.match(await marker.locator('.marker-label').innerText(), /continuing after restart/i);
-      await assistant(page).locator('.md', { hasText: 'Picked up where I left off.' }).waitFor();
-      assert.equal(await page.locator('.item-user_message .user-text', { hasText: 'answer slowly' }).count(), 1);
-      await page.screenshot({ path: shot.replace(/\.png$/, '-resumed.png') });
-      await page.locator('.thread-link', { hasText: 'Expired approval' }).click();
-      const card = page.locator('.transcript .approval-expired');
-      await card.waitFor();
-      assert.match(await card.locator('.expired-reason').innerText(),
-        /expired.*the agent session that asked ended with the previous server process/);
-      assert.equal(await card.locator('button.decide').count(), 0);
     },
   },
 
