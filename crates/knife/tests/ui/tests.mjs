@@ -214,6 +214,7 @@ export const tests = {
       assert.deepEqual((await second.locator('.md').innerText()).trim().split(/\s+/), expected('v'));
       const ids = await page.locator('.transcript [data-item]').evaluateAll((els) => els.map((e) => e.dataset.item));
       assert.equal(new Set(ids).size, ids.length, `duplicate items: ${ids}`);
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
     },
   },
 
