@@ -5,10 +5,13 @@
 //!   SIGKILL), exit watch, pgid recorded in the store.
 //! - [`jsonrpc`]: JSON-RPC 2.0 over those lines (requests with id correlation and a
 //!   timeout, notifications, server→client requests).
-//! - `codex`: the `codex` driver (Codex app-server).
+//! - [`record`]: the event sink and turn recorder the drivers share.
+//! - [`codex`]: the `codex` driver (Codex app-server).
 //!
 //! Both drivers implement `knife_runtime::ProviderAdapter`; the rules are in
 //! `docs/2026-11-29-external-runtimes.md`.
 
+pub mod codex;
 pub mod jsonrpc;
 pub mod process;
+pub mod record;
