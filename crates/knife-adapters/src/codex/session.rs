@@ -253,16 +253,17 @@ impl Inner {
     }
 
     /// Loads `thread` (resume `native` when given, else start a new codex thread) unless
-    /// it is loaded already with that id; returns its codex thread id.
+    /// it is loaded already; returns its codex thread id.
     pub(super) async fn ensure_thread(
         &self,
         thread: &ThreadId,
         native: Option<String>,
     ) -> Result<String, AdapterError> {
         let _serial = self.thread_lock.lock().await;
+        // One codex thread per app thread and session: once loaded (resumed, or started
+        // because codex no longer knew the old one), later hints change nothing.
         if let Some(loaded) = lock(&self.state).threads.get(thread)
             && let Some(id) = &loaded.native_id
-            && native.as_ref().is_none_or(|n| n == id)
         {
             return Ok(id.clone());
         }
@@ -279,7 +280,11 @@ impl Inner {
         if let Some(native) = native {
             params.thread_id = Some(native.clone());
             params.exclude_turns = Some(true);
-            match self.rpc.call::<_, wire::ThreadResponse>(method::THREAD_RESUME, &params).await {
+            match self
+                .rpc
+                .call::<_, wire::ThreadResponse>(method::THREAD_RESUME, &params)
+                .await
+            {
                 Ok(resp) => started = Some(resp.thread.id),
                 Err(RpcError::Remote { message, .. }) if message.contains("no rollout found") => {
                     tracing::warn!(
@@ -468,7 +473,12 @@ impl SessionRuntime for CodexSession {
                 let turn = {
                     let mut st = lock(&inner.state);
                     let turn = st.turns.remove(&native);
-                    inner.thread_status(&mut st, &input.thread_id, ProviderThreadStatus::Idle, None);
+                    inner.thread_status(
+                        &mut st,
+                        &input.thread_id,
+                        ProviderThreadStatus::Idle,
+                        None,
+                    );
                     turn
                 };
                 if let Some(mut turn) = turn {
@@ -497,7 +507,8 @@ impl SessionRuntime for CodexSession {
             let Some(turn) = st.turns.get_mut(&native) else {
                 return Ok(());
             };
-            turn.interrupt.get_or_insert_with(|| reason.as_str().to_owned());
+            turn.interrupt
+                .get_or_insert_with(|| reason.as_str().to_owned());
             turn.native_turn.clone()
         };
         if let Some(native_turn) = target {
