@@ -493,7 +493,12 @@ async fn codex_interrupt_ends_the_turn_interrupted() {
         .find(|t| t.run_id == run.id)
         .unwrap();
     assert_eq!(turn.status, ProviderTurnStatus::Interrupted);
-    assert!(interrupts[0]["params"]["turnId"].as_str().unwrap().starts_with("turn-"));
+    assert!(
+        interrupts[0]["params"]["turnId"]
+            .as_str()
+            .unwrap()
+            .starts_with("turn-")
+    );
     // The session survives an interrupt: the next run uses the same process.
     let next = h.run("next".into()).await;
     assert_eq!(next.status, RunStatus::Completed);

@@ -19,6 +19,10 @@ pub const DRIVERS: &[(&str, &str)] = &[
     ("openai-responses", "https://api.openai.com/v1"),
 ];
 
+/// Drivers of agent runtimes knife runs as child processes (issue 7): an instance
+/// sets `command`, `args`, `env` (and `model`) instead of `base_url` / `api_key_env`.
+pub const EXTERNAL_DRIVERS: &[&str] = &["codex"];
+
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -179,7 +183,7 @@ impl SessionsConfig {
 }
 
 /// One provider instance (`[providers.<id>]`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// `openai-chat` (OpenAI Chat Completions and compatible servers: Ollama, vLLM,
@@ -190,7 +194,9 @@ pub struct ProviderConfig {
     /// Empty or absent: the driver's default ([`DRIVERS`]).
     #[serde(default)]
     pub base_url: String,
-    /// Default model of the instance.
+    /// Default model of the instance. Required for the built-in agent's drivers;
+    /// external runtimes (`codex`) may leave it out to use their own default.
+    #[serde(default)]
     pub model: String,
     /// Name of the env var holding the API key (none for local servers).
     pub api_key_env: Option<String>,
@@ -221,9 +227,30 @@ pub struct ProviderConfig {
     /// `openai-responses` only: `reasoning.summary` (`auto`, `concise`,
     /// `detailed`); reasoning models stream summaries only when this is set.
     pub reasoning_summary: Option<String>,
+    /// External runtimes ([`EXTERNAL_DRIVERS`]): the program to run (default: the
+    /// driver's, `codex` for `codex`), looked up on `PATH` unless it has a slash.
+    pub command: Option<String>,
+    /// External runtimes: the program's arguments (default: the driver's; `codex`:
+    /// `app-server` with the plugin/app/update features off).
+    pub args: Option<Vec<String>>,
+    /// External runtimes: variables set for the program on top of knife's
+    /// environment (without `KNIFE_*`), e.g. `CODEX_HOME` and the model provider's key.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `codex` only: `approvalPolicy` of new threads (`untrusted`, `on-request`,
+    /// `never`; default `on-request`). Approvals become runtime requests.
+    pub approval_policy: Option<String>,
+    /// `codex` only: sandbox of new threads (`read-only`, `workspace-write`,
+    /// `danger-full-access`; default `workspace-write`).
+    pub sandbox: Option<String>,
 }
 
 impl ProviderConfig {
+    /// True for drivers of external runtimes ([`EXTERNAL_DRIVERS`]).
+    pub fn is_external(&self) -> bool {
+        EXTERNAL_DRIVERS.contains(&self.driver.as_str())
+    }
+
     /// The default `base_url` of `driver`, or `None` for an unknown driver.
     pub fn default_base_url(driver: &str) -> Option<&'static str> {
         DRIVERS
@@ -278,6 +305,7 @@ impl Config {
                 max_retry_attempts: None,
                 reasoning_effort: None,
                 reasoning_summary: None,
+                ..ProviderConfig::default()
             },
         );
         config
@@ -309,6 +337,9 @@ impl Config {
             })?;
         }
         for (id, p) in config.providers.iter_mut() {
+            if p.is_external() {
+                continue;
+            }
             let Some(default_url) = ProviderConfig::default_base_url(&p.driver) else {
                 bail!(
                     "provider `{id}` in {} has driver `{}`; supported drivers: {}",
@@ -317,10 +348,18 @@ impl Config {
                     DRIVERS
                         .iter()
                         .map(|(name, _)| *name)
+                        .chain(EXTERNAL_DRIVERS.iter().copied())
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
             };
+            if p.model.trim().is_empty() {
+                bail!(
+                    "provider `{id}` in {} has no `model`; set the model the instance serves \
+                     (e.g. model = \"gpt-4o-mini\")",
+                    path.display()
+                );
+            }
             if p.base_url.trim().is_empty() {
                 p.base_url = default_url.to_owned();
             }
@@ -382,6 +421,7 @@ impl Config {
                     max_retry_attempts: None,
                     reasoning_effort: None,
                     reasoning_summary: None,
+                    ..ProviderConfig::default()
                 },
             );
         }
@@ -644,9 +684,30 @@ mod tests {
         std::fs::write(&path, "[providers.x]\ndriver = 'gemini'\nmodel = 'm'\n").unwrap();
         let err = Config::parse_file(&path).unwrap_err().to_string();
         assert!(
-            err.contains("openai-chat, anthropic, openai-responses"),
+            err.contains("openai-chat, anthropic, openai-responses, codex"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_codex_instance_needs_no_base_url_or_model_but_agent_drivers_need_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("knife.toml");
+        std::fs::write(
+            &path,
+            "[providers.cx]\ndriver = 'codex'\ncommand = 'codex'\nargs = ['app-server']\n\
+             [providers.cx.env]\nCODEX_HOME = '/srv/codex'\n",
+        )
+        .unwrap();
+        let c = Config::parse_file(&path).unwrap();
+        let cx = &c.providers["cx"];
+        assert!(cx.is_external());
+        assert_eq!(cx.base_url, "");
+        assert_eq!(cx.model, "");
+        assert_eq!(cx.env["CODEX_HOME"], "/srv/codex");
+        std::fs::write(&path, "[providers.x]\ndriver = 'openai-chat'\n").unwrap();
+        let err = Config::parse_file(&path).unwrap_err().to_string();
+        assert!(err.contains("has no `model`"), "{err}");
     }
 
     #[test]
