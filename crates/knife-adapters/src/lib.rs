@@ -1,6 +1,15 @@
-//! External agent runtimes supervised by knife as child processes.
+//! knife-adapters: external agent runtimes supervised by knife as child processes.
 //!
-//! - [`acp`]: agents speaking the Agent Client Protocol over stdio (claude-agent-acp,
-//!   `gemini --acp`, `opencode acp`, …), driver `acp`.
+//! - [`process`]: spawn a program in its own process group, NDJSON over stdio with a
+//!   16 MiB line cap, stderr to the log, the close sequence (stdin EOF → SIGTERM →
+//!   SIGKILL), exit watch, pgid recorded in the store.
+//! - [`jsonrpc`]: JSON-RPC 2.0 over those lines (requests with id correlation and a
+//!   timeout, notifications, server→client requests).
+//! - [`acp`]: the `acp` driver (Agent Client Protocol agents over stdio).
+//!
+//! Both drivers implement `knife_runtime::ProviderAdapter`; the rules are in
+//! `docs/2026-11-29-external-runtimes.md`.
 
 pub mod acp;
+pub mod jsonrpc;
+pub mod process;

@@ -104,10 +104,6 @@ pub struct AgentCapabilities {
     pub mcp_capabilities: McpCapabilities,
     #[serde(default)]
     pub session_capabilities: SessionCapabilities,
-    /// Extension data; knife reads `_meta.knife.sharedSessions` (a boolean: one
-    /// process may serve several knife threads, see `AcpAdapter::capabilities`).
-    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Value>,
 }
 
 /// `agentCapabilities.mcpCapabilities`.
