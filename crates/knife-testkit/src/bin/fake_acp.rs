@@ -24,7 +24,7 @@
 //!
 //! Sessions persist in `FAKE_ACP_STATE_DIR` (one file per session with its prompts)
 //! when set, so a new process can `session/load` them. Every message received is
-//! appended to `FAKE_ACP_LOG` (JSON lines) when set.
+//! appended to `FAKE_ACP_LOG` (JSON lines) when set, after a first line `{"pid": N}`.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -118,6 +118,14 @@ async fn main() {
         }
     });
     let log = std::env::var_os("FAKE_ACP_LOG").map(PathBuf::from);
+    if let Some(path) = &log
+        && let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        let _ = writeln!(f, "{}", json!({"pid": std::process::id()}));
+    }
     let agent = Agent {
         out: out_tx,
         pending: Arc::default(),
