@@ -243,11 +243,13 @@ impl RpcConnection {
         }
     }
 
-    /// Sends notification `method`. Errors: [`RpcError::Send`] when stdin is closed.
+    /// Sends notification `method` (without `params` when they are `null`). Errors: [`RpcError::Send`] when stdin is closed.
     pub fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
         let mut message = self.envelope();
         message.insert("method".into(), json!(method));
-        message.insert("params".into(), params);
+        if !params.is_null() {
+            message.insert("params".into(), params);
+        }
         self.send(&Value::Object(message))
     }
 
