@@ -225,6 +225,11 @@ async fn open_and_a_streamed_turn_record_the_answer_and_the_native_session() {
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
     let p = h.projection(&thread).await;
     assert_eq!(texts(&p, &run.id), vec!["echo #1: hello".to_owned()]);
+    let usage = run.usage.clone().expect("the agent's usage is recorded");
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+        (10, 1, 11)
+    );
     let item = p
         .turn_items
         .iter()

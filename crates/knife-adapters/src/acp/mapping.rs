@@ -210,6 +210,12 @@ impl AcpTurn {
         self.finished
     }
 
+    /// Records the turn's token usage (from the `session/prompt` result), sent with
+    /// the turn's final state and its terminal.
+    pub fn set_usage(&mut self, usage: TokenUsage) {
+        self.turn.usage = Some(usage);
+    }
+
     /// The provider turn as running and the agent status `busy`.
     pub fn start(&mut self) -> Vec<AdapterEvent> {
         vec![
@@ -718,7 +724,7 @@ impl AcpTurn {
             run_id: self.id.run_id.clone(),
             provider_turn_id: self.id.provider_turn_id.clone(),
             outcome,
-            usage: None,
+            usage: self.turn.usage.clone(),
         });
         events
     }

@@ -538,6 +538,9 @@ impl Actor {
         }
         let end = match result {
             Ok(response) => {
+                if let (Some(usage), Some(turn)) = (&response.usage, self.turn.as_mut()) {
+                    turn.set_usage(usage.to_token_usage());
+                }
                 TurnEnd::from_stop_reason(response.stop_reason, self.interrupt.as_deref())
             }
             // The agent's output closed: the exit path ends the turn with the status.

@@ -195,6 +195,38 @@ pub struct PromptRequest {
 #[serde(rename_all = "camelCase")]
 pub struct PromptResponse {
     pub stop_reason: StopReason,
+    /// Token usage of the turn, when the agent reports it (claude-agent-acp does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<PromptUsage>,
+}
+
+/// `session/prompt` result `usage` (tokens).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptUsage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub thought_tokens: Option<u64>,
+    #[serde(default)]
+    pub cached_read_tokens: Option<u64>,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl PromptUsage {
+    /// knife's usage record of it.
+    pub fn to_token_usage(&self) -> knife_protocol::TokenUsage {
+        knife_protocol::TokenUsage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            reasoning_tokens: self.thought_tokens.unwrap_or(0),
+            cached_input_tokens: self.cached_read_tokens.unwrap_or(0),
+            total_tokens: self.total_tokens,
+        }
+    }
 }
 
 /// Why a prompt turn stopped.
@@ -480,6 +512,16 @@ mod tests {
         let stop: PromptResponse =
             serde_json::from_value(json!({"stopReason": "something_new"})).unwrap();
         assert_eq!(stop.stop_reason, StopReason::Other);
+        // claude-agent-acp's result, as captured.
+        let done: PromptResponse = serde_json::from_value(json!({"stopReason": "end_turn",
+            "usage": {"inputTokens": 642, "outputTokens": 7, "cachedReadTokens": 0,
+                      "cachedWriteTokens": 0, "totalTokens": 649}}))
+        .unwrap();
+        let usage = done.usage.unwrap().to_token_usage();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+            (642, 7, 649)
+        );
     }
 
     #[test]

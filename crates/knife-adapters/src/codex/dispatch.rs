@@ -150,9 +150,10 @@ impl Inner {
 
     fn turn_completed(&self, n: wire::TurnNotification) {
         let mut st = lock(&self.state);
-        let matches = st.turns.get(&n.thread_id).is_some_and(|t| {
-            t.native_turn.as_deref().is_none_or(|id| id == n.turn.id)
-        });
+        let matches = st
+            .turns
+            .get(&n.thread_id)
+            .is_some_and(|t| t.native_turn.as_deref().is_none_or(|id| id == n.turn.id));
         if !matches {
             return;
         }
@@ -198,13 +199,25 @@ impl Inner {
                 rec.text_done(&id, TextKind::Assistant, Some(&text));
             }
             (Ok(ThreadItem::Reasoning { .. }), false) => {}
-            (Ok(ThreadItem::Reasoning { id, summary, content }), true) => {
+            (
+                Ok(ThreadItem::Reasoning {
+                    id,
+                    summary,
+                    content,
+                }),
+                true,
+            ) => {
                 let parts = if summary.is_empty() { content } else { summary };
                 let text = parts.join("\n");
                 let full = (!text.is_empty()).then_some(text.as_str());
                 rec.text_done(&id, TextKind::Reasoning, full);
             }
-            (Ok(ThreadItem::CommandExecution { id, command, cwd, .. }), false) => {
+            (
+                Ok(ThreadItem::CommandExecution {
+                    id, command, cwd, ..
+                }),
+                false,
+            ) => {
                 rec.tool_started(&id, &id, "command", json!({"command": command, "cwd": cwd}));
             }
             (
@@ -230,7 +243,14 @@ impl Inner {
                 };
                 rec.tool_finished(&id, Some(output), error);
             }
-            (Ok(ThreadItem::FileChange { id, changes, status }), done) => {
+            (
+                Ok(ThreadItem::FileChange {
+                    id,
+                    changes,
+                    status,
+                }),
+                done,
+            ) => {
                 rec.tool_started(&id, &id, "file_change", json!({"changes": changes}));
                 if done {
                     let error = match status.as_str() {
@@ -265,7 +285,11 @@ impl Inner {
                 }
             }
             (Err(_), done) => {
-                let kind = n.item.get("type").and_then(Value::as_str).unwrap_or_default();
+                let kind = n
+                    .item
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 let id = n.item.get("id").and_then(Value::as_str).unwrap_or_default();
                 if GENERIC_TOOL_ITEMS.contains(&kind) && !id.is_empty() {
                     rec.tool_started(id, id, kind, n.item.clone());
@@ -351,7 +375,10 @@ impl Inner {
                 Some((p.thread_id, ask, ApprovalShape::Elicitation))
             }
             other => {
-                tracing::warn!(method = other, "codex sent a request knife does not handle; refused");
+                tracing::warn!(
+                    method = other,
+                    "codex sent a request knife does not handle; refused"
+                );
                 if let Err(e) = self.rpc.respond_error(
                     &id,
                     METHOD_NOT_FOUND,
@@ -364,9 +391,11 @@ impl Inner {
         };
         let Some((native_thread, ask, shape)) = ask else {
             // Unreadable params (already counted): refuse rather than leave codex waiting.
-            let _ = self
-                .rpc
-                .respond_error(&id, crate::jsonrpc::INVALID_PARAMS, "knife could not read these params");
+            let _ = self.rpc.respond_error(
+                &id,
+                crate::jsonrpc::INVALID_PARAMS,
+                "knife could not read these params",
+            );
             return;
         };
         let mut st = lock(&self.state);
@@ -466,7 +495,12 @@ mod tests {
         };
         let usage = usage_since(&before, &after);
         assert_eq!(
-            (usage.input_tokens, usage.output_tokens, usage.total_tokens, usage.cached_input_tokens),
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.total_tokens,
+                usage.cached_input_tokens
+            ),
             (50, 10, 60, 5)
         );
         // A total that went down (new process, fresh count) never underflows.
@@ -475,7 +509,8 @@ mod tests {
 
     #[test]
     fn mcp_results_join_their_text_parts() {
-        let result = json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
+        let result =
+            json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
         assert_eq!(mcp_result_text(&result), "a\nb");
     }
 }

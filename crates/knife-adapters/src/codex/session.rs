@@ -279,7 +279,11 @@ impl Inner {
         if let Some(native) = native {
             params.thread_id = Some(native.clone());
             params.exclude_turns = Some(true);
-            match self.rpc.call::<_, wire::ThreadResponse>(method::THREAD_RESUME, &params).await {
+            match self
+                .rpc
+                .call::<_, wire::ThreadResponse>(method::THREAD_RESUME, &params)
+                .await
+            {
                 Ok(resp) => started = Some(resp.thread.id),
                 Err(RpcError::Remote { message, .. }) if message.contains("no rollout found") => {
                     tracing::warn!(
@@ -468,7 +472,12 @@ impl SessionRuntime for CodexSession {
                 let turn = {
                     let mut st = lock(&inner.state);
                     let turn = st.turns.remove(&native);
-                    inner.thread_status(&mut st, &input.thread_id, ProviderThreadStatus::Idle, None);
+                    inner.thread_status(
+                        &mut st,
+                        &input.thread_id,
+                        ProviderThreadStatus::Idle,
+                        None,
+                    );
                     turn
                 };
                 if let Some(mut turn) = turn {
@@ -497,7 +506,8 @@ impl SessionRuntime for CodexSession {
             let Some(turn) = st.turns.get_mut(&native) else {
                 return Ok(());
             };
-            turn.interrupt.get_or_insert_with(|| reason.as_str().to_owned());
+            turn.interrupt
+                .get_or_insert_with(|| reason.as_str().to_owned());
             turn.native_turn.clone()
         };
         if let Some(native_turn) = target {

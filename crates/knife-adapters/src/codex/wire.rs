@@ -37,10 +37,21 @@ pub mod method {
 /// Schema file (relative to the generated directory) → the fields knife's types use.
 pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[
     ("v1/InitializeParams.json", &["clientInfo", "capabilities"]),
-    ("v2/ThreadStartParams.json", &["cwd", "approvalPolicy", "sandbox", "model", "config"]),
+    (
+        "v2/ThreadStartParams.json",
+        &["cwd", "approvalPolicy", "sandbox", "model", "config"],
+    ),
     (
         "v2/ThreadResumeParams.json",
-        &["threadId", "cwd", "approvalPolicy", "sandbox", "model", "config", "excludeTurns"],
+        &[
+            "threadId",
+            "cwd",
+            "approvalPolicy",
+            "sandbox",
+            "model",
+            "config",
+            "excludeTurns",
+        ],
     ),
     ("v2/ThreadStartResponse.json", &["thread"]),
     ("v2/ThreadResumeResponse.json", &["thread"]),
@@ -50,24 +61,63 @@ pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[
     ("v2/ThreadUnsubscribeParams.json", &["threadId"]),
     ("v2/TurnStartedNotification.json", &["threadId", "turn"]),
     ("v2/TurnCompletedNotification.json", &["threadId", "turn"]),
-    ("v2/ItemStartedNotification.json", &["item", "threadId", "turnId"]),
-    ("v2/ItemCompletedNotification.json", &["item", "threadId", "turnId"]),
-    ("v2/AgentMessageDeltaNotification.json", &["threadId", "turnId", "itemId", "delta"]),
-    ("v2/ReasoningTextDeltaNotification.json", &["threadId", "turnId", "itemId", "delta"]),
-    ("v2/ReasoningSummaryTextDeltaNotification.json", &["threadId", "turnId", "itemId", "delta"]),
-    ("v2/ThreadTokenUsageUpdatedNotification.json", &["threadId", "turnId", "tokenUsage"]),
-    ("v2/ThreadStatusChangedNotification.json", &["threadId", "status"]),
-    ("v2/ErrorNotification.json", &["error", "willRetry", "threadId", "turnId"]),
-    ("v2/ServerRequestResolvedNotification.json", &["threadId", "requestId"]),
+    (
+        "v2/ItemStartedNotification.json",
+        &["item", "threadId", "turnId"],
+    ),
+    (
+        "v2/ItemCompletedNotification.json",
+        &["item", "threadId", "turnId"],
+    ),
+    (
+        "v2/AgentMessageDeltaNotification.json",
+        &["threadId", "turnId", "itemId", "delta"],
+    ),
+    (
+        "v2/ReasoningTextDeltaNotification.json",
+        &["threadId", "turnId", "itemId", "delta"],
+    ),
+    (
+        "v2/ReasoningSummaryTextDeltaNotification.json",
+        &["threadId", "turnId", "itemId", "delta"],
+    ),
+    (
+        "v2/ThreadTokenUsageUpdatedNotification.json",
+        &["threadId", "turnId", "tokenUsage"],
+    ),
+    (
+        "v2/ThreadStatusChangedNotification.json",
+        &["threadId", "status"],
+    ),
+    (
+        "v2/ErrorNotification.json",
+        &["error", "willRetry", "threadId", "turnId"],
+    ),
+    (
+        "v2/ServerRequestResolvedNotification.json",
+        &["threadId", "requestId"],
+    ),
     (
         "CommandExecutionRequestApprovalParams.json",
         &["threadId", "turnId", "itemId", "command", "cwd", "reason"],
     ),
-    ("CommandExecutionRequestApprovalResponse.json", &["decision"]),
-    ("FileChangeRequestApprovalParams.json", &["threadId", "turnId", "itemId", "reason", "grantRoot"]),
+    (
+        "CommandExecutionRequestApprovalResponse.json",
+        &["decision"],
+    ),
+    (
+        "FileChangeRequestApprovalParams.json",
+        &["threadId", "turnId", "itemId", "reason", "grantRoot"],
+    ),
     ("FileChangeRequestApprovalResponse.json", &["decision"]),
-    ("McpServerElicitationRequestParams.json", &["threadId", "turnId", "serverName"]),
-    ("McpServerElicitationRequestResponse.json", &["action", "content", "_meta"]),
+    (
+        "McpServerElicitationRequestParams.json",
+        &["threadId", "turnId", "serverName"],
+    ),
+    (
+        "McpServerElicitationRequestResponse.json",
+        &["action", "content", "_meta"],
+    ),
 ];
 
 /// `initialize` params.

@@ -256,7 +256,11 @@ fn handle_request(agent: &Agent, id: Value, method: &str, params: Value, resume:
             tokio::spawn(async move {
                 let stop = run_prompt(&agent, &session, &text, n, &token).await;
                 lock(&agent.running).remove(&session);
-                agent.respond(&id, json!({"stopReason": stop}));
+                agent.respond(
+                    &id,
+                    json!({"stopReason": stop,
+                    "usage": {"inputTokens": 10, "outputTokens": n, "totalTokens": 10 + n}}),
+                );
             });
         }
         other => agent.error(&id, -32601, &format!("method not found: {other}")),
