@@ -7,10 +7,12 @@
 //!   timeout, notifications, server→client requests).
 //! - [`record`]: the event sink and turn recorder the drivers share.
 //! - [`codex`]: the `codex` driver (Codex app-server).
+//! - [`acp`]: the `acp` driver (Agent Client Protocol agents over stdio).
 //!
 //! Both drivers implement `knife_runtime::ProviderAdapter`; the rules are in
 //! `docs/2026-11-29-external-runtimes.md`.
 
+pub mod acp;
 pub mod codex;
 pub mod jsonrpc;
 pub mod process;

@@ -173,6 +173,13 @@ impl App {
         // (codex) so a thread joining a live session gets its own bearer.
         let mcp_slots = Arc::new(knife_runtime::mcp::McpSlots::default());
         for (id, p) in &config.providers {
+            if p.driver == knife_adapters::acp::DRIVER {
+                let groups =
+                    knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
+                let adapter = crate::providers::acp_adapter(id, p, groups, clock.clone())?;
+                adapters.insert(ProviderInstanceId::from(id.as_str()), Arc::new(adapter));
+                continue;
+            }
             if p.driver == knife_adapters::codex::DRIVER {
                 let mut codex = crate::providers::codex_config(id, p);
                 codex.mcp_slots = Some(Arc::clone(&mcp_slots));

@@ -17,11 +17,16 @@ pub const DRIVERS: &[(&str, &str)] = &[
     ("openai-chat", "https://api.openai.com/v1"),
     ("anthropic", "https://api.anthropic.com/v1"),
     ("openai-responses", "https://api.openai.com/v1"),
+    // An agent program speaking the Agent Client Protocol over stdio (no base URL:
+    // `command`, `args`, `env` say what to run).
+    ("acp", ""),
+    // Codex's app-server (`codex app-server`), run like `acp`.
+    ("codex", ""),
 ];
 
 /// Drivers of agent runtimes knife runs as child processes (issue 7): an instance
 /// sets `command`, `args`, `env` (and `model`) instead of `base_url` / `api_key_env`.
-pub const EXTERNAL_DRIVERS: &[&str] = &["codex"];
+pub const EXTERNAL_DRIVERS: &[&str] = &["acp", "codex"];
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -195,7 +200,7 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub base_url: String,
     /// Default model of the instance. Required for the built-in agent's drivers;
-    /// external runtimes (`codex`) may leave it out to use their own default.
+    /// external runtimes (`codex`, `acp`) may leave it out to use their own default.
     #[serde(default)]
     pub model: String,
     /// Name of the env var holding the API key (none for local servers).
@@ -227,14 +232,15 @@ pub struct ProviderConfig {
     /// `openai-responses` only: `reasoning.summary` (`auto`, `concise`,
     /// `detailed`); reasoning models stream summaries only when this is set.
     pub reasoning_summary: Option<String>,
-    /// External runtimes ([`EXTERNAL_DRIVERS`]): the program to run (default: the
-    /// driver's, `codex` for `codex`), looked up on `PATH` unless it has a slash.
+    /// External runtimes ([`EXTERNAL_DRIVERS`]): the program to run (looked up on
+    /// `PATH` unless it has a slash; `codex` defaults to `codex`, `acp` requires it).
     pub command: Option<String>,
-    /// External runtimes: the program's arguments (default: the driver's; `codex`:
-    /// `app-server` with the plugin/app/update features off).
-    pub args: Option<Vec<String>>,
+    /// External runtimes: the program's arguments (e.g. `["--acp"]`). Empty: the
+    /// driver's default (`codex`: `app-server` with the plugin/app/update features off).
+    #[serde(default)]
+    pub args: Vec<String>,
     /// External runtimes: variables set for the program on top of knife's
-    /// environment (without `KNIFE_*`), e.g. `CODEX_HOME` and the model provider's key.
+    /// environment (knife's own `KNIFE_*` variables are removed), e.g. `CODEX_HOME`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// `codex` only: `approvalPolicy` of new threads (`untrusted`, `on-request`,
@@ -337,9 +343,6 @@ impl Config {
             })?;
         }
         for (id, p) in config.providers.iter_mut() {
-            if p.is_external() {
-                continue;
-            }
             let Some(default_url) = ProviderConfig::default_base_url(&p.driver) else {
                 bail!(
                     "provider `{id}` in {} has driver `{}`; supported drivers: {}",
@@ -348,20 +351,28 @@ impl Config {
                     DRIVERS
                         .iter()
                         .map(|(name, _)| *name)
-                        .chain(EXTERNAL_DRIVERS.iter().copied())
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
             };
-            if p.model.trim().is_empty() {
-                bail!(
-                    "provider `{id}` in {} has no `model`; set the model the instance serves \
-                     (e.g. model = \"gpt-4o-mini\")",
-                    path.display()
-                );
-            }
             if p.base_url.trim().is_empty() {
                 p.base_url = default_url.to_owned();
+            }
+            if p.driver == "acp" {
+                if p.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                    bail!(
+                        "provider `{id}` in {} has driver `acp` but no `command`; set the agent \
+                         program, e.g. command = \"claude-agent-acp\" or command = \"gemini\" \
+                         with args = [\"--acp\"]",
+                        path.display()
+                    );
+                }
+            } else if !p.is_external() && p.model.trim().is_empty() {
+                bail!(
+                    "provider `{id}` in {} has no `model`; set the model the instance serves, \
+                     e.g. model = \"gpt-4o-mini\"",
+                    path.display()
+                );
             }
         }
         Ok(config)
@@ -684,7 +695,7 @@ mod tests {
         std::fs::write(&path, "[providers.x]\ndriver = 'gemini'\nmodel = 'm'\n").unwrap();
         let err = Config::parse_file(&path).unwrap_err().to_string();
         assert!(
-            err.contains("openai-chat, anthropic, openai-responses, codex"),
+            err.contains("openai-chat, anthropic, openai-responses, acp, codex"),
             "{err}"
         );
     }

@@ -15,15 +15,16 @@ use knife_protocol::ProviderInstanceId;
 
 use crate::config::ProviderConfig;
 
-/// The `codex` adapter config of instance `id` (`command`, `args`, `env`, `model`,
-/// `approval_policy`, `sandbox`; the rest from [`CodexConfig::new`]).
+/// The `codex` adapter config of instance `id` (`command`, `args` (empty: the
+/// default), `env`, `model`, `approval_policy`, `sandbox`; the rest from
+/// [`CodexConfig::new`]).
 pub fn codex_config(id: &str, p: &ProviderConfig) -> CodexConfig {
     let mut config = CodexConfig::new(ProviderInstanceId::from(id));
     if let Some(command) = p.command.as_deref().filter(|c| !c.trim().is_empty()) {
         config.command = command.into();
     }
-    if let Some(args) = &p.args {
-        config.args = args.iter().map(OsString::from).collect();
+    if !p.args.is_empty() {
+        config.args = p.args.iter().map(OsString::from).collect();
     }
     config.env = p
         .env
@@ -106,6 +107,28 @@ pub fn llm_client(
             "provider `{id}` has driver `{other}`; supported drivers: openai-chat, anthropic, openai-responses"
         ),
     })
+}
+
+/// The `acp` adapter of instance `id`: `command` (required), `args`, `env`; its
+/// process groups are recorded in `groups`.
+///
+/// Errors: no `command` (a config built in code skips the file check).
+pub fn acp_adapter(
+    id: &str,
+    p: &ProviderConfig,
+    groups: knife_runtime::process_groups::ProcessGroups,
+    clock: knife_runtime::SharedClock,
+) -> anyhow::Result<knife_adapters::acp::AcpAdapter> {
+    let Some(command) = p.command.as_deref().filter(|c| !c.trim().is_empty()) else {
+        bail!("provider `{id}` has driver `acp` but no `command`; set the agent program to run");
+    };
+    let mut config =
+        knife_adapters::acp::AcpConfig::new(knife_protocol::ProviderInstanceId::from(id), command);
+    config.args = p.args.iter().map(Into::into).collect();
+    config.env = p.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    config.process_groups = Some(groups);
+    config.clock = clock;
+    Ok(knife_adapters::acp::AcpAdapter::new(config))
 }
 
 #[cfg(test)]

@@ -71,9 +71,14 @@ impl ExecutionService {
             return Ended::interrupted(ctx);
         }
         // One session per thread unless the adapter declares shared sessions.
-        let session_id = match inner.manager.capabilities(instance) {
-            Some(caps) if caps.shared_sessions => ProviderSessionId::shared(instance),
-            _ => ProviderSessionId::exclusive(instance, &ctx.thread.id),
+        let shared = inner
+            .manager
+            .capabilities(instance)
+            .is_some_and(|caps| caps.shared_sessions);
+        let session_id = if shared {
+            ProviderSessionId::shared(instance)
+        } else {
+            ProviderSessionId::exclusive(instance, &ctx.thread.id)
         };
         let mut request = OpenRequest::new(
             session_id,
@@ -100,8 +105,8 @@ impl ExecutionService {
         };
         *lock(&ctx.session) = Some(handle.clone());
         // A live shared session this thread joins loads the native thread too (a no-op
-        // when it is loaded already, MGR-10).
-        if let Some(native) = native_thread_id {
+        // when it is loaded already, MGR-10). An exclusive session was opened with it.
+        if let Some(native) = native_thread_id.filter(|_| shared) {
             let resumed = tokio::select! {
                 resumed = handle.resume_thread(&ctx.thread.id, Some(native), ctx.thread.model.clone()) => resumed,
                 _ = ctx.cancel.cancelled() => {
