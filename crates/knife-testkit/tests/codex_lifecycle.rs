@@ -737,3 +737,74 @@ async fn codex_a_new_server_resumes_the_native_thread_and_falls_back_when_codex_
     exec.shutdown(Duration::from_secs(5)).await;
     drop(h.dir);
 }
+
+#[tokio::test]
+async fn codex_mgr_10_threads_of_two_projects_share_one_process_with_their_own_cwd_and_bearer() {
+    let h = harness(Duration::from_secs(60)).await;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let other_root = h.dir.path().join("other-project");
+    std::fs::create_dir(&other_root).unwrap();
+    let (other_project, _) = create_project(
+        &h.store,
+        clock.as_ref(),
+        CreateProjectRequest {
+            root: other_root.display().to_string(),
+            name: None,
+        },
+    )
+    .await
+    .unwrap();
+    let other = create_thread(
+        &h.store,
+        clock.as_ref(),
+        CreateThreadRequest {
+            project_id: other_project.id,
+            title: None,
+            provider_instance_id: None,
+            model: None,
+            parent_thread_id: None,
+        },
+        &instance(),
+        std::slice::from_ref(&instance()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        h.run("first project".into()).await.status,
+        RunStatus::Completed
+    );
+    let run = h
+        .exec
+        .start_run(&other.id, "second project".into())
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, h.exec.await_idle(&other.id))
+        .await
+        .unwrap();
+    let p = h.store.thread_projection(&other.id).await.unwrap().unwrap();
+    let run = p.runs.iter().find(|r| r.id == run.id).unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(
+        h.sent_methods("initialize").len(),
+        1,
+        "one app-server serves both"
+    );
+    let starts = h.sent_methods("thread/start");
+    assert_eq!(starts.len(), 2);
+    assert_eq!(starts[0]["params"]["cwd"], h.root.display().to_string());
+    let other_root = std::fs::canonicalize(&other_root).unwrap();
+    assert_eq!(starts[1]["params"]["cwd"], other_root.display().to_string());
+    let bearer = |i: usize| {
+        starts[i]["params"]["config"]["mcp_servers"]["knife"]["http_headers"]["Authorization"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("Bearer ")
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        h.registry.resolve(&bearer(0)).unwrap().thread_id,
+        h.thread.id
+    );
+    assert_eq!(h.registry.resolve(&bearer(1)).unwrap().thread_id, other.id);
+}

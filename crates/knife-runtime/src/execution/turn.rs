@@ -130,6 +130,7 @@ impl ExecutionService {
             text: ctx.text.clone(),
             history,
             model: ctx.thread.model.clone(),
+            cwd: Some(ctx.root.clone()),
         };
         // Subscribed before the turn starts, so no event of the turn is missed.
         let mut events = handle.subscribe_events();
