@@ -808,3 +808,49 @@ async fn codex_mgr_10_threads_of_two_projects_share_one_process_with_their_own_c
     );
     assert_eq!(h.registry.resolve(&bearer(1)).unwrap().thread_id, other.id);
 }
+
+#[tokio::test]
+async fn codex_an_interrupt_while_an_approval_waits_cancels_the_request() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(
+            &h.thread.id,
+            script(r#"[{"approve_command":"make deploy"}]"#),
+        )
+        .await
+        .unwrap();
+    let request = pending_request(&h).await;
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    let run = h.finish(&run.id).await;
+    assert_eq!(run.status, RunStatus::Interrupted);
+    let p = h.projection().await;
+    let settled = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == request.id)
+        .unwrap();
+    assert_eq!(settled.status, RuntimeRequestStatus::Cancelled);
+    let approval = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::Approval { .. }))
+        .unwrap();
+    assert_eq!(approval.status, TurnItemStatus::Cancelled);
+    // A late answer is refused.
+    let late = h
+        .exec
+        .respond_to_request(
+            &h.thread.id,
+            &request.id,
+            RequestAnswer {
+                decision: ApprovalDecision::AllowOnce,
+                message: None,
+            },
+        )
+        .await;
+    assert!(late.is_err());
+}
