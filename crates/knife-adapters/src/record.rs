@@ -10,15 +10,28 @@
 //! ([`TurnRecorder::finish`]) every open item settled, pending approvals cancelled, the
 //! provider turn's final state, status `idle` and one `TurnTerminal`. A recorder
 //! dropped unfinished finishes itself as interrupted (`aborted`).
+//!
+//! Streaming text is throttled like the built-in agent's: a delta is emitted at once
+//! when its item's last snapshot is at least [`FLUSH_INTERVAL`] old or [`FLUSH_BYTES`]
+//! arrived since; otherwise the item is marked dirty and the driver calls
+//! [`TurnRecorder::flush`] within [`FLUSH_INTERVAL`] ([`TurnRecorder::is_dirty`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use knife_protocol::*;
 use knife_runtime::sessions::requests::request_item_id;
 use knife_runtime::{AdapterError, SharedClock};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Persistence window of streaming text: a text item is emitted at most this long after
+/// its text changed ([`TurnRecorder::flush`] must run by then when deltas pause).
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// Unsent streaming text (bytes) that forces a snapshot at once.
+pub const FLUSH_BYTES: usize = 4096;
 
 /// Sender of a session's adapter event stream; cheap to clone. [`EventSink::close`]
 /// ends the stream (for every clone).
@@ -129,6 +142,10 @@ pub struct TurnRecorder {
     by_key: HashMap<String, usize>,
     approvals: HashMap<RuntimeRequestId, PendingApproval>,
     finished: bool,
+    /// Per text item: when it was last emitted and the bytes added since.
+    text_meta: HashMap<usize, (Option<Instant>, usize)>,
+    /// Text items with unsent text.
+    dirty: HashSet<usize>,
 }
 
 impl std::fmt::Debug for TurnRecorder {
@@ -168,6 +185,8 @@ impl TurnRecorder {
             by_key: HashMap::new(),
             approvals: HashMap::new(),
             finished: false,
+            text_meta: HashMap::new(),
+            dirty: HashSet::new(),
         };
         recorder
             .sink
@@ -218,6 +237,10 @@ impl TurnRecorder {
     }
 
     fn emit(&mut self, idx: usize) {
+        self.dirty.remove(&idx);
+        if let Some(meta) = self.text_meta.get_mut(&idx) {
+            *meta = (Some(Instant::now()), 0);
+        }
         let now = self.clock.now();
         let Some((item, open)) = self.items.get_mut(idx) else {
             return;
@@ -275,7 +298,28 @@ impl TurnRecorder {
         } else {
             return;
         }
-        self.emit(idx);
+        let (last, unsent) = self.text_meta.entry(idx).or_insert((None, 0));
+        *unsent += delta.len();
+        if last.is_none_or(|at| at.elapsed() >= FLUSH_INTERVAL) || *unsent >= FLUSH_BYTES {
+            self.emit(idx);
+        } else {
+            self.dirty.insert(idx);
+        }
+    }
+
+    /// True when a text item has text not emitted yet (call [`TurnRecorder::flush`]
+    /// within [`FLUSH_INTERVAL`]).
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Emits every text item with unsent text.
+    pub fn flush(&mut self) {
+        let mut dirty: Vec<usize> = self.dirty.iter().copied().collect();
+        dirty.sort_unstable();
+        for idx in dirty {
+            self.emit(idx);
+        }
     }
 
     /// Completes text item `key`, replacing its text with `full` when given (the
@@ -644,5 +688,138 @@ impl Drop for TurnRecorder {
                 reason: "aborted".to_owned(),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use knife_runtime::SystemClock;
+
+    fn recorder() -> (TurnRecorder, EventReceiver) {
+        let (sink, rx) = EventSink::new();
+        let run = RunId::from("run:t:1");
+        let ids = TurnIds {
+            thread_id: ThreadId::from("t"),
+            run_id: run.clone(),
+            run_ordinal: 1,
+            provider_turn_id: ProviderTurnId::for_run(&run, 1),
+            provider_session_id: ProviderSessionId::from("s"),
+            attempt: 1,
+            provider_thread_id: None,
+        };
+        (TurnRecorder::start(sink, Arc::new(SystemClock), ids), rx)
+    }
+
+    fn drain(rx: &mut EventReceiver) -> Vec<AdapterEvent> {
+        let mut out = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            out.push(event.unwrap());
+        }
+        out
+    }
+
+    fn texts(events: &[AdapterEvent]) -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                AdapterEvent::TurnItemUpdated(TurnItem {
+                    kind: TurnItemKind::AssistantMessage { text, .. },
+                    ..
+                }) => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn streaming_text_is_throttled_and_flushed() {
+        let (mut rec, mut rx) = recorder();
+        drain(&mut rx);
+        rec.text_delta("m", TextKind::Assistant, "a");
+        rec.text_delta("m", TextKind::Assistant, "b");
+        rec.text_delta("m", TextKind::Assistant, "c");
+        assert_eq!(
+            texts(&drain(&mut rx)),
+            vec!["a"],
+            "the first delta goes out at once"
+        );
+        assert!(rec.is_dirty());
+        rec.flush();
+        assert_eq!(texts(&drain(&mut rx)), vec!["abc"]);
+        assert!(!rec.is_dirty());
+        // After the window a delta goes out at once again; a big one always does.
+        tokio::time::advance(FLUSH_INTERVAL).await;
+        rec.text_delta("m", TextKind::Assistant, "d");
+        rec.text_delta("m", TextKind::Assistant, &"x".repeat(FLUSH_BYTES));
+        assert_eq!(texts(&drain(&mut rx)).len(), 2);
+        rec.text_done("m", TextKind::Assistant, Some("final"));
+        assert_eq!(texts(&drain(&mut rx)), vec!["final"]);
+        assert!(!rec.is_dirty());
+    }
+
+    #[tokio::test]
+    async fn finish_settles_items_and_approvals_then_ends_once() {
+        let (mut rec, mut rx) = recorder();
+        rec.tool_started(
+            "call",
+            "call",
+            "command",
+            serde_json::json!({"command": "ls"}),
+        );
+        let request = RuntimeRequestId::from("request_1");
+        rec.approval_requested(
+            &request,
+            ApprovalAsk {
+                kind: RuntimeRequestKind::Command,
+                call_id: "call".into(),
+                tool: "command".into(),
+                subject: "ls".into(),
+                input: Value::Null,
+                rule: "test".into(),
+            },
+        );
+        rec.text_delta("m", TextKind::Assistant, "partial");
+        drain(&mut rx);
+        rec.finish(TurnOutcome::Interrupted {
+            reason: "user".into(),
+        });
+        rec.finish(TurnOutcome::Completed);
+        let events = drain(&mut rx);
+        let cancelled = events.iter().any(|e| {
+            matches!(e, AdapterEvent::RuntimeRequestUpdated(r)
+                if r.id == request && r.status == RuntimeRequestStatus::Cancelled)
+        });
+        assert!(cancelled, "{events:?}");
+        let tool_failed = events.iter().any(|e| {
+            matches!(e, AdapterEvent::TurnItemUpdated(i)
+                if matches!(&i.kind, TurnItemKind::ToolCall { error: Some(err), .. } if err == "Tool execution aborted"))
+        });
+        assert!(tool_failed, "{events:?}");
+        let terminals: Vec<_> = events
+            .iter()
+            .filter(|e| matches!(e, AdapterEvent::TurnTerminal { .. }))
+            .collect();
+        assert_eq!(terminals.len(), 1);
+        assert!(matches!(
+            terminals[0],
+            AdapterEvent::TurnTerminal { outcome: TurnOutcome::Interrupted { reason }, .. } if reason == "user"
+        ));
+        assert!(matches!(
+            events.last(),
+            Some(AdapterEvent::TurnTerminal { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_recorder_ends_its_turn_aborted() {
+        let (rec, mut rx) = recorder();
+        drop(rec);
+        let events = drain(&mut rx);
+        assert!(matches!(
+            events.last(),
+            Some(AdapterEvent::TurnTerminal { outcome: TurnOutcome::Interrupted { reason }, .. }) if reason == "aborted"
+        ));
     }
 }

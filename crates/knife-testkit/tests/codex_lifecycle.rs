@@ -854,3 +854,35 @@ async fn codex_an_interrupt_while_an_approval_waits_cancels_the_request() {
         .await;
     assert!(late.is_err());
 }
+
+#[tokio::test]
+async fn codex_streamed_text_is_persisted_in_windows_not_per_delta() {
+    let h = harness(Duration::from_secs(60)).await;
+    // 150 words, one delta each, 2 ms apart: about 300 ms of streaming.
+    let words: Vec<String> = (0..150).map(|i| format!("w{i}")).collect();
+    let text = words.join(" ");
+    let run = h.run(script(&format!(r#"[{{"text":"{text}"}}]"#))).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    let p = h.projection().await;
+    assert_eq!(
+        assistant_texts(&p, &run.id),
+        vec![(text, TurnItemStatus::Completed)]
+    );
+    let filter = knife_store::StreamFilter {
+        thread_id: Some(h.thread.id.clone()),
+        after: 0,
+        event_type: Some("turn-item.updated".into()),
+    };
+    let updates = h.store.read_events(&filter, 10_000).await.unwrap();
+    let assistant_updates = updates
+        .iter()
+        .filter(|e| {
+            matches!(&e.event.body, knife_protocol::EventBody::TurnItemUpdated(i)
+                if matches!(i.kind, TurnItemKind::AssistantMessage { .. }))
+        })
+        .count();
+    assert!(
+        (2..60).contains(&assistant_updates),
+        "{assistant_updates} snapshots for 150 deltas"
+    );
+}

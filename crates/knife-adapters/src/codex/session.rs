@@ -22,7 +22,7 @@ use super::wire::{self, method};
 use super::{CodexConfig, DRIVER};
 use crate::jsonrpc::{Incoming, RpcConnection, RpcError, RpcOptions};
 use crate::process::{ChildProcess, ProcessSpec};
-use crate::record::{EventReceiver, EventSink, TurnIds, TurnRecorder};
+use crate::record::{EventReceiver, EventSink, FLUSH_INTERVAL, TurnIds, TurnRecorder};
 
 /// How long the driver waits for the exit status once codex closed its output.
 const EXIT_WAIT: Duration = Duration::from_secs(5);
@@ -194,7 +194,24 @@ pub(super) async fn failure_text(child: &ChildProcess, error: &RpcError, what: &
 }
 
 async fn dispatch_loop(weak: Weak<Inner>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
-    while let Some(message) = incoming.recv().await {
+    loop {
+        let dirty = weak.upgrade().is_some_and(|inner| inner.text_dirty());
+        let message = if dirty {
+            tokio::select! {
+                message = incoming.recv() => message,
+                () = tokio::time::sleep(FLUSH_INTERVAL) => {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.flush_text();
+                    }
+                    continue;
+                }
+            }
+        } else {
+            incoming.recv().await
+        };
+        let Some(message) = message else {
+            break;
+        };
         let Some(inner) = weak.upgrade() else {
             return;
         };
@@ -206,6 +223,21 @@ async fn dispatch_loop(weak: Weak<Inner>, mut incoming: mpsc::UnboundedReceiver<
 }
 
 impl Inner {
+    /// Whether a running turn has streamed text not emitted yet.
+    fn text_dirty(&self) -> bool {
+        lock(&self.state)
+            .turns
+            .values()
+            .any(|t| t.recorder.is_dirty())
+    }
+
+    /// Emits the unsent streaming text of every running turn.
+    fn flush_text(&self) {
+        for turn in lock(&self.state).turns.values_mut() {
+            turn.recorder.flush();
+        }
+    }
+
     /// The codex process's output closed: unless knife is closing the session, the
     /// process died — its running turns fail and the stream ends with the exit status.
     async fn on_output_closed(&self) {
