@@ -886,3 +886,89 @@ async fn codex_streamed_text_is_persisted_in_windows_not_per_delta() {
         "{assistant_updates} snapshots for 150 deltas"
     );
 }
+
+/// A codex adapter on the fake whose handshake never completes, recording groups in `store`.
+fn mute_adapter(store: &Store, home: &std::path::Path) -> CodexAdapter {
+    let mut config = CodexConfig::new(instance());
+    config.command = env!("CARGO_BIN_EXE_fake_codex").into();
+    config.args = Vec::new();
+    config.env = vec![
+        ("CODEX_HOME".into(), home.as_os_str().to_owned()),
+        ("FAKE_CODEX_MUTE_INITIALIZE".into(), "1".into()),
+    ];
+    config.process_groups = Some(ProcessGroups::new(store.clone(), Arc::new(SystemClock)));
+    config.handshake_timeout = Duration::from_millis(300);
+    config.eof_grace = Duration::from_millis(300);
+    config.term_grace = Duration::from_millis(300);
+    CodexAdapter::new(config)
+}
+
+fn open_input(h: &Harness) -> OpenSessionInput {
+    OpenSessionInput {
+        provider_session_id: session_id(),
+        provider_instance_id: instance(),
+        thread_id: h.thread.id.clone(),
+        cwd: h.root.clone(),
+        model: None,
+        native_thread_id: None,
+    }
+}
+
+#[tokio::test]
+async fn codex_mgr_04_a_handshake_that_times_out_fails_the_open_and_stops_the_process() {
+    let h = harness(Duration::from_secs(60)).await;
+    let adapter = mute_adapter(&h.store, &h.codex_home);
+    let scope = knife_runtime::scope::SessionScope::new();
+    let options = OpenSessionOptions {
+        scope: scope.clone(),
+        ..Default::default()
+    };
+    let err = adapter
+        .open_with_options(open_input(&h), options)
+        .await
+        .err()
+        .expect("the open must fail");
+    assert!(
+        err.to_string().contains("initialize handshake failed")
+            && err.to_string().contains("no answer"),
+        "{err}"
+    );
+    // The manager closes the scope of a failed open; the process is gone after it.
+    assert!(scope.close_within(Duration::from_secs(5)).await);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !h.pgids().await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the process group stayed recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn codex_mgr_05_a_cancelled_open_is_stopped_by_closing_its_scope() {
+    let h = harness(Duration::from_secs(60)).await;
+    let adapter = mute_adapter(&h.store, &h.codex_home);
+    let scope = knife_runtime::scope::SessionScope::new();
+    let options = OpenSessionOptions {
+        scope: scope.clone(),
+        ..Default::default()
+    };
+    let input = open_input(&h);
+    let open = adapter.open_with_options(input, options);
+    // Dropped mid-handshake (the process runs by then).
+    let pgid = tokio::select! {
+        _ = open => panic!("the handshake cannot complete"),
+        pgid = async {
+            loop {
+                if let Some(pgid) = h.pgids().await.first().copied() {
+                    break pgid;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } => pgid,
+    };
+    assert!(group_alive(u32::try_from(pgid).unwrap()));
+    assert!(scope.close_within(Duration::from_secs(5)).await);
+    assert!(gone_within(pgid, Duration::from_secs(2)).await);
+}

@@ -6,7 +6,8 @@
 //! codex's "no rollout found" error), `thread/unsubscribe`, `turn/start`,
 //! `turn/interrupt`. Threads are files `CODEX_HOME/fake-threads/<id>`. Every line read
 //! is appended to `CODEX_HOME/fake-requests.jsonl`, so tests can check what knife sent.
-//! Exits 0 at stdin EOF (unless a `hang` command ran).
+//! Exits 0 at stdin EOF (unless a `hang` command ran). With `FAKE_CODEX_MUTE_INITIALIZE`
+//! set it never answers `initialize` (a wedged handshake).
 //!
 //! A turn runs the script embedded in its text after the marker `FAKE_CODEX:` — a JSON
 //! array of commands — or, without one, streams `Hello from fake codex.`:
@@ -174,6 +175,7 @@ fn handle(fake: &Arc<Fake>, message: Value) {
         return;
     };
     match method {
+        "initialize" if std::env::var_os("FAKE_CODEX_MUTE_INITIALIZE").is_some() => {}
         "initialize" => fake.result(
             &id,
             json!({"userAgent": "fake-codex/0.169.0", "codexHome": fake.home.display().to_string(),
