@@ -293,6 +293,10 @@ impl AcpTurn {
                     _ => false,
                 }
         });
+        if delta.is_empty() && !continues {
+            // claude-agent-acp opens each message with an empty chunk: no empty item.
+            return events;
+        }
         let idx = if continues {
             self.items.len() - 1
         } else {
