@@ -253,16 +253,17 @@ impl Inner {
     }
 
     /// Loads `thread` (resume `native` when given, else start a new codex thread) unless
-    /// it is loaded already with that id; returns its codex thread id.
+    /// it is loaded already; returns its codex thread id.
     pub(super) async fn ensure_thread(
         &self,
         thread: &ThreadId,
         native: Option<String>,
     ) -> Result<String, AdapterError> {
         let _serial = self.thread_lock.lock().await;
+        // One codex thread per app thread and session: once loaded (resumed, or started
+        // because codex no longer knew the old one), later hints change nothing.
         if let Some(loaded) = lock(&self.state).threads.get(thread)
             && let Some(id) = &loaded.native_id
-            && native.as_ref().is_none_or(|n| n == id)
         {
             return Ok(id.clone());
         }
