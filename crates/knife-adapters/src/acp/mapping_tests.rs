@@ -340,3 +340,33 @@ fn an_empty_opening_chunk_makes_no_item() {
         "item:provider-turn:run:t:2:1:1"
     );
 }
+
+#[test]
+fn claude_tool_names_from_meta_name_the_tool_item() {
+    let mut t = turn();
+    // As captured from claude-agent-acp 0.23.1.
+    t.apply(update(
+        json!({"sessionUpdate": "tool_call", "toolCallId": "toolu_bash_1",
+        "_meta": {"claudeCode": {"toolName": "Bash"}}, "rawInput": {}, "status": "pending",
+        "title": "Terminal", "kind": "execute", "content": []}),
+    ));
+    t.apply(update(
+        json!({"sessionUpdate": "tool_call_update", "toolCallId": "toolu_bash_1",
+        "rawInput": {"command": "touch x", "description": "touch"}, "title": "touch x",
+        "kind": "execute"}),
+    ));
+    let events = t.apply(update(json!({"sessionUpdate": "tool_call_update",
+        "toolCallId": "toolu_bash_1", "_meta": {"claudeCode": {"toolName": "Bash"}},
+        "status": "completed", "rawOutput": "(Bash completed with no output)"})));
+    let item = items(&events).pop().unwrap();
+    assert_eq!(
+        item.kind,
+        TurnItemKind::ToolCall {
+            call_id: "toolu_bash_1".into(),
+            tool: "Bash".into(),
+            input: json!({"command": "touch x", "description": "touch"}),
+            output: Some("(Bash completed with no output)".into()),
+            error: None,
+        }
+    );
+}
