@@ -63,7 +63,17 @@ impl Harness {
 
     /// An execution service (a "server process") with `idle_timeout`.
     fn execution(&self, idle_timeout: Duration, extra_env: &[(&str, &str)]) -> ExecutionService {
-        let mut config = AcpConfig::new(self.instance.clone(), env!("CARGO_BIN_EXE_fake_acp"));
+        self.execution_of(env!("CARGO_BIN_EXE_fake_acp"), idle_timeout, extra_env)
+    }
+
+    /// [`Harness::execution`] running `command` as the agent.
+    fn execution_of(
+        &self,
+        command: &str,
+        idle_timeout: Duration,
+        extra_env: &[(&str, &str)],
+    ) -> ExecutionService {
+        let mut config = AcpConfig::new(self.instance.clone(), command);
         config.env = vec![
             (
                 "FAKE_ACP_STATE_DIR".into(),
@@ -91,7 +101,7 @@ impl Harness {
             },
         );
         ExecutionService::new(self.store.clone(), self.clock.clone(), manager)
-            .with_interrupt_grace(Duration::from_secs(5))
+            .with_interrupt_grace(Duration::from_secs(1))
     }
 
     async fn thread(&self) -> ThreadId {
@@ -696,4 +706,60 @@ impl Harness {
     fn restart_sweep(&self, exec: &ExecutionService) -> RestartService {
         RestartService::new(exec.clone(), RestartOptions::default())
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_dies_in_the_handshake_fails_the_open_with_its_status() {
+    let h = Harness::new().await;
+    let exec = h.execution_of("false", Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = h.run(&exec, &thread, "hello").await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap();
+    assert_eq!(error.error_type, "provider.open", "{error:?}");
+    assert!(error.message.contains("initialize"), "{}", error.message);
+    assert!(error.message.contains("exit status 1"), "{}", error.message);
+    let exec = h.execution_of("/no/such/agent", Duration::from_secs(60), &[]);
+    let run = h.run(&exec, &thread, "hello").await;
+    let error = run.error.unwrap();
+    assert!(
+        error.message.contains("/no/such/agent"),
+        "{}",
+        error.message
+    );
+    assert!(h.store.list_process_groups().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_deaf_to_cancel_is_released_after_the_interrupt_grace() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = exec
+        .start_run(&thread, script(json!([{"text": "busy"}, {"deaf": true}])))
+        .await
+        .unwrap();
+    poll(|| async {
+        texts(&h.projection(&thread).await, &run.id)
+            .first()
+            .cloned()
+    })
+    .await;
+    let pid = h.pids()[0];
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, exec.await_idle(&thread))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.run_row(&thread, &run.id).await.status,
+        RunStatus::Interrupted
+    );
+    // The unresponsive session is released and its process stopped.
+    wait_gone(pid).await;
+    let run = h.run(&exec, &thread, "again").await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
 }

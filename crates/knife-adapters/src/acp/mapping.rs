@@ -273,8 +273,18 @@ impl AcpTurn {
         match update {
             SessionUpdate::AgentMessageChunk(chunk) => self.text_chunk(false, chunk),
             SessionUpdate::AgentThoughtChunk(chunk) => self.text_chunk(true, chunk),
-            SessionUpdate::ToolCall(call) => self.tool_call(call),
-            SessionUpdate::ToolCallUpdate(update) => self.tool_update(update),
+            SessionUpdate::ToolCall(mut call) => {
+                if call.name.is_none() {
+                    call.name = agent_tool_name(call.meta.as_ref());
+                }
+                self.tool_call(call)
+            }
+            SessionUpdate::ToolCallUpdate(mut update) => {
+                if update.name.is_none() {
+                    update.name = agent_tool_name(update.meta.as_ref());
+                }
+                self.tool_update(update)
+            }
             SessionUpdate::UserMessageChunk(_) | SessionUpdate::Other => Vec::new(),
         }
     }
@@ -293,6 +303,10 @@ impl AcpTurn {
                     _ => false,
                 }
         });
+        if delta.is_empty() && !continues {
+            // claude-agent-acp opens each message with an empty chunk: no empty item.
+            return events;
+        }
         let idx = if continues {
             self.items.len() - 1
         } else {
@@ -355,6 +369,7 @@ impl AcpTurn {
                 content: Some(call.content),
                 raw_input: call.raw_input,
                 raw_output: call.raw_output,
+                meta: call.meta,
             });
         }
         let mut events = self.close_texts(TurnItemStatus::Completed);
@@ -399,6 +414,7 @@ impl AcpTurn {
                 content: Vec::new(),
                 raw_input: update.raw_input.clone(),
                 raw_output: None,
+                meta: None,
             };
             let mut events = self.tool_call(call);
             if update.status.is_some() || update.content.is_some() || update.raw_output.is_some() {

@@ -50,7 +50,7 @@ fn chunks_stream_into_one_item_until_a_tool_call_breaks_them() {
     events.extend(t.apply(update(
         json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}}),
     )));
-    for part in ["Hel", "lo"] {
+    for part in ["", "Hel", "lo"] {
         events.extend(
             t.apply(update(json!({"sessionUpdate": "agent_message_chunk",
             "content": {"type": "text", "text": part}}))),
@@ -323,4 +323,50 @@ fn an_update_for_an_unknown_call_creates_it_and_failed_keeps_the_error() {
     assert_eq!(last.status, TurnItemStatus::Failed);
     assert!(matches!(&last.kind,
         TurnItemKind::ToolCall { tool, error: Some(e), .. } if tool == "fetch" && e.contains("404")));
+}
+
+#[test]
+fn an_empty_opening_chunk_makes_no_item() {
+    let mut t = turn();
+    let empty = t.apply(update(
+        json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": ""}}),
+    ));
+    assert!(items(&empty).is_empty());
+    let text = t.apply(update(
+        json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi"}}),
+    ));
+    assert_eq!(
+        items(&text)[0].id.as_str(),
+        "item:provider-turn:run:t:2:1:1"
+    );
+}
+
+#[test]
+fn claude_tool_names_from_meta_name_the_tool_item() {
+    let mut t = turn();
+    // As captured from claude-agent-acp 0.23.1.
+    t.apply(update(
+        json!({"sessionUpdate": "tool_call", "toolCallId": "toolu_bash_1",
+        "_meta": {"claudeCode": {"toolName": "Bash"}}, "rawInput": {}, "status": "pending",
+        "title": "Terminal", "kind": "execute", "content": []}),
+    ));
+    t.apply(update(
+        json!({"sessionUpdate": "tool_call_update", "toolCallId": "toolu_bash_1",
+        "rawInput": {"command": "touch x", "description": "touch"}, "title": "touch x",
+        "kind": "execute"}),
+    ));
+    let events = t.apply(update(json!({"sessionUpdate": "tool_call_update",
+        "toolCallId": "toolu_bash_1", "_meta": {"claudeCode": {"toolName": "Bash"}},
+        "status": "completed", "rawOutput": "(Bash completed with no output)"})));
+    let item = items(&events).pop().unwrap();
+    assert_eq!(
+        item.kind,
+        TurnItemKind::ToolCall {
+            call_id: "toolu_bash_1".into(),
+            tool: "Bash".into(),
+            input: json!({"command": "touch x", "description": "touch"}),
+            output: Some("(Bash completed with no output)".into()),
+            error: None,
+        }
+    );
 }

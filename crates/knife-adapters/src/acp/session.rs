@@ -82,7 +82,9 @@ pub(super) async fn open(
         Ok(done) => done,
         Err((step, error)) => {
             let mut message = format!("the ACP agent failed its {step}: {error}");
-            if matches!(error, RpcError::Closed { .. })
+            // The agent is gone (its output closed, or its input before we wrote):
+            // say how it ended.
+            if matches!(error, RpcError::Closed { .. } | RpcError::Send(_))
                 && let Ok(exit) = tokio::time::timeout(EXIT_WAIT, child.wait_exit()).await
             {
                 message = format!("{message}; {}", exit.describe(&label));

@@ -394,6 +394,10 @@ pub struct ToolCall {
     pub raw_input: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<Value>,
+    /// Extension data; knife reads claude-agent-acp's `claudeCode.toolName`
+    /// ([`agent_tool_name`]).
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
 }
 
 /// `tool_call_update` (and the tool call of a permission request): only the fields
@@ -416,6 +420,22 @@ pub struct ToolCallUpdate {
     pub raw_input: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<Value>,
+    /// Extension data; knife reads claude-agent-acp's `claudeCode.toolName`
+    /// ([`agent_tool_name`]).
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+/// The tool's own name from an agent's `_meta`, when the protocol's `name` is absent:
+/// claude-agent-acp sends `{"claudeCode": {"toolName": "Bash"}}` (`Bash`,
+/// `mcp__knife__threads_list`, …), more telling than the kind (`execute`, `other`).
+pub fn agent_tool_name(meta: Option<&Value>) -> Option<String> {
+    meta?
+        .get("claudeCode")?
+        .get("toolName")?
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
 }
 
 /// `session/request_permission` params.
