@@ -253,8 +253,9 @@ pub enum MockLlmError {
     Config(String),
 }
 
-/// One request the mock received (any path).
-#[derive(Debug, Clone, PartialEq)]
+/// One request the mock received (any path). Serialised (field names as here)
+/// by the `GET /_mock/requests` route.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RecordedRequest {
     /// `GET`, `POST`, ...
     pub method: String,

@@ -148,11 +148,20 @@ async fn handle(
         }))
         .into_response(),
         (Method::GET, "/healthz", ..) => "ok".into_response(),
+        // Debugging and out-of-process tests: every model request so far, in order.
+        (Method::GET, "/_mock/requests", ..) => axum::Json(
+            shared
+                .requests()
+                .into_iter()
+                .filter(RecordedRequest::is_model_request)
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
         (method, path, ..) => error_response(
             StatusCode::NOT_FOUND,
             &format!(
                 "mock-llm has no route {method} {path}; use POST /v1/chat/completions, \
-                 POST /v1/messages, POST /v1/responses, GET /v1/models or GET /healthz"
+                 POST /v1/messages, POST /v1/responses, GET /v1/models, GET /healthz or GET /_mock/requests"
             ),
             "not_found",
         ),
