@@ -170,6 +170,13 @@ impl App {
             ..ToolPolicy::default()
         });
         for (id, p) in &config.providers {
+            if p.driver == knife_adapters::acp::DRIVER {
+                let groups =
+                    knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
+                let adapter = crate::providers::acp_adapter(id, p, groups, clock.clone())?;
+                adapters.insert(ProviderInstanceId::from(id.as_str()), Arc::new(adapter));
+                continue;
+            }
             let api_key = p
                 .api_key_env
                 .as_deref()

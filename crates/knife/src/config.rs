@@ -17,6 +17,9 @@ pub const DRIVERS: &[(&str, &str)] = &[
     ("openai-chat", "https://api.openai.com/v1"),
     ("anthropic", "https://api.anthropic.com/v1"),
     ("openai-responses", "https://api.openai.com/v1"),
+    // An agent program speaking the Agent Client Protocol over stdio (no base URL:
+    // `command`, `args`, `env` say what to run).
+    ("acp", ""),
 ];
 
 /// The whole configuration file.
@@ -190,7 +193,9 @@ pub struct ProviderConfig {
     /// Empty or absent: the driver's default ([`DRIVERS`]).
     #[serde(default)]
     pub base_url: String,
-    /// Default model of the instance.
+    /// Default model of the instance (required by the LLM drivers; `acp` agents
+    /// choose their own).
+    #[serde(default)]
     pub model: String,
     /// Name of the env var holding the API key (none for local servers).
     pub api_key_env: Option<String>,
@@ -221,6 +226,15 @@ pub struct ProviderConfig {
     /// `openai-responses` only: `reasoning.summary` (`auto`, `concise`,
     /// `detailed`); reasoning models stream summaries only when this is set.
     pub reasoning_summary: Option<String>,
+    /// External agent drivers (`acp`): the program to run (looked up on `PATH`).
+    pub command: Option<String>,
+    /// External agent drivers: the program's arguments (e.g. `["--acp"]`).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// External agent drivers: variables set for the program on top of knife's
+    /// environment (knife's own `KNIFE_*` variables are removed).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 impl ProviderConfig {
@@ -278,6 +292,9 @@ impl Config {
                 max_retry_attempts: None,
                 reasoning_effort: None,
                 reasoning_summary: None,
+                command: None,
+                args: Vec::new(),
+                env: BTreeMap::new(),
             },
         );
         config
@@ -323,6 +340,22 @@ impl Config {
             };
             if p.base_url.trim().is_empty() {
                 p.base_url = default_url.to_owned();
+            }
+            if p.driver == "acp" {
+                if p.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                    bail!(
+                        "provider `{id}` in {} has driver `acp` but no `command`; set the agent \
+                         program, e.g. command = \"claude-agent-acp\" or command = \"gemini\" \
+                         with args = [\"--acp\"]",
+                        path.display()
+                    );
+                }
+            } else if p.model.trim().is_empty() {
+                bail!(
+                    "provider `{id}` in {} has no `model`; set the model the instance serves, \
+                     e.g. model = \"gpt-4o-mini\"",
+                    path.display()
+                );
             }
         }
         Ok(config)
@@ -382,6 +415,9 @@ impl Config {
                     max_retry_attempts: None,
                     reasoning_effort: None,
                     reasoning_summary: None,
+                    command: None,
+                    args: Vec::new(),
+                    env: BTreeMap::new(),
                 },
             );
         }

@@ -78,6 +78,28 @@ pub fn llm_client(
     })
 }
 
+/// The `acp` adapter of instance `id`: `command` (required), `args`, `env`; its
+/// process groups are recorded in `groups`.
+///
+/// Errors: no `command` (a config built in code skips the file check).
+pub fn acp_adapter(
+    id: &str,
+    p: &ProviderConfig,
+    groups: knife_runtime::process_groups::ProcessGroups,
+    clock: knife_runtime::SharedClock,
+) -> anyhow::Result<knife_adapters::acp::AcpAdapter> {
+    let Some(command) = p.command.as_deref().filter(|c| !c.trim().is_empty()) else {
+        bail!("provider `{id}` has driver `acp` but no `command`; set the agent program to run");
+    };
+    let mut config =
+        knife_adapters::acp::AcpConfig::new(knife_protocol::ProviderInstanceId::from(id), command);
+    config.args = p.args.iter().map(Into::into).collect();
+    config.env = p.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    config.process_groups = Some(groups);
+    config.clock = clock;
+    Ok(knife_adapters::acp::AcpAdapter::new(config))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

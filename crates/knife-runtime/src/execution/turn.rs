@@ -51,20 +51,23 @@ impl ExecutionService {
 
     async fn run_turn(&self, ctx: &RunContext) -> Ended {
         let inner = &self.inner;
-        let history = match inner.store.thread_projection(&ctx.thread.id).await {
-            Ok(Some(p)) => p
-                .turn_items
-                .into_iter()
-                .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
-                .collect(),
-            Ok(None) => Vec::new(),
+        let instance = &ctx.thread.provider_instance_id;
+        let (history, native_thread_id) = match inner.store.thread_projection(&ctx.thread.id).await
+        {
+            Ok(Some(p)) => (
+                p.turn_items
+                    .into_iter()
+                    .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
+                    .collect(),
+                latest_native_thread(&p.provider_threads, instance),
+            ),
+            Ok(None) => (Vec::new(), None),
             Err(e) => return Ended::failed("store", e.to_string(), false),
         };
         // Interrupted while the run was being created: no session, no model call.
         if ctx.cancel.is_cancelled() {
             return Ended::interrupted(ctx);
         }
-        let instance = &ctx.thread.provider_instance_id;
         // One session per thread unless the adapter declares shared sessions.
         let session_id = match inner.manager.capabilities(instance) {
             Some(caps) if caps.shared_sessions => ProviderSessionId::shared(instance),
@@ -77,6 +80,9 @@ impl ExecutionService {
             &ctx.root,
         );
         request.model = ctx.thread.model.clone();
+        // External runtimes reopen the thread's native conversation (codex
+        // `thread/resume`, ACP `session/load`) instead of starting a new one (MGR-09).
+        request.native_thread_id = native_thread_id;
         // An interrupt (or shutdown) during the open ends the run at once; the
         // dropped open cleans up after itself (MGR-04).
         let opened = tokio::select! {
@@ -420,4 +426,17 @@ fn failed(error_type: &str, message: String) -> TurnOutcome {
     TurnOutcome::Failed {
         error: RunError::new(error_type, message),
     }
+}
+
+/// The native id of the thread's latest provider thread on `instance` (the runtime's
+/// own conversation to resume), if it has one. Built-in agent threads have none.
+fn latest_native_thread(
+    threads: &[ProviderThread],
+    instance: &ProviderInstanceId,
+) -> Option<String> {
+    threads
+        .iter()
+        .rev()
+        .filter(|p| &p.provider_instance_id == instance)
+        .find_map(|p| p.native_id.clone())
 }
