@@ -40,6 +40,11 @@ pub struct PeerSpec {
     pub env: fn(mock_root: &str, home: &Path) -> Vec<(String, String)>,
     /// Files the peer needs in its home folder before it starts.
     pub setup_home: fn(mock_root: &str, home: &Path),
+    /// The peer's answers lag one prompt behind after a cancel: the prompt
+    /// right after `session/cancel` ends at once (`end_turn`, zero usage, no
+    /// text) and its answer streams during the following prompt
+    /// (claude-agent-acp 0.23.1, seen without knife too).
+    pub lags_after_cancel: bool,
 }
 
 fn call(name: &str, arguments: Value) -> ToolCallSpec {
@@ -106,6 +111,7 @@ pub static CODEX: PeerSpec = PeerSpec {
         )
         .unwrap();
     },
+    lags_after_cancel: false,
 };
 
 /// Claude through `claude-agent-acp` 0.23.1 (Anthropic Messages at the mock).
@@ -134,6 +140,7 @@ pub static CLAUDE: PeerSpec = PeerSpec {
         ])
     },
     setup_home: |_, _| {},
+    lags_after_cancel: true,
 };
 
 /// Gemini CLI 0.61.0 (`gemini --acp`, streamGenerateContent at the mock).
@@ -167,6 +174,7 @@ pub static GEMINI: PeerSpec = PeerSpec {
         )
         .unwrap();
     },
+    lags_after_cancel: false,
 };
 
 /// opencode 1.18.33 (`opencode acp`, Chat Completions at the mock; bash asks).
@@ -205,6 +213,7 @@ pub static OPENCODE: PeerSpec = PeerSpec {
         ])
     },
     setup_home: |_, _| {},
+    lags_after_cancel: false,
 };
 
 /// The peer's binary when the suite should run it; `None` (with a note on
@@ -558,4 +567,38 @@ pub fn slow_words(n: usize) -> String {
         .map(|i| format!("w{i}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The tool names a model request declared (every format the mock serves),
+/// and the names of the calls the conversation holds, for failure messages.
+pub fn tool_names(body: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    for tool in body
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for key in ["name"] {
+            if let Some(n) = tool.get(key).and_then(Value::as_str) {
+                names.push(n.to_owned());
+            }
+        }
+        if let Some(n) = tool.pointer("/function/name").and_then(Value::as_str) {
+            names.push(n.to_owned());
+        }
+        for inner in ["tools", "functionDeclarations"] {
+            for t in tool
+                .get(inner)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(n) = t.get("name").and_then(Value::as_str) {
+                    names.push(n.to_owned());
+                }
+            }
+        }
+    }
+    names
 }
