@@ -159,7 +159,7 @@ async fn mcp_tool_call(spec: &'static PeerSpec) {
         "{calls:?}; model requests: {:#?}",
         rig.turn_requests()
             .iter()
-            .map(|b| tool_names(b))
+            .map(tool_names)
             .collect::<Vec<_>>()
     );
     assert_eq!(calls[0].thread_id.as_str(), thread);
