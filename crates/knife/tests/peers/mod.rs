@@ -45,6 +45,11 @@ pub struct PeerSpec {
     /// text) and its answer streams during the following prompt
     /// (claude-agent-acp 0.23.1, seen without knife too).
     pub lags_after_cancel: bool,
+    /// The peer can reload its session after being killed in the middle of a
+    /// turn. Gemini CLI 0.61.0 cannot: its `session/load` then fails with "No
+    /// previous sessions found for this project" (also without knife), so knife
+    /// falls back to a new session and the conversation starts over.
+    pub reloads_after_mid_turn_kill: bool,
 }
 
 fn call(name: &str, arguments: Value) -> ToolCallSpec {
@@ -112,6 +117,7 @@ pub static CODEX: PeerSpec = PeerSpec {
         .unwrap();
     },
     lags_after_cancel: false,
+    reloads_after_mid_turn_kill: true,
 };
 
 /// Claude through `claude-agent-acp` 0.23.1 (Anthropic Messages at the mock).
@@ -141,6 +147,7 @@ pub static CLAUDE: PeerSpec = PeerSpec {
     },
     setup_home: |_, _| {},
     lags_after_cancel: true,
+    reloads_after_mid_turn_kill: true,
 };
 
 /// Gemini CLI 0.61.0 (`gemini --acp`, streamGenerateContent at the mock).
@@ -175,6 +182,7 @@ pub static GEMINI: PeerSpec = PeerSpec {
         .unwrap();
     },
     lags_after_cancel: false,
+    reloads_after_mid_turn_kill: false,
 };
 
 /// opencode 1.18.33 (`opencode acp`, Chat Completions at the mock; bash asks).
@@ -214,6 +222,7 @@ pub static OPENCODE: PeerSpec = PeerSpec {
     },
     setup_home: |_, _| {},
     lags_after_cancel: false,
+    reloads_after_mid_turn_kill: true,
 };
 
 /// The peer's binary when the suite should run it; `None` (with a note on
