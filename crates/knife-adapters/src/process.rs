@@ -13,8 +13,8 @@
 //! - **stdin writer**: [`ChildProcess::send_line`] queues a line (never blocks); the
 //!   writer appends `\n` and writes in order. Closing stdin (EOF) drops the queue.
 //! - **stderr logger**: every stderr line goes to the log (target
-//!   `knife_adapters::child_stderr`, level info); the last [`STDERR_TAIL_LINES`] are kept
-//!   for the exit description ([`ExitInfo::describe`]).
+//!   `knife_adapters::child_stderr`, level info; ANSI colour codes removed); the last
+//!   [`STDERR_TAIL_LINES`] are kept for the exit description ([`ExitInfo::describe`]).
 //! - **supervisor**: owns the child. It waits for the child to exit on its own, or for
 //!   [`ChildProcess::close`] (or the last handle being dropped), then runs the close
 //!   sequence: stdin EOF → [`ProcessSpec::eof_grace`] (3 s) → SIGTERM to the group →
@@ -356,7 +356,7 @@ impl ChildProcess {
                         tracing::info!(target: "knife_adapters::child_stderr", child = %label, "(a stderr line longer than 64 KiB was dropped)");
                         continue;
                     };
-                    let text = String::from_utf8_lossy(&bytes);
+                    let text = strip_ansi(&String::from_utf8_lossy(&bytes));
                     let text = text.trim_end();
                     if text.is_empty() {
                         continue;
@@ -686,6 +686,27 @@ impl<R: AsyncBufRead + Unpin> CappedLines<R> {
         }
         None
     }
+}
+
+/// `text` without ANSI escape sequences (colours of a child's log lines): `ESC [`
+/// followed by parameters up to a final byte in `@`..`~`, and lone `ESC x` pairs.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if chars.next() == Some('[') {
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// UTF-8 text of a non-blank line; counts and logs a line that is not UTF-8.

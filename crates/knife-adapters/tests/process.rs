@@ -212,3 +212,26 @@ async fn variables_matching_a_removed_prefix_are_not_passed_to_the_child() {
     assert_eq!(lines.next().await.as_deref(), Some("[][yes]"));
     child.wait_exit().await;
 }
+
+#[test]
+fn ansi_colour_codes_are_removed_from_stderr_text() {
+    use knife_adapters::process::strip_ansi;
+    assert_eq!(
+        strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m codex: bad"),
+        "2026 ERROR codex: bad"
+    );
+    assert_eq!(strip_ansi("plain ✓"), "plain ✓");
+    assert_eq!(strip_ansi("cut \u{1b}["), "cut ");
+}
+
+#[tokio::test]
+async fn the_stderr_tail_has_no_colour_codes() {
+    let (child, _lines) = ChildProcess::spawn(
+        sh("printf '\\033[31mERROR\\033[0m boom\\n' >&2; exit 2"),
+        None,
+    )
+    .await
+    .unwrap();
+    let exit = child.wait_exit().await;
+    assert_eq!(exit.stderr_tail, vec!["ERROR boom".to_owned()]);
+}

@@ -3,7 +3,7 @@
 //! handled in [`super::dispatch`].
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -61,6 +61,9 @@ pub(super) struct State {
     pub requests: HashMap<RuntimeRequestId, PendingRequest>,
     /// Latest cumulative usage per codex thread (the baseline of its next turn).
     pub usage_totals: HashMap<String, wire::TokenBreakdown>,
+    /// Native threads to resume at the thread's next turn (`resume_thread` of a thread
+    /// that joined the session; its workspace is known only then).
+    pub pending_resume: HashMap<ThreadId, String>,
 }
 
 /// A turn in flight on one codex thread.
@@ -161,7 +164,7 @@ impl CodexSession {
         });
         tokio::spawn(dispatch_loop(Arc::downgrade(&inner), incoming));
         if let Err(e) = inner
-            .ensure_thread(&input.thread_id, input.native_thread_id.clone())
+            .ensure_thread(&input.thread_id, input.native_thread_id.clone(), None)
             .await
         {
             inner.closing.store(true, Ordering::SeqCst);
@@ -252,23 +255,26 @@ impl Inner {
         }))
     }
 
-    /// Loads `thread` (resume `native` when given, else start a new codex thread) unless
-    /// it is loaded already with that id; returns its codex thread id.
+    /// Loads `thread` (resume `native` when given, else start a new codex thread) in
+    /// `cwd` (default: the session's) unless it is loaded already; returns its codex
+    /// thread id.
     pub(super) async fn ensure_thread(
         &self,
         thread: &ThreadId,
         native: Option<String>,
+        cwd: Option<&Path>,
     ) -> Result<String, AdapterError> {
         let _serial = self.thread_lock.lock().await;
+        // One codex thread per app thread and session: once loaded (resumed, or started
+        // because codex no longer knew the old one), later hints change nothing.
         if let Some(loaded) = lock(&self.state).threads.get(thread)
             && let Some(id) = &loaded.native_id
-            && native.as_ref().is_none_or(|n| n == id)
         {
             return Ok(id.clone());
         }
         let mut params = wire::ThreadParams {
             thread_id: None,
-            cwd: self.cwd.display().to_string(),
+            cwd: cwd.unwrap_or(&self.cwd).display().to_string(),
             approval_policy: self.config.approval_policy.clone(),
             sandbox: self.config.sandbox.clone(),
             model: self.model.clone(),
@@ -397,7 +403,10 @@ impl SessionRuntime for CodexSession {
         if inner.closing.load(Ordering::SeqCst) || inner.sink.is_closed() {
             return Err(AdapterError::Closed);
         }
-        let native = inner.ensure_thread(&input.thread_id, None).await?;
+        let hint = lock(&inner.state).pending_resume.remove(&input.thread_id);
+        let native = inner
+            .ensure_thread(&input.thread_id, hint, input.cwd.as_deref())
+            .await?;
         {
             let mut st = lock(&inner.state);
             if st.turns.contains_key(&native) {
@@ -516,14 +525,25 @@ impl SessionRuntime for CodexSession {
         Ok(())
     }
 
-    /// Loads `thread` on this session: `thread/resume` of `native_thread_id`, or
-    /// `thread/start` when there is none. A no-op when it is loaded already.
+    /// Marks `thread` to be loaded from `native_thread_id` (`thread/resume`) at its next
+    /// turn, which knows the thread's workspace. A no-op when it is loaded already.
     async fn resume_thread(
         &self,
         thread: &ThreadId,
         native_thread_id: Option<String>,
     ) -> Result<(), AdapterError> {
-        self.inner.ensure_thread(thread, native_thread_id).await?;
+        let mut st = lock(&self.inner.state);
+        if st.threads.contains_key(thread) {
+            return Ok(());
+        }
+        match native_thread_id {
+            Some(native) => {
+                st.pending_resume.insert(thread.clone(), native);
+            }
+            None => {
+                st.pending_resume.remove(thread);
+            }
+        }
         Ok(())
     }
 

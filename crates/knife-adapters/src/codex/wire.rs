@@ -32,7 +32,66 @@ pub mod method {
     pub const COMMAND_APPROVAL: &str = "item/commandExecution/requestApproval";
     pub const FILE_CHANGE_APPROVAL: &str = "item/fileChange/requestApproval";
     pub const MCP_ELICITATION: &str = "mcpServer/elicitation/request";
+
+    /// Requests knife sends (schema `ClientRequest.json`).
+    pub const CLIENT_REQUESTS: &[&str] = &[
+        INITIALIZE,
+        THREAD_START,
+        THREAD_RESUME,
+        THREAD_UNSUBSCRIBE,
+        TURN_START,
+        TURN_INTERRUPT,
+    ];
+    /// Notifications knife sends (schema `ClientNotification.json`).
+    pub const CLIENT_NOTIFICATIONS: &[&str] = &[INITIALIZED];
+    /// Notifications knife reads (schema `ServerNotification.json`).
+    pub const SERVER_NOTIFICATIONS: &[&str] = &[
+        TURN_STARTED,
+        TURN_COMPLETED,
+        ITEM_STARTED,
+        ITEM_COMPLETED,
+        AGENT_MESSAGE_DELTA,
+        REASONING_TEXT_DELTA,
+        REASONING_SUMMARY_DELTA,
+        TOKEN_USAGE_UPDATED,
+        THREAD_STATUS_CHANGED,
+        ERROR,
+        SERVER_REQUEST_RESOLVED,
+    ];
+    /// Server→client requests knife answers (schema `ServerRequest.json`).
+    pub const SERVER_REQUESTS: &[&str] = &[COMMAND_APPROVAL, FILE_CHANGE_APPROVAL, MCP_ELICITATION];
 }
+
+/// `ThreadItem` type → the fields [`ThreadItem`] reads (checked against the schema).
+pub const ITEM_FIELDS: &[(&str, &[&str])] = &[
+    ("userMessage", &["id"]),
+    ("agentMessage", &["id", "text"]),
+    ("reasoning", &["id", "summary", "content"]),
+    (
+        "commandExecution",
+        &[
+            "id",
+            "command",
+            "cwd",
+            "status",
+            "aggregatedOutput",
+            "exitCode",
+        ],
+    ),
+    ("fileChange", &["id", "changes", "status"]),
+    (
+        "mcpToolCall",
+        &[
+            "id",
+            "server",
+            "tool",
+            "status",
+            "arguments",
+            "result",
+            "error",
+        ],
+    ),
+];
 
 /// Schema file (relative to the generated directory) → the fields knife's types use.
 pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[

@@ -54,13 +54,15 @@ impl ExecutionService {
         let instance = &ctx.thread.provider_instance_id;
         let (history, native_thread_id) = match inner.store.thread_projection(&ctx.thread.id).await
         {
-            Ok(Some(p)) => (
-                p.turn_items
+            Ok(Some(p)) => {
+                let native = native_thread_of(&p.provider_threads, instance);
+                let history = p
+                    .turn_items
                     .into_iter()
                     .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
-                    .collect(),
-                latest_native_thread(&p.provider_threads, instance),
-            ),
+                    .collect();
+                (history, native)
+            }
             Ok(None) => (Vec::new(), None),
             Err(e) => return Ended::failed("store", e.to_string(), false),
         };
@@ -69,9 +71,14 @@ impl ExecutionService {
             return Ended::interrupted(ctx);
         }
         // One session per thread unless the adapter declares shared sessions.
-        let session_id = match inner.manager.capabilities(instance) {
-            Some(caps) if caps.shared_sessions => ProviderSessionId::shared(instance),
-            _ => ProviderSessionId::exclusive(instance, &ctx.thread.id),
+        let shared = inner
+            .manager
+            .capabilities(instance)
+            .is_some_and(|caps| caps.shared_sessions);
+        let session_id = if shared {
+            ProviderSessionId::shared(instance)
+        } else {
+            ProviderSessionId::exclusive(instance, &ctx.thread.id)
         };
         let mut request = OpenRequest::new(
             session_id,
@@ -80,9 +87,9 @@ impl ExecutionService {
             &ctx.root,
         );
         request.model = ctx.thread.model.clone();
-        // External runtimes reopen the thread's native conversation (codex
-        // `thread/resume`, ACP `session/load`) instead of starting a new one (MGR-09).
-        request.native_thread_id = native_thread_id;
+        // A runtime with its own history (codex, ACP) continues the native thread it
+        // reported for this thread, also after a restart (issue 7 item 4).
+        request.native_thread_id = native_thread_id.clone();
         // An interrupt (or shutdown) during the open ends the run at once; the
         // dropped open cleans up after itself (MGR-04).
         let opened = tokio::select! {
@@ -97,6 +104,22 @@ impl ExecutionService {
             }
         };
         *lock(&ctx.session) = Some(handle.clone());
+        // A live shared session this thread joins loads the native thread too (a no-op
+        // when it is loaded already, MGR-10). An exclusive session was opened with it.
+        if let Some(native) = native_thread_id.filter(|_| shared) {
+            let resumed = tokio::select! {
+                resumed = handle.resume_thread(&ctx.thread.id, Some(native), ctx.thread.model.clone()) => resumed,
+                _ = ctx.cancel.cancelled() => {
+                    lock(&ctx.session).take();
+                    return Ended::interrupted(ctx);
+                }
+            };
+            if let Err(e) = resumed {
+                lock(&ctx.session).take();
+                let teardown = self.is_teardown(&e);
+                return Ended::failed("provider.resume", e.to_string(), teardown);
+            }
+        }
         let provider_turn_id = ProviderTurnId::for_run(&ctx.run.id, 1);
         let input = StartTurnInput {
             thread_id: ctx.thread.id.clone(),
@@ -107,6 +130,7 @@ impl ExecutionService {
             text: ctx.text.clone(),
             history,
             model: ctx.thread.model.clone(),
+            cwd: Some(ctx.root.clone()),
         };
         // Subscribed before the turn starts, so no event of the turn is missed.
         let mut events = handle.subscribe_events();
@@ -428,15 +452,12 @@ fn failed(error_type: &str, message: String) -> TurnOutcome {
     }
 }
 
-/// The native id of the thread's latest provider thread on `instance` (the runtime's
-/// own conversation to resume), if it has one. Built-in agent threads have none.
-fn latest_native_thread(
-    threads: &[ProviderThread],
-    instance: &ProviderInstanceId,
-) -> Option<String> {
+/// The native thread id of the latest provider thread of `instance` that names one
+/// (runtimes with their own history report it in `provider-thread.updated`).
+fn native_thread_of(threads: &[ProviderThread], instance: &ProviderInstanceId) -> Option<String> {
     threads
         .iter()
-        .rev()
-        .filter(|p| &p.provider_instance_id == instance)
-        .find_map(|p| p.native_id.clone())
+        .filter(|t| &t.provider_instance_id == instance && t.native_id.is_some())
+        .max_by_key(|t| t.updated_at)
+        .and_then(|t| t.native_id.clone())
 }
