@@ -362,7 +362,10 @@ async fn crash_restart_resume(spec: &'static PeerSpec) {
             "the peer reloaded its session after all: set reloads_after_mid_turn_kill"
         );
         assert!(
-            rig.server.proc.stderr().contains("could not reopen the thread's session"),
+            rig.server
+                .proc
+                .stderr()
+                .contains("could not reopen the thread's session"),
             "knife did not report the failed reload"
         );
     }
