@@ -410,6 +410,15 @@ impl TurnRecorder {
         self.by_key.contains_key(key)
     }
 
+    /// The input of tool item `key`, when it exists.
+    pub fn tool_input(&self, key: &str) -> Option<&Value> {
+        let idx = *self.by_key.get(key)?;
+        match &self.items.get(idx)?.0.kind {
+            TurnItemKind::ToolCall { input, .. } => Some(input),
+            _ => None,
+        }
+    }
+
     /// The turn waits on the user: emits the approval node (`waiting`), the approval
     /// item (`item:<id>`, `waiting`), the guarded tool item as `waiting` (when it
     /// exists) and the runtime request (`pending`, live on this session).

@@ -474,3 +474,42 @@ async fn codex_streamed_text_is_persisted_in_windows_not_per_delta() {
         "{assistant_updates} snapshots for 150 deltas"
     );
 }
+
+#[tokio::test]
+async fn codex_file_change_approval_names_the_paths() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(&h.thread.id, script(r#"[{"approve_patch":"src/lib.rs"}]"#))
+        .await
+        .unwrap();
+    let request = pending_request(&h).await;
+    assert_eq!(request.kind, RuntimeRequestKind::FileChange);
+    assert_eq!(request.prompt.as_deref(), Some("file_change: src/lib.rs"));
+    h.exec
+        .respond_to_request(
+            &h.thread.id,
+            &request.id,
+            RequestAnswer {
+                decision: ApprovalDecision::AllowAlways,
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    let run = h.finish(&run.id).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    let p = h.projection().await;
+    let tool = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::ToolCall { .. }))
+        .unwrap();
+    assert_eq!(tool.status, TurnItemStatus::Completed);
+    let answer = h
+        .sent()
+        .into_iter()
+        .find(|m| m.get("result").is_some())
+        .unwrap();
+    assert_eq!(answer["result"]["decision"], "acceptForSession");
+}

@@ -322,17 +322,35 @@ impl Inner {
             method::FILE_CHANGE_APPROVAL => self
                 .parse::<wire::FileChangeApprovalParams>(method, params)
                 .map(|p| {
-                    let subject = p
-                        .grant_root
-                        .clone()
-                        .or_else(|| p.reason.clone())
-                        .unwrap_or_else(|| "file changes".into());
+                    // The paths come from the file-change item codex started just before.
+                    let changes = {
+                        let st = lock(&self.state);
+                        st.turns
+                            .get(&p.thread_id)
+                            .and_then(|t| t.recorder.tool_input(&p.item_id))
+                            .and_then(|input| input.get("changes").cloned())
+                            .unwrap_or(Value::Null)
+                    };
+                    let paths: Vec<&str> = changes
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c.get("path").and_then(Value::as_str))
+                        .collect();
+                    let subject = if paths.is_empty() {
+                        p.grant_root
+                            .clone()
+                            .or_else(|| p.reason.clone())
+                            .unwrap_or_else(|| "file changes".into())
+                    } else {
+                        paths.join(", ")
+                    };
                     let ask = ApprovalAsk {
                         kind: RuntimeRequestKind::FileChange,
                         call_id: p.item_id,
                         tool: "file_change".into(),
                         subject,
-                        input: json!({"reason": p.reason, "grantRoot": p.grant_root}),
+                        input: json!({"reason": p.reason, "grantRoot": p.grant_root, "changes": changes}),
                         rule: "codex approval policy".into(),
                     };
                     (p.thread_id, ask, ApprovalShape::Decision)

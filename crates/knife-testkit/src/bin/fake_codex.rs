@@ -17,6 +17,8 @@
 //! - `{"approve_command": "touch x"}`: a command item that asks
 //!   `item/commandExecution/requestApproval` and runs (`completed`) on `accept` /
 //!   `acceptForSession`, else ends `declined`;
+//! - `{"approve_patch": "src/lib.rs"}`: a file-change item on that path that asks
+//!   `item/fileChange/requestApproval` and is `completed` on `accept`, else `declined`;
 //! - `{"mcp_tool": "whoami"}`: an MCP tool call on server `knife` asked through
 //!   `mcpServer/elicitation/request`; `accept` → result `called whoami`, else failed;
 //! - `{"usage": [input, output]}`: adds to the thread's token usage;
@@ -407,6 +409,32 @@ async fn run_command(fake: &Arc<Fake>, thread: &str, ids: &Value, command: &Valu
         if decision == "cancel" {
             return Some(End::Interrupted);
         }
+    } else if let Some(path) = command.get("approve_patch").and_then(Value::as_str) {
+        let item = fake.fresh("patch");
+        let changes = json!([{"path": path, "kind": {"type": "update", "move_path": null}, "diff": "@@ -1 +1 @@\n-a\n+b\n"}]);
+        let started =
+            json!({"type": "fileChange", "id": item, "changes": changes, "status": "inProgress"});
+        fake.notify(
+            "item/started",
+            with(ids, json!({"item": started, "startedAtMs": now_ms()})),
+        );
+        let answer = fake
+            .ask(
+                "item/fileChange/requestApproval",
+                with(ids, json!({"itemId": item, "startedAtMs": now_ms(), "reason": null, "grantRoot": null})),
+            )
+            .await;
+        let decision = answer
+            .get("decision")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let applied = decision == "accept" || decision == "acceptForSession";
+        let done = json!({"type": "fileChange", "id": item, "changes": changes,
+                          "status": if applied { "completed" } else { "declined" }});
+        fake.notify(
+            "item/completed",
+            with(ids, json!({"item": done, "completedAtMs": now_ms()})),
+        );
     } else if let Some(tool) = command.get("mcp_tool").and_then(Value::as_str) {
         let item = fake.fresh("call_mcp");
         let started = json!({"type": "mcpToolCall", "id": item, "server": "knife", "tool": tool,
