@@ -31,7 +31,9 @@ async fn gone_within(pgid: u32, limit: Duration) -> bool {
 
 #[tokio::test]
 async fn lines_round_trip_and_close_on_stdin_eof() {
-    let (child, mut lines) = ChildProcess::spawn(sh("exec cat"), None).await.unwrap();
+    let mut spec = sh("exec cat");
+    spec.eof_grace = Duration::from_secs(5);
+    let (child, mut lines) = ChildProcess::spawn(spec, None).await.unwrap();
     child.send_line(r#"{"a":1}"#).unwrap();
     child.send_line("second").unwrap();
     assert_eq!(lines.next().await.as_deref(), Some(r#"{"a":1}"#));
