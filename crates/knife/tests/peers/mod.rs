@@ -356,11 +356,10 @@ impl Rig {
                 return (p, answered);
             }
             if approve {
-                for request in p
-                    .runtime_requests
-                    .iter()
-                    .filter(|r| r.status == RuntimeRequestStatus::Pending)
-                {
+                for request in p.runtime_requests.iter().filter(|r| {
+                    r.status == RuntimeRequestStatus::Pending
+                        && !answered.iter().any(|a| a == r.id.as_str())
+                }) {
                     self.answer(thread, request.id.as_str(), "allow_once").await;
                     answered.push(request.id.to_string());
                 }
