@@ -248,3 +248,22 @@ async fn debug_route_lists_the_model_requests() {
     assert_eq!(listed[0]["body"]["input"][0]["content"], "ping");
     mock.shutdown().await;
 }
+
+/// Claude Code posts to `/v1/messages?beta=true`: the query is ignored.
+#[tokio::test]
+async fn anthropic_beta_query_is_ignored() {
+    let script = Script::new(vec![ScriptResponse::text("hi there")]);
+    let mock = MockLlm::start(MockLlmConfig::script(script)).await.unwrap();
+    let body = json!({"model": "claude-x", "stream": true, "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let (status, text) = post(&mock, "/v1/messages?beta=true", &body).await;
+    assert_eq!(status, 200, "{text}");
+    let deltas: String = data(&text)
+        .iter()
+        .filter(|e| e["type"] == "content_block_delta")
+        .filter_map(|e| e["delta"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(deltas, "hi there");
+    assert_eq!(mock.model_requests()[0].path, "/v1/messages");
+    mock.shutdown().await;
+}

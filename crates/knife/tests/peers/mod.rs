@@ -356,13 +356,16 @@ impl Rig {
                 return (p, answered);
             }
             if approve {
-                for request in p
+                let fresh: Vec<String> = p
                     .runtime_requests
                     .iter()
                     .filter(|r| r.status == RuntimeRequestStatus::Pending)
-                {
-                    self.answer(thread, request.id.as_str(), "allow_once").await;
-                    answered.push(request.id.to_string());
+                    .map(|r| r.id.to_string())
+                    .filter(|id| !answered.contains(id))
+                    .collect();
+                for id in fresh {
+                    self.answer(thread, &id, "allow_once").await;
+                    answered.push(id);
                 }
             }
             assert!(
