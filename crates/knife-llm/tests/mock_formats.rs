@@ -26,11 +26,13 @@ fn script() -> Script {
                     id: None,
                     name: "list".into(),
                     arguments: r#"{"path":"."}"#.into(),
+                    ..ToolCallSpec::default()
                 },
                 ToolCallSpec {
                     id: Some("call_fixed".into()),
                     name: "now".into(),
                     arguments: String::new(),
+                    ..ToolCallSpec::default()
                 },
             ],
             ..ScriptResponse::default()
@@ -199,6 +201,7 @@ async fn mock_llm_length_finish_in_every_format() {
     let script = Script {
         responses: vec![capped],
         repeat_last: true,
+        no_tools_text: None,
     };
     let mock = MockLlm::start(MockLlmConfig::script(script)).await.unwrap();
     let clients: Vec<Box<dyn LlmClient>> = vec![

@@ -38,6 +38,10 @@ pub struct StartTurnInput {
     /// their own native history may ignore it; the built-in agent replays it.
     pub history: Vec<TurnItem>,
     pub model: Option<String>,
+    /// The thread's workspace (its project root). A shared runtime serving threads of
+    /// several projects starts each thread's native conversation there; `None` = the
+    /// session's `cwd`.
+    pub cwd: Option<PathBuf>,
 }
 
 /// Why a turn is interrupted (EXEC-02).

@@ -10,12 +10,15 @@
 //!   `knife bench stream`.
 //! * [`fixtures`]: the shared streaming fixtures (`fixtures/streams`).
 //! * [`demo`]: the scripted model and sample project of `knife demo`.
+//! * [`peers`]: where the real peers of `scripts/install-peers.sh` are, and the
+//!   Codex app-server JSON schema check.
 //! * [`sessions`]: the fake provider adapter and flaky store of the session
 //!   manager's tests.
 
 pub mod demo;
 pub mod fixtures;
 pub mod mock_llm;
+pub mod peers;
 pub mod sessions;
 
 pub use fixtures::{fixture, fixtures_dir};

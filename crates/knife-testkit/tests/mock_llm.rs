@@ -660,6 +660,7 @@ async fn start_rejects_bad_config() {
             id: None,
             name: "a".into(),
             arguments: "{}".into(),
+            ..ToolCallSpec::default()
         }],
         ..ScriptResponse::default()
     }]);

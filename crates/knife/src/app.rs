@@ -169,7 +169,31 @@ impl App {
             project_permissions: config.project_permissions()?,
             ..ToolPolicy::default()
         });
+        // Per-thread MCP credentials, shared with the adapters of shared runtimes
+        // (codex) so a thread joining a live session gets its own bearer.
+        let mcp_slots = Arc::new(knife_runtime::mcp::McpSlots::default());
         for (id, p) in &config.providers {
+            if p.driver == knife_adapters::acp::DRIVER {
+                let groups =
+                    knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
+                let adapter = crate::providers::acp_adapter(id, p, groups, clock.clone())?;
+                adapters.insert(ProviderInstanceId::from(id.as_str()), Arc::new(adapter));
+                continue;
+            }
+            if p.driver == knife_adapters::codex::DRIVER {
+                let mut codex = crate::providers::codex_config(id, p);
+                codex.mcp_slots = Some(Arc::clone(&mcp_slots));
+                codex.process_groups = Some(knife_runtime::process_groups::ProcessGroups::new(
+                    store.clone(),
+                    clock.clone(),
+                ));
+                codex.clock = clock.clone();
+                adapters.insert(
+                    ProviderInstanceId::from(id.as_str()),
+                    Arc::new(knife_adapters::codex::CodexAdapter::new(codex)),
+                );
+                continue;
+            }
             let api_key = p
                 .api_key_env
                 .as_deref()
@@ -215,10 +239,7 @@ impl App {
                 settings: config.access_settings(),
             });
         let mut manager_options = config.sessions.manager_options();
-        manager_options.mcp = Some((
-            Arc::clone(&mcp_registry),
-            Arc::new(knife_runtime::mcp::McpSlots::default()),
-        ));
+        manager_options.mcp = Some((Arc::clone(&mcp_registry), mcp_slots));
         manager_options.mcp_access = Some(Arc::clone(&mcp_access));
         let manager = SessionManager::new(
             Arc::new(store.clone()),

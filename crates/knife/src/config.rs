@@ -17,7 +17,16 @@ pub const DRIVERS: &[(&str, &str)] = &[
     ("openai-chat", "https://api.openai.com/v1"),
     ("anthropic", "https://api.anthropic.com/v1"),
     ("openai-responses", "https://api.openai.com/v1"),
+    // An agent program speaking the Agent Client Protocol over stdio (no base URL:
+    // `command`, `args`, `env` say what to run).
+    ("acp", ""),
+    // Codex's app-server (`codex app-server`), run like `acp`.
+    ("codex", ""),
 ];
+
+/// Drivers of agent runtimes knife runs as child processes (issue 7): an instance
+/// sets `command`, `args`, `env` (and `model`) instead of `base_url` / `api_key_env`.
+pub const EXTERNAL_DRIVERS: &[&str] = &["acp", "codex"];
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -179,7 +188,7 @@ impl SessionsConfig {
 }
 
 /// One provider instance (`[providers.<id>]`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// `openai-chat` (OpenAI Chat Completions and compatible servers: Ollama, vLLM,
@@ -190,7 +199,9 @@ pub struct ProviderConfig {
     /// Empty or absent: the driver's default ([`DRIVERS`]).
     #[serde(default)]
     pub base_url: String,
-    /// Default model of the instance.
+    /// Default model of the instance. Required for the built-in agent's drivers;
+    /// external runtimes (`codex`, `acp`) may leave it out to use their own default.
+    #[serde(default)]
     pub model: String,
     /// Name of the env var holding the API key (none for local servers).
     pub api_key_env: Option<String>,
@@ -221,9 +232,31 @@ pub struct ProviderConfig {
     /// `openai-responses` only: `reasoning.summary` (`auto`, `concise`,
     /// `detailed`); reasoning models stream summaries only when this is set.
     pub reasoning_summary: Option<String>,
+    /// External runtimes ([`EXTERNAL_DRIVERS`]): the program to run (looked up on
+    /// `PATH` unless it has a slash; `codex` defaults to `codex`, `acp` requires it).
+    pub command: Option<String>,
+    /// External runtimes: the program's arguments (e.g. `["--acp"]`). Empty: the
+    /// driver's default (`codex`: `app-server` with the plugin/app/update features off).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// External runtimes: variables set for the program on top of knife's
+    /// environment (knife's own `KNIFE_*` variables are removed), e.g. `CODEX_HOME`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `codex` only: `approvalPolicy` of new threads (`untrusted`, `on-request`,
+    /// `never`; default `on-request`). Approvals become runtime requests.
+    pub approval_policy: Option<String>,
+    /// `codex` only: sandbox of new threads (`read-only`, `workspace-write`,
+    /// `danger-full-access`; default `workspace-write`).
+    pub sandbox: Option<String>,
 }
 
 impl ProviderConfig {
+    /// True for drivers of external runtimes ([`EXTERNAL_DRIVERS`]).
+    pub fn is_external(&self) -> bool {
+        EXTERNAL_DRIVERS.contains(&self.driver.as_str())
+    }
+
     /// The default `base_url` of `driver`, or `None` for an unknown driver.
     pub fn default_base_url(driver: &str) -> Option<&'static str> {
         DRIVERS
@@ -278,6 +311,7 @@ impl Config {
                 max_retry_attempts: None,
                 reasoning_effort: None,
                 reasoning_summary: None,
+                ..ProviderConfig::default()
             },
         );
         config
@@ -323,6 +357,22 @@ impl Config {
             };
             if p.base_url.trim().is_empty() {
                 p.base_url = default_url.to_owned();
+            }
+            if p.driver == "acp" {
+                if p.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                    bail!(
+                        "provider `{id}` in {} has driver `acp` but no `command`; set the agent \
+                         program, e.g. command = \"claude-agent-acp\" or command = \"gemini\" \
+                         with args = [\"--acp\"]",
+                        path.display()
+                    );
+                }
+            } else if !p.is_external() && p.model.trim().is_empty() {
+                bail!(
+                    "provider `{id}` in {} has no `model`; set the model the instance serves, \
+                     e.g. model = \"gpt-4o-mini\"",
+                    path.display()
+                );
             }
         }
         Ok(config)
@@ -382,6 +432,7 @@ impl Config {
                     max_retry_attempts: None,
                     reasoning_effort: None,
                     reasoning_summary: None,
+                    ..ProviderConfig::default()
                 },
             );
         }
@@ -644,9 +695,30 @@ mod tests {
         std::fs::write(&path, "[providers.x]\ndriver = 'gemini'\nmodel = 'm'\n").unwrap();
         let err = Config::parse_file(&path).unwrap_err().to_string();
         assert!(
-            err.contains("openai-chat, anthropic, openai-responses"),
+            err.contains("openai-chat, anthropic, openai-responses, acp, codex"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_codex_instance_needs_no_base_url_or_model_but_agent_drivers_need_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("knife.toml");
+        std::fs::write(
+            &path,
+            "[providers.cx]\ndriver = 'codex'\ncommand = 'codex'\nargs = ['app-server']\n\
+             [providers.cx.env]\nCODEX_HOME = '/srv/codex'\n",
+        )
+        .unwrap();
+        let c = Config::parse_file(&path).unwrap();
+        let cx = &c.providers["cx"];
+        assert!(cx.is_external());
+        assert_eq!(cx.base_url, "");
+        assert_eq!(cx.model, "");
+        assert_eq!(cx.env["CODEX_HOME"], "/srv/codex");
+        std::fs::write(&path, "[providers.x]\ndriver = 'openai-chat'\n").unwrap();
+        let err = Config::parse_file(&path).unwrap_err().to_string();
+        assert!(err.contains("has no `model`"), "{err}");
     }
 
     #[test]

@@ -49,9 +49,10 @@ enum Command {
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
-    /// A scripted streaming LLM server (Chat Completions, Anthropic Messages and OpenAI
-    /// Responses from one script), for tests, demos and benchmarks. Script format:
-    /// docs/mock-llm.md.
+    /// A scripted streaming LLM server (Chat Completions, Anthropic Messages, OpenAI
+    /// Responses and Gemini streamGenerateContent from one script), for tests, demos,
+    /// benchmarks and external agents (codex, Claude, Gemini CLI, opencode). Script
+    /// format: docs/mock-llm.md.
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,

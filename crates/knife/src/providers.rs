@@ -1,16 +1,47 @@
 //! Provider instance → streaming LLM client, by `driver` (knife.toml
 //! `[providers.<id>]`; drivers listed in [`crate::config::DRIVERS`]).
 
+use std::ffi::OsString;
 use std::sync::Arc;
 
 use anyhow::bail;
+use knife_adapters::codex::CodexConfig;
 use knife_llm::LlmClient;
 use knife_llm::anthropic::AnthropicClient;
 use knife_llm::http::HttpTimeouts;
 use knife_llm::openai_chat::OpenAiChatClient;
 use knife_llm::openai_responses::OpenAiResponsesClient;
+use knife_protocol::ProviderInstanceId;
 
 use crate::config::ProviderConfig;
+
+/// The `codex` adapter config of instance `id` (`command`, `args` (empty: the
+/// default), `env`, `model`, `approval_policy`, `sandbox`; the rest from
+/// [`CodexConfig::new`]).
+pub fn codex_config(id: &str, p: &ProviderConfig) -> CodexConfig {
+    let mut config = CodexConfig::new(ProviderInstanceId::from(id));
+    if let Some(command) = p.command.as_deref().filter(|c| !c.trim().is_empty()) {
+        config.command = command.into();
+    }
+    if !p.args.is_empty() {
+        config.args = p.args.iter().map(OsString::from).collect();
+    }
+    config.env = p
+        .env
+        .iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect();
+    if !p.model.trim().is_empty() {
+        config.model = Some(p.model.clone());
+    }
+    if let Some(policy) = &p.approval_policy {
+        config.approval_policy = Some(policy.clone());
+    }
+    if let Some(sandbox) = &p.sandbox {
+        config.sandbox = Some(sandbox.clone());
+    }
+    config
+}
 
 /// The HTTP timeouts of an instance: 10 s to connect and 300 s of silence unless
 /// `connect_timeout_secs` / `idle_timeout_secs` say otherwise (at least 1 s, at most
@@ -78,6 +109,28 @@ pub fn llm_client(
     })
 }
 
+/// The `acp` adapter of instance `id`: `command` (required), `args`, `env`; its
+/// process groups are recorded in `groups`.
+///
+/// Errors: no `command` (a config built in code skips the file check).
+pub fn acp_adapter(
+    id: &str,
+    p: &ProviderConfig,
+    groups: knife_runtime::process_groups::ProcessGroups,
+    clock: knife_runtime::SharedClock,
+) -> anyhow::Result<knife_adapters::acp::AcpAdapter> {
+    let Some(command) = p.command.as_deref().filter(|c| !c.trim().is_empty()) else {
+        bail!("provider `{id}` has driver `acp` but no `command`; set the agent program to run");
+    };
+    let mut config =
+        knife_adapters::acp::AcpConfig::new(knife_protocol::ProviderInstanceId::from(id), command);
+    config.args = p.args.iter().map(Into::into).collect();
+    config.env = p.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    config.process_groups = Some(groups);
+    config.clock = clock;
+    Ok(knife_adapters::acp::AcpAdapter::new(config))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -97,6 +150,34 @@ mod tests {
             responses_reasoning(&p),
             Some(serde_json::json!({"effort": "low", "summary": "auto"}))
         );
+    }
+
+    #[test]
+    fn a_codex_instance_maps_command_args_env_model_and_policies() {
+        let p: ProviderConfig = toml::from_str(
+            "driver = 'codex'\ncommand = '/opt/codex/bin/codex'\nargs = ['app-server']\n\
+             model = 'mock-model'\napproval_policy = 'untrusted'\n[env]\nCODEX_HOME = '/var/lib/knife/codex'\n",
+        )
+        .unwrap();
+        let c = codex_config("cx", &p);
+        assert_eq!(c.provider_instance_id, ProviderInstanceId::from("cx"));
+        assert_eq!(c.command, OsString::from("/opt/codex/bin/codex"));
+        assert_eq!(c.args, vec![OsString::from("app-server")]);
+        assert_eq!(
+            c.env,
+            vec![(
+                OsString::from("CODEX_HOME"),
+                OsString::from("/var/lib/knife/codex")
+            )]
+        );
+        assert_eq!(c.model.as_deref(), Some("mock-model"));
+        assert_eq!(c.approval_policy.as_deref(), Some("untrusted"));
+        assert_eq!(c.sandbox.as_deref(), Some("workspace-write"));
+        // Defaults: `codex app-server` with the outbound features off, codex's own model.
+        let d = codex_config("cx", &toml::from_str("driver = 'codex'").unwrap());
+        assert_eq!(d.command, OsString::from("codex"));
+        assert_eq!(d.args[0], OsString::from("app-server"));
+        assert_eq!(d.model, None);
     }
 
     #[test]

@@ -202,6 +202,7 @@ pub fn turn(ordinal: u32, text: &str, history: Vec<TurnItem>) -> StartTurnInput 
         text: text.into(),
         history,
         model: None,
+        cwd: None,
     }
 }
 

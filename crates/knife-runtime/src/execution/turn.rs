@@ -51,24 +51,34 @@ impl ExecutionService {
 
     async fn run_turn(&self, ctx: &RunContext) -> Ended {
         let inner = &self.inner;
-        let history = match inner.store.thread_projection(&ctx.thread.id).await {
-            Ok(Some(p)) => p
-                .turn_items
-                .into_iter()
-                .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
-                .collect(),
-            Ok(None) => Vec::new(),
+        let instance = &ctx.thread.provider_instance_id;
+        let (history, native_thread_id) = match inner.store.thread_projection(&ctx.thread.id).await
+        {
+            Ok(Some(p)) => {
+                let native = native_thread_of(&p.provider_threads, instance);
+                let history = p
+                    .turn_items
+                    .into_iter()
+                    .filter(|i| i.run_id.as_ref() != Some(&ctx.run.id))
+                    .collect();
+                (history, native)
+            }
+            Ok(None) => (Vec::new(), None),
             Err(e) => return Ended::failed("store", e.to_string(), false),
         };
         // Interrupted while the run was being created: no session, no model call.
         if ctx.cancel.is_cancelled() {
             return Ended::interrupted(ctx);
         }
-        let instance = &ctx.thread.provider_instance_id;
         // One session per thread unless the adapter declares shared sessions.
-        let session_id = match inner.manager.capabilities(instance) {
-            Some(caps) if caps.shared_sessions => ProviderSessionId::shared(instance),
-            _ => ProviderSessionId::exclusive(instance, &ctx.thread.id),
+        let shared = inner
+            .manager
+            .capabilities(instance)
+            .is_some_and(|caps| caps.shared_sessions);
+        let session_id = if shared {
+            ProviderSessionId::shared(instance)
+        } else {
+            ProviderSessionId::exclusive(instance, &ctx.thread.id)
         };
         let mut request = OpenRequest::new(
             session_id,
@@ -77,6 +87,9 @@ impl ExecutionService {
             &ctx.root,
         );
         request.model = ctx.thread.model.clone();
+        // A runtime with its own history (codex, ACP) continues the native thread it
+        // reported for this thread, also after a restart (issue 7 item 4).
+        request.native_thread_id = native_thread_id.clone();
         // An interrupt (or shutdown) during the open ends the run at once; the
         // dropped open cleans up after itself (MGR-04).
         let opened = tokio::select! {
@@ -91,6 +104,22 @@ impl ExecutionService {
             }
         };
         *lock(&ctx.session) = Some(handle.clone());
+        // A live shared session this thread joins loads the native thread too (a no-op
+        // when it is loaded already, MGR-10). An exclusive session was opened with it.
+        if let Some(native) = native_thread_id.filter(|_| shared) {
+            let resumed = tokio::select! {
+                resumed = handle.resume_thread(&ctx.thread.id, Some(native), ctx.thread.model.clone()) => resumed,
+                _ = ctx.cancel.cancelled() => {
+                    lock(&ctx.session).take();
+                    return Ended::interrupted(ctx);
+                }
+            };
+            if let Err(e) = resumed {
+                lock(&ctx.session).take();
+                let teardown = self.is_teardown(&e);
+                return Ended::failed("provider.resume", e.to_string(), teardown);
+            }
+        }
         let provider_turn_id = ProviderTurnId::for_run(&ctx.run.id, 1);
         let input = StartTurnInput {
             thread_id: ctx.thread.id.clone(),
@@ -101,6 +130,7 @@ impl ExecutionService {
             text: ctx.text.clone(),
             history,
             model: ctx.thread.model.clone(),
+            cwd: Some(ctx.root.clone()),
         };
         // Subscribed before the turn starts, so no event of the turn is missed.
         let mut events = handle.subscribe_events();
@@ -420,4 +450,14 @@ fn failed(error_type: &str, message: String) -> TurnOutcome {
     TurnOutcome::Failed {
         error: RunError::new(error_type, message),
     }
+}
+
+/// The native thread id of the latest provider thread of `instance` that names one
+/// (runtimes with their own history report it in `provider-thread.updated`).
+fn native_thread_of(threads: &[ProviderThread], instance: &ProviderInstanceId) -> Option<String> {
+    threads
+        .iter()
+        .filter(|t| &t.provider_instance_id == instance && t.native_id.is_some())
+        .max_by_key(|t| t.updated_at)
+        .and_then(|t| t.native_id.clone())
 }

@@ -191,6 +191,7 @@ pub fn turn(thread: &ThreadId, ordinal: u32) -> StartTurnInput {
         text: "hi".into(),
         history: Vec::new(),
         model: None,
+        cwd: None,
     }
 }
 

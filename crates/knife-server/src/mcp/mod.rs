@@ -46,11 +46,18 @@ pub struct McpState {
 /// The `/mcp` router: rmcp's streamable HTTP service behind [`require_credential`].
 pub(crate) fn router(state: &AppState, mcp: &McpState) -> Router<AppState> {
     let handler_state = state.clone();
-    let config =
-        StreamableHttpServerConfig::default().with_cancellation_token(state.closing.child_token());
+    // No SSE priming events (rmcp's default sends `data: ` + `id: 0` + `retry:` first
+    // in every response stream, from the service and from the session manager):
+    // Gemini CLI 0.61's MCP client chokes on the empty event and drops the server's
+    // tools (found by the peer suite, e2e_peers.rs).
+    let config = StreamableHttpServerConfig::default()
+        .with_sse_retry(None)
+        .with_cancellation_token(state.closing.child_token());
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.sse_retry = None;
     let service = StreamableHttpService::new(
         move || Ok(KnifeMcp::new(handler_state.clone())),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(sessions),
         config,
     );
     Router::new()

@@ -17,6 +17,9 @@ pub enum ApiFormat {
     AnthropicMessages,
     /// `POST /v1/responses` (or `/responses`): OpenAI Responses.
     Responses,
+    /// `POST /v1beta/models/<model>:streamGenerateContent` (SSE with `?alt=sse`)
+    /// or `:generateContent` (one JSON body), also under `/v1/`: Gemini.
+    Gemini,
 }
 
 impl ApiFormat {
@@ -26,6 +29,11 @@ impl ApiFormat {
             "/v1/chat/completions" | "/chat/completions" => Some(Self::ChatCompletions),
             "/v1/messages" | "/messages" => Some(Self::AnthropicMessages),
             "/v1/responses" | "/responses" => Some(Self::Responses),
+            p if (p.starts_with("/v1beta/models/") || p.starts_with("/v1/models/"))
+                && (p.ends_with(":streamGenerateContent") || p.ends_with(":generateContent")) =>
+            {
+                Some(Self::Gemini)
+            }
             _ => None,
         }
     }
@@ -37,6 +45,7 @@ impl ApiFormat {
             Self::ChatCompletions => format!("chatcmpl-mock-{n}"),
             Self::AnthropicMessages => format!("msg_mock_{n}"),
             Self::Responses => format!("resp_mock_{n}"),
+            Self::Gemini => format!("gemini_mock_{n}"),
         }
     }
 
@@ -45,6 +54,7 @@ impl ApiFormat {
         match self {
             Self::ChatCompletions | Self::AnthropicMessages => "messages",
             Self::Responses => "input",
+            Self::Gemini => "contents",
         }
     }
 }
@@ -198,7 +208,8 @@ pub(crate) fn anthropic_events(
 /// The OpenAI Responses events of a stream-kind response: `response.created`,
 /// a `reasoning` item with one summary part (one delta per word), a `message`
 /// item with one `output_text` part, one `function_call` item per call
-/// (argument deltas in up to 3 pieces), then `response.completed` with the
+/// (argument deltas in up to 3 pieces; with a `namespace` field when the call
+/// has one, which is how codex addresses MCP tools), then `response.completed` with the
 /// output and usage (`response.incomplete` with `max_output_tokens` for a
 /// scripted `length`). Every event carries a `sequence_number`. With `cut` the
 /// stream stops halfway through the terminal event.
@@ -301,8 +312,12 @@ pub(crate) fn responses_events(
         let call_id = call.id.clone().unwrap_or_else(&mut next_call_id);
         let item_id = format!("fc_{}_{index}", ctx.id);
         let item = |status: &str, arguments: &str| {
-            json!({"id": item_id, "type": "function_call", "status": status,
-                   "call_id": call_id, "name": call.name, "arguments": arguments})
+            let mut item = json!({"id": item_id, "type": "function_call", "status": status,
+                   "call_id": call_id, "name": call.name, "arguments": arguments});
+            if let Some(namespace) = &call.namespace {
+                item["namespace"] = json!(namespace);
+            }
+            item
         };
         push(
             &mut events,
@@ -373,6 +388,15 @@ mod tests {
             Some(ApiFormat::ChatCompletions)
         );
         assert_eq!(ApiFormat::from_path("/v1/models"), None);
+        assert_eq!(
+            ApiFormat::from_path("/v1beta/models/gemini-2.5-flash:streamGenerateContent"),
+            Some(ApiFormat::Gemini)
+        );
+        assert_eq!(
+            ApiFormat::from_path("/v1/models/g:generateContent"),
+            Some(ApiFormat::Gemini)
+        );
+        assert_eq!(ApiFormat::from_path("/v1beta/models/g"), None);
     }
 
     #[test]
@@ -387,6 +411,7 @@ mod tests {
                 id: Some("toolu_1".into()),
                 name: "list".into(),
                 arguments: String::new(),
+                ..ToolCallSpec::default()
             }],
             cut: true,
             ..ScriptResponse::default()

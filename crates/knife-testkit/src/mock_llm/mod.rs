@@ -17,7 +17,19 @@
 //!   part, a `message` item, `function_call` items with argument deltas,
 //!   `response.completed`, or `response.incomplete` for a scripted `length`;
 //!   ids `resp_mock_N`).
-//! * `GET /v1/models` (and `/models`): a one-model list; `GET /healthz`: `ok`.
+//! * `POST /v1beta/models/<model>:streamGenerateContent` (Gemini, `?alt=sse`):
+//!   the same answers as Gemini `GenerateContentResponse` chunks (text parts,
+//!   `thought` parts, `functionCall` parts, `finishReason` + `usageMetadata` last);
+//!   `:generateContent` gets them merged into one JSON body.
+//! * `GET /v1/models` (and `/models`): a one-model list; `GET /healthz`: `ok`;
+//!   `GET /_mock/requests`: the recorded model requests as JSON.
+//!
+//! A tool call with `mcp_server` set is an MCP tool call: its name is looked up
+//! in the request's tool list, so codex gets a `namespace`d `function_call`,
+//! Claude `mcp__<server>__<tool>`, opencode `<server>_<tool>`, Gemini CLI
+//! `mcp_<server>_<tool>`. With [`Script::no_tools_text`] set, requests declaring
+//! no tools (agents' title/summary side requests) get that text and do not use
+//! up a scripted response.
 //!
 //! Every request (any path) is recorded ([`MockLlmHandle::requests`]). The three
 //! model routes share one request counter, so a script serves whichever format
@@ -102,7 +114,9 @@ mod body;
 mod chunks;
 mod formats;
 mod gate;
+mod gemini;
 mod invariants;
+mod mcp_names;
 mod script;
 mod server;
 
@@ -253,8 +267,9 @@ pub enum MockLlmError {
     Config(String),
 }
 
-/// One request the mock received (any path).
-#[derive(Debug, Clone, PartialEq)]
+/// One request the mock received (any path). Serialised (field names as here)
+/// by the `GET /_mock/requests` route.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RecordedRequest {
     /// `GET`, `POST`, ...
     pub method: String,

@@ -24,6 +24,12 @@ pub struct Script {
     /// Serve the last response again once the script is exhausted (default false).
     #[serde(default)]
     pub repeat_last: bool,
+    /// When set, a model request that declares no tools (an agent's side request:
+    /// a session title, a summary) is answered with this text and does not use
+    /// up a scripted response. Real agents (opencode) send such requests next to
+    /// their main turn, in no fixed order. Default: unset (every request counts).
+    #[serde(default)]
+    pub no_tools_text: Option<String>,
 }
 
 /// One scripted response. Exactly one *kind* must be chosen by its fields:
@@ -85,6 +91,16 @@ pub struct ToolCallSpec {
     /// Arguments JSON text exactly as streamed (a TOML/JSON table is serialised to JSON text).
     #[serde(default = "empty_object", deserialize_with = "string_or_json")]
     pub arguments: String,
+    /// Makes this a call of tool `name` on the MCP server of this name: the
+    /// mock finds the name the agent gave that tool in the request's tool list
+    /// (`mcp__<server>__<tool>` for Claude, a `mcp__<server>` namespace for
+    /// codex, `<server>_<tool>` for opencode, ...) and calls it by that name.
+    #[serde(default)]
+    pub mcp_server: Option<String>,
+    /// OpenAI Responses only: the `namespace` of the `function_call` item (set
+    /// by `mcp_server` resolution; may be scripted directly).
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// Token counts of the usage chunk.
@@ -175,6 +191,24 @@ impl ScriptResponse {
                 id: None,
                 name: name.into(),
                 arguments: arguments.into(),
+                ..ToolCallSpec::default()
+            }],
+            ..Self::default()
+        }
+    }
+
+    /// A call of `tool` on the MCP server `server` (see [`ToolCallSpec::mcp_server`]).
+    pub fn mcp_tool_call(
+        server: impl Into<String>,
+        tool: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        Self {
+            tool_calls: vec![ToolCallSpec {
+                name: tool.into(),
+                arguments: arguments.into(),
+                mcp_server: Some(server.into()),
+                ..ToolCallSpec::default()
             }],
             ..Self::default()
         }
@@ -299,6 +333,7 @@ impl Script {
         Self {
             responses,
             repeat_last: false,
+            no_tools_text: None,
         }
     }
 
@@ -306,6 +341,14 @@ impl Script {
     #[must_use]
     pub fn repeat_last(mut self, repeat: bool) -> Self {
         self.repeat_last = repeat;
+        self
+    }
+
+    /// Sets `no_tools_text`: requests that declare no tools get this text and
+    /// do not use up a scripted response.
+    #[must_use]
+    pub fn no_tools_text(mut self, text: impl Into<String>) -> Self {
+        self.no_tools_text = Some(text.into());
         self
     }
 

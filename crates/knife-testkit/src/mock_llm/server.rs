@@ -20,6 +20,8 @@ use super::body::{BodyPlan, Unit, body_stream};
 use super::chunks::{ChunkCtx, DONE, event, rough_tokens, stream_events};
 use super::formats::{ApiFormat, anthropic_events, responses_events};
 use super::gate::Gate;
+use super::gemini;
+use super::mcp_names::{declares_tools, resolve_response};
 use super::script::{Kind, Script, ScriptResponse, UsageSpec};
 
 /// The validated mode.
@@ -83,10 +85,11 @@ impl Shared {
     }
 
     /// Records a request; returns the model request number (from 1, counted
-    /// across all formats) for model requests.
-    fn record(&self, request: RecordedRequest) -> Option<usize> {
+    /// across all formats) for model requests that use up a scripted response
+    /// (`counts`; side requests answered by `no_tools_text` do not).
+    fn record(&self, request: RecordedRequest, counts: bool) -> Option<usize> {
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        let number = request.is_model_request().then(|| {
+        let number = (counts && request.is_model_request()).then(|| {
             log.chats += 1;
             log.chats
         });
@@ -137,10 +140,31 @@ async fn handle(
     };
     let path = recorded.path.clone();
     let format = recorded.format();
-    let number = shared.record(recorded);
+    let side_text = match &shared.mode {
+        Mode::Script(script) if format.is_some() && !declares_tools(body_json.as_ref()) => {
+            script.no_tools_text.clone()
+        }
+        _ => None,
+    };
+    let number = shared.record(recorded, side_text.is_none());
     match (method, path.as_str(), format, number) {
+        (Method::POST, _, Some(format), _) if side_text.is_some() => {
+            let response = ScriptResponse::text(side_text.unwrap_or_default());
+            let request = Request {
+                format,
+                path: &path,
+                body: body_json.as_ref(),
+            };
+            let ctx = request.ctx(&shared, 0);
+            scripted(&shared, &ctx, request, &response).await
+        }
         (Method::POST, _, Some(format), Some(number)) => {
-            chat(&shared, number, format, body_json.as_ref()).await
+            let request = Request {
+                format,
+                path: &path,
+                body: body_json.as_ref(),
+            };
+            chat(&shared, number, request).await
         }
         (Method::GET, "/v1/models" | "/models", ..) => axum::Json(json!({
             "object": "list",
@@ -148,11 +172,21 @@ async fn handle(
         }))
         .into_response(),
         (Method::GET, "/healthz", ..) => "ok".into_response(),
+        // Debugging and out-of-process tests: every model request so far, in order.
+        (Method::GET, "/_mock/requests", ..) => axum::Json(
+            shared
+                .requests()
+                .into_iter()
+                .filter(RecordedRequest::is_model_request)
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
         (method, path, ..) => error_response(
             StatusCode::NOT_FOUND,
             &format!(
                 "mock-llm has no route {method} {path}; use POST /v1/chat/completions, \
-                 POST /v1/messages, POST /v1/responses, GET /v1/models or GET /healthz"
+                 POST /v1/messages, POST /v1/responses, \
+                 POST /v1beta/models/<model>:streamGenerateContent, GET /v1/models, GET /healthz or GET /_mock/requests"
             ),
             "not_found",
         ),
@@ -200,27 +234,51 @@ fn add_headers(response: &mut Response, extra: &BTreeMap<String, String>) {
     }
 }
 
-/// The answer of model request number `number` (from 1) in `format`.
-async fn chat(
-    shared: &Shared,
-    number: usize,
+/// One model request: its format, path (Gemini names the model there) and body.
+#[derive(Debug, Clone, Copy)]
+struct Request<'a> {
     format: ApiFormat,
-    request: Option<&Value>,
-) -> Response {
-    let model = request
-        .and_then(|r| r.get("model"))
-        .and_then(Value::as_str)
-        .unwrap_or(&shared.model)
-        .to_owned();
-    let prompt_chars = request
-        .and_then(|r| r.get(format.conversation_field()))
-        .map_or(0, |m| m.to_string().chars().count());
-    let ctx = ChunkCtx {
-        id: format.response_id(number),
-        created: unix_secs(),
-        model,
-    };
-    let prompt_tokens = rough_tokens(prompt_chars);
+    path: &'a str,
+    body: Option<&'a Value>,
+}
+
+impl Request<'_> {
+    /// The shared fields of the answer to request number `number` (0 for a
+    /// side request): id, time and the model (the body's `model`, the Gemini
+    /// path's model, else the server's).
+    fn ctx(&self, shared: &Shared, number: usize) -> ChunkCtx {
+        let model = self
+            .body
+            .and_then(|r| r.get("model"))
+            .and_then(Value::as_str)
+            .or_else(|| match self.format {
+                ApiFormat::Gemini => gemini::model_from_path(self.path),
+                _ => None,
+            })
+            .unwrap_or(&shared.model)
+            .to_owned();
+        ChunkCtx {
+            id: self.format.response_id(number),
+            created: unix_secs(),
+            model,
+        }
+    }
+
+    /// Rough prompt tokens: the conversation field's JSON length / 4.
+    fn prompt_tokens(&self) -> u64 {
+        let chars = self
+            .body
+            .and_then(|r| r.get(self.format.conversation_field()))
+            .map_or(0, |m| m.to_string().chars().count());
+        rough_tokens(chars)
+    }
+}
+
+/// The answer of model request number `number` (from 1).
+async fn chat(shared: &Shared, number: usize, request: Request<'_>) -> Response {
+    let format = request.format;
+    let ctx = request.ctx(shared, number);
+    let prompt_tokens = request.prompt_tokens();
     match &shared.mode {
         Mode::Replay(bytes) => sse_response(
             shared.stream(BodyPlan {
@@ -265,7 +323,7 @@ async fn chat(
                     }
                 },
             };
-            scripted(shared, &ctx, format, response, prompt_tokens).await
+            scripted(shared, &ctx, request, response).await
         }
     }
 }
@@ -310,10 +368,11 @@ fn bench_plan(
 async fn scripted(
     shared: &Shared,
     ctx: &ChunkCtx,
-    format: ApiFormat,
+    request: Request<'_>,
     response: &ScriptResponse,
-    prompt_tokens: u64,
 ) -> Response {
+    let format = request.format;
+    let prompt_tokens = request.prompt_tokens();
     let delay = response
         .stream_deltas_ms
         .map_or(shared.chunk_delay, Duration::from_millis);
@@ -337,6 +396,14 @@ async fn scripted(
     };
     match kind {
         Kind::Stream => {
+            let resolved = resolve_response(format, request.body, response);
+            let response = &resolved;
+            if format == ApiFormat::Gemini && gemini::is_unary(request.path) {
+                let mut out =
+                    axum::Json(gemini::gemini_unary(ctx, response, prompt_tokens)).into_response();
+                add_headers(&mut out, &response.headers);
+                return out;
+            }
             let next_call_id = || shared.next_call_id();
             let events = match format {
                 ApiFormat::ChatCompletions => {
@@ -348,6 +415,7 @@ async fn scripted(
                 ApiFormat::Responses => {
                     responses_events(ctx, response, prompt_tokens, next_call_id)
                 }
+                ApiFormat::Gemini => gemini::gemini_events(ctx, response, prompt_tokens),
             };
             let units = events.events.into_iter().map(Unit::Bytes).collect();
             sse_response(shared.stream(plan(units)), &response.headers)
@@ -360,6 +428,9 @@ async fn scripted(
                 match format {
                     ApiFormat::AnthropicMessages => json!({"type": "error", "error": {
                         "type": "api_error", "message": message,
+                    }}),
+                    ApiFormat::Gemini => json!({"error": {
+                        "code": status.as_u16(), "message": message, "status": "INTERNAL",
                     }}),
                     _ => json!({"error": {"message": message, "type": "server_error"}}),
                 }

@@ -105,6 +105,7 @@ async fn measure(
             text: "go".into(),
             history: Vec::new(),
             model: None,
+            cwd: None,
         })
         .await?;
     let clock = SystemClock;

@@ -1,0 +1,794 @@
+//! Supervised child processes that speak newline-delimited JSON over stdio.
+//!
+//! [`ChildProcess::spawn`] starts a program in a new session (so a new process group
+//! whose id is the child's pid, and no controlling terminal) through `process-wrap`,
+//! records the group in the store ([`ProcessGroups`]) so the next boot kills it if knife
+//! dies first, and starts four tasks:
+//!
+//! - **stdout reader**: splits stdout into lines of at most [`ProcessSpec::max_line_bytes`]
+//!   (default [`MAX_LINE_BYTES`], 16 MiB) and hands each non-blank UTF-8 line to the
+//!   [`ProcessLines`] receiver. A longer line is dropped whole, a line that is not UTF-8
+//!   is dropped; both are logged and counted in [`LineStats`] (and the
+//!   `knife_adapter_bad_lines_total{reason}` counter) and never stop the reader.
+//! - **stdin writer**: [`ChildProcess::send_line`] queues a line (never blocks); the
+//!   writer appends `\n` and writes in order. Closing stdin (EOF) drops the queue.
+//! - **stderr logger**: every stderr line goes to the log (target
+//!   `knife_adapters::child_stderr`, level info; ANSI colour codes removed); the last
+//!   [`STDERR_TAIL_LINES`] are kept for the exit description ([`ExitInfo::describe`]).
+//! - **supervisor**: owns the child. It waits for the child to exit on its own, or for
+//!   [`ChildProcess::close`] (or the last handle being dropped), then runs the close
+//!   sequence: stdin EOF → [`ProcessSpec::eof_grace`] (3 s) → SIGTERM to the group →
+//!   [`ProcessSpec::term_grace`] → SIGKILL to the group. Whatever ended the leader, any
+//!   member of the group still alive then gets SIGTERM/SIGKILL too, the leader is reaped,
+//!   the group is forgotten in the store, and the [`ExitInfo`] is published
+//!   ([`ChildProcess::wait_exit`]). If the supervisor itself is dropped (runtime shutdown)
+//!   the group gets SIGKILL.
+//!
+//! Usage by a driver:
+//!
+//! ```ignore
+//! let (child, lines) = ChildProcess::spawn(spec, Some(groups)).await?;
+//! child.register_on(&options.scope);          // closing the session scope closes the child
+//! let rpc = RpcConnection::start(child.clone(), lines, RpcOptions::default()); // see crate::jsonrpc
+//! // … an unexpected exit: `child.wait_exit().await.describe()` → "exited with status 3 …"
+//! ```
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use knife_protocol::ThreadId;
+use knife_runtime::process_groups::ProcessGroups;
+use knife_runtime::scope::SessionScope;
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+/// Longest stdout line accepted (bytes, without the newline): 16 MiB.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// Longest stderr line logged (bytes); longer lines are cut.
+pub const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
+/// How many of the last stderr lines an [`ExitInfo`] keeps.
+pub const STDERR_TAIL_LINES: usize = 8;
+/// Default time between stdin EOF and SIGTERM in the close sequence.
+pub const EOF_GRACE: Duration = Duration::from_secs(3);
+/// Default time between SIGTERM and SIGKILL in the close sequence.
+pub const TERM_GRACE: Duration = Duration::from_secs(3);
+/// How long SIGKILLed members get to disappear before the supervisor stops waiting.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+/// How often a dying group is polled.
+const POLL: Duration = Duration::from_millis(20);
+/// Lines buffered between the stdout reader and its consumer.
+const LINE_QUEUE: usize = 1024;
+
+/// What to start and how to supervise it.
+#[derive(Clone, Debug)]
+pub struct ProcessSpec {
+    /// The program (looked up on `PATH` when it has no slash).
+    pub program: OsString,
+    pub args: Vec<OsString>,
+    /// Variables set on top of knife's environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// Variables of knife's environment starting with one of these prefixes are removed
+    /// (default `["KNIFE_"]`: knife's own settings and secrets stay out of the child).
+    pub env_remove_prefixes: Vec<String>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Name used in logs and in the store's process-group record (e.g. `codex: app-server`).
+    pub label: String,
+    /// The thread the process first works for (recorded with the group), if any.
+    pub thread: Option<ThreadId>,
+    /// Longest stdout line (bytes); default [`MAX_LINE_BYTES`].
+    pub max_line_bytes: usize,
+    /// Stdin EOF → SIGTERM; default [`EOF_GRACE`].
+    pub eof_grace: Duration,
+    /// SIGTERM → SIGKILL; default [`TERM_GRACE`].
+    pub term_grace: Duration,
+}
+
+impl ProcessSpec {
+    /// A spec with the defaults: no extra env, `KNIFE_*` removed, 16 MiB lines,
+    /// 3 s / 3 s grace periods.
+    pub fn new(
+        program: impl Into<OsString>,
+        cwd: impl Into<PathBuf>,
+        label: impl Into<String>,
+    ) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_remove_prefixes: vec!["KNIFE_".to_owned()],
+            cwd: cwd.into(),
+            label: label.into(),
+            thread: None,
+            max_line_bytes: MAX_LINE_BYTES,
+            eof_grace: EOF_GRACE,
+            term_grace: TERM_GRACE,
+        }
+    }
+}
+
+/// Errors of [`ChildProcess`].
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The program could not be started.
+    #[error(
+        "could not start {program} in {cwd}: {source}; check the instance's `command` and that the directory exists"
+    )]
+    Spawn {
+        program: String,
+        cwd: String,
+        #[source]
+        source: io::Error,
+    },
+    /// stdin is closed (the process is closing or gone).
+    #[error("the process {0} no longer accepts input (it is closing or has exited)")]
+    StdinClosed(String),
+}
+
+/// How a child process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// The leader's exit status; `None` when it could not be reaped.
+    pub status: Option<ExitStatus>,
+    /// True when knife asked it to stop ([`ChildProcess::close`] or the last handle dropped).
+    pub closed_by_knife: bool,
+    /// The last stderr lines (at most [`STDERR_TAIL_LINES`]).
+    pub stderr_tail: Vec<String>,
+}
+
+impl ExitInfo {
+    /// `exit status 3`, `killed by signal 9 (SIGKILL)` or `unknown exit status`.
+    pub fn status_text(&self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        match self.status {
+            Some(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => format!("exit status {code}"),
+                (None, Some(sig)) => match Signal::try_from(sig) {
+                    Ok(signal) => format!("killed by signal {sig} ({})", signal.as_str()),
+                    Err(_) => format!("killed by signal {sig}"),
+                },
+                (None, None) => "unknown exit status".to_owned(),
+            },
+            None => "unknown exit status".to_owned(),
+        }
+    }
+
+    /// A sentence for `lastError`: `<label> exited unexpectedly (exit status 3); last
+    /// stderr: …`.
+    pub fn describe(&self, label: &str) -> String {
+        let how = if self.closed_by_knife {
+            "was stopped"
+        } else {
+            "exited unexpectedly"
+        };
+        let mut text = format!("{label} {how} ({})", self.status_text());
+        if !self.stderr_tail.is_empty() {
+            text.push_str("; last stderr: ");
+            text.push_str(&self.stderr_tail.join(" | "));
+        }
+        text
+    }
+}
+
+/// Counters of stdout lines that were dropped. Shared by the stdout reader and the
+/// JSON-RPC layer (which counts lines that are not valid JSON-RPC).
+#[derive(Debug, Default)]
+pub struct LineStats {
+    oversized: AtomicU64,
+    malformed: AtomicU64,
+}
+
+impl LineStats {
+    /// Lines longer than the cap.
+    pub fn oversized(&self) -> u64 {
+        self.oversized.load(Ordering::Relaxed)
+    }
+
+    /// Lines that were not UTF-8, not JSON, or not a JSON-RPC message we understand
+    /// (including answers to unknown request ids).
+    pub fn malformed(&self) -> u64 {
+        self.malformed.load(Ordering::Relaxed)
+    }
+
+    /// Counts and logs one malformed line of process `label`; `line` is shortened
+    /// to 200 characters in the log.
+    pub fn record_malformed(&self, label: &str, reason: &str, line: &str) {
+        self.malformed.fetch_add(1, Ordering::Relaxed);
+        ::metrics::counter!("knife_adapter_bad_lines_total", "reason" => "malformed").increment(1);
+        let preview: String = line.chars().take(200).collect();
+        tracing::warn!(child = %label, reason, line = %preview, "ignored a malformed line from an agent process");
+    }
+
+    fn record_oversized(&self, label: &str, cap: usize) {
+        self.oversized.fetch_add(1, Ordering::Relaxed);
+        ::metrics::counter!("knife_adapter_bad_lines_total", "reason" => "oversized").increment(1);
+        tracing::warn!(child = %label, cap_bytes = cap, "ignored a line longer than the cap from an agent process");
+    }
+}
+
+/// The child's stdout, one line at a time (see the module docs).
+#[derive(Debug)]
+pub struct ProcessLines {
+    rx: mpsc::Receiver<String>,
+}
+
+impl ProcessLines {
+    /// The next line (without `\n` / `\r\n`); `None` once stdout is closed.
+    pub async fn next(&mut self) -> Option<String> {
+        self.rx.recv().await
+    }
+}
+
+/// A handle to a supervised child process; cheap to clone. When the last handle is
+/// dropped, the process is closed as by [`ChildProcess::close`] (in the background).
+#[derive(Clone, Debug)]
+pub struct ChildProcess {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pgid: u32,
+    label: String,
+    stdin: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
+    /// Dropping or firing it starts the close sequence.
+    close: Mutex<Option<oneshot::Sender<()>>>,
+    exit: watch::Receiver<Option<ExitInfo>>,
+    stats: Arc<LineStats>,
+}
+
+impl ChildProcess {
+    /// Starts `spec` as described in the module docs and records its process group in
+    /// `groups` (awaited, so a crash right after still finds the row).
+    ///
+    /// Errors: [`ProcessError::Spawn`] when the program cannot be started.
+    pub async fn spawn(
+        spec: ProcessSpec,
+        groups: Option<ProcessGroups>,
+    ) -> Result<(ChildProcess, ProcessLines), ProcessError> {
+        let spawn_err = |source: io::Error| ProcessError::Spawn {
+            program: spec.program.to_string_lossy().into_owned(),
+            cwd: spec.cwd.display().to_string(),
+            source,
+        };
+        let mut wrap = CommandWrap::with_new(&spec.program, |cmd| {
+            cmd.args(&spec.args)
+                .current_dir(&spec.cwd)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (name, _) in std::env::vars_os() {
+                let text = name.to_string_lossy();
+                if spec
+                    .env_remove_prefixes
+                    .iter()
+                    .any(|p| text.starts_with(p.as_str()))
+                {
+                    cmd.env_remove(&name);
+                }
+            }
+            for (k, v) in &spec.env {
+                cmd.env(k, v);
+            }
+        });
+        wrap.wrap(ProcessSession);
+        let mut child = wrap.spawn().map_err(spawn_err)?;
+        let pgid = child.id().unwrap_or(0);
+        let stdin = child.stdin().take();
+        let stdout = child.stdout().take();
+        let stderr = child.stderr().take();
+        let label = spec.label.clone();
+        tracing::info!(child = %label, pgid, "started an agent process");
+
+        // Armed before anything can fail, so the group never outlives a dropped spawn.
+        let killer = KillOnDrop { pgid, armed: true };
+        if let Some(groups) = &groups
+            && let Ok(raw) = i32::try_from(pgid)
+            && let Err(e) = groups.register(raw, spec.thread.as_ref(), &label).await
+        {
+            tracing::warn!(child = %label, error = %e, "could not record the agent process group; a crash could leave it running");
+        }
+
+        let stats = Arc::new(LineStats::default());
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL_LINES)));
+
+        let (line_tx, line_rx) = mpsc::channel(LINE_QUEUE);
+        if let Some(stdout) = stdout {
+            let stats = Arc::clone(&stats);
+            let label = label.clone();
+            let cap = spec.max_line_bytes;
+            tokio::spawn(async move {
+                let mut lines = CappedLines::new(BufReader::with_capacity(64 * 1024, stdout), cap);
+                let mut receiver_gone = false;
+                while let Some(line) = lines.next().await {
+                    let Some(bytes) = line else {
+                        stats.record_oversized(&label, cap);
+                        continue;
+                    };
+                    let Some(text) = decode_line(bytes, &label, &stats) else {
+                        continue;
+                    };
+                    // Keep draining stdout when nobody listens, so the child never blocks;
+                    // a full queue makes the reader wait (back-pressure on the child).
+                    if !receiver_gone && line_tx.send(text).await.is_err() {
+                        receiver_gone = true;
+                    }
+                }
+            });
+        }
+
+        let (stdin_tx, mut stdin_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        if let Some(mut stdin) = stdin {
+            let label = label.clone();
+            tokio::spawn(async move {
+                while let Some(line) = stdin_rx.recv().await {
+                    let written = async {
+                        stdin.write_all(&line).await?;
+                        stdin.flush().await
+                    };
+                    if let Err(e) = written.await {
+                        tracing::debug!(child = %label, error = %e, "writing to the agent process's stdin failed");
+                        break;
+                    }
+                }
+                // `stdin` drops here: the child sees EOF.
+            });
+        }
+
+        if let Some(stderr) = stderr {
+            let label = label.clone();
+            let tail = Arc::clone(&tail);
+            tokio::spawn(async move {
+                let mut lines = CappedLines::new(BufReader::new(stderr), MAX_STDERR_LINE_BYTES);
+                while let Some(line) = lines.next().await {
+                    let Some(bytes) = line else {
+                        tracing::info!(target: "knife_adapters::child_stderr", child = %label, "(a stderr line longer than 64 KiB was dropped)");
+                        continue;
+                    };
+                    let text = strip_ansi(&String::from_utf8_lossy(&bytes));
+                    let text = text.trim_end();
+                    if text.is_empty() {
+                        continue;
+                    }
+                    tracing::info!(target: "knife_adapters::child_stderr", child = %label, "{text}");
+                    if let Ok(mut tail) = tail.lock() {
+                        if tail.len() == STDERR_TAIL_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(text.chars().take(500).collect());
+                    }
+                }
+            });
+        }
+
+        let (close_tx, close_rx) = oneshot::channel();
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            pgid,
+            label: label.clone(),
+            stdin: Mutex::new(Some(stdin_tx)),
+            close: Mutex::new(Some(close_tx)),
+            exit: exit_rx,
+            stats,
+        });
+        let supervisor = Supervisor {
+            child,
+            pgid,
+            label,
+            killer,
+            groups,
+            tail,
+            eof_grace: spec.eof_grace,
+            term_grace: spec.term_grace,
+            stdin: Arc::downgrade(&shared),
+        };
+        tokio::spawn(supervisor.run(close_rx, exit_tx));
+        Ok((ChildProcess { shared }, ProcessLines { rx: line_rx }))
+    }
+
+    /// The process group id (= the child's pid).
+    pub fn pgid(&self) -> u32 {
+        self.shared.pgid
+    }
+
+    /// The label given at spawn.
+    pub fn label(&self) -> &str {
+        &self.shared.label
+    }
+
+    /// Counters of dropped stdout lines.
+    pub fn stats(&self) -> Arc<LineStats> {
+        Arc::clone(&self.shared.stats)
+    }
+
+    /// Queues `line` (a newline is appended) for the child's stdin; never blocks.
+    ///
+    /// Errors: [`ProcessError::StdinClosed`] once stdin was closed.
+    pub fn send_line(&self, line: &str) -> Result<(), ProcessError> {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        let guard = self
+            .shared
+            .stdin
+            .lock()
+            .map_err(|_| ProcessError::StdinClosed(self.shared.label.clone()))?;
+        match guard.as_ref() {
+            Some(tx) if tx.send(bytes).is_ok() => Ok(()),
+            _ => Err(ProcessError::StdinClosed(self.shared.label.clone())),
+        }
+    }
+
+    /// Closes stdin once the queued lines are written (the child sees EOF).
+    pub fn close_stdin(&self) {
+        close_stdin(&self.shared);
+    }
+
+    /// Runs the close sequence (module docs) and waits for it; returns how the process
+    /// ended. Idempotent; concurrent callers all wait for the same end. The sequence
+    /// runs in the supervisor task, so dropping this future does not cut it short.
+    pub async fn close(&self) -> ExitInfo {
+        if let Ok(mut close) = self.shared.close.lock()
+            && let Some(tx) = close.take()
+        {
+            let _ = tx.send(());
+        }
+        self.wait_exit().await
+    }
+
+    /// Waits until the process has ended and was reaped (by itself or by a close).
+    pub async fn wait_exit(&self) -> ExitInfo {
+        let mut rx = self.shared.exit.clone();
+        match rx.wait_for(Option::is_some).await {
+            Ok(info) => info.clone().unwrap_or_else(lost_exit),
+            Err(_) => lost_exit(),
+        }
+    }
+
+    /// How the process ended, once it has.
+    pub fn exit_info(&self) -> Option<ExitInfo> {
+        self.shared.exit.borrow().clone()
+    }
+
+    /// Registers [`ChildProcess::close`] as a finalizer of `scope`, so closing (or
+    /// cancelling) the provider session stops the process.
+    pub fn register_on(&self, scope: &SessionScope) {
+        let child = self.clone();
+        scope.add_finalizer(async move {
+            child.close().await;
+        });
+    }
+}
+
+fn lost_exit() -> ExitInfo {
+    ExitInfo {
+        status: None,
+        closed_by_knife: false,
+        stderr_tail: Vec::new(),
+    }
+}
+
+fn close_stdin(shared: &Shared) {
+    if let Ok(mut stdin) = shared.stdin.lock() {
+        stdin.take();
+    }
+}
+
+/// Owns the child; see the module docs.
+struct Supervisor {
+    child: Box<dyn ChildWrapper>,
+    pgid: u32,
+    label: String,
+    killer: KillOnDrop,
+    groups: Option<ProcessGroups>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    eof_grace: Duration,
+    term_grace: Duration,
+    stdin: std::sync::Weak<Shared>,
+}
+
+impl Supervisor {
+    async fn run(
+        mut self,
+        mut close_rx: oneshot::Receiver<()>,
+        exit_tx: watch::Sender<Option<ExitInfo>>,
+    ) {
+        let exited = {
+            let wait = self.child.inner_mut().wait();
+            tokio::pin!(wait);
+            tokio::select! {
+                status = &mut wait => Some(status.ok()),
+                _ = &mut close_rx => None,
+            }
+        };
+        let (status, closed_by_knife) = match exited {
+            Some(status) => (status, false),
+            None => (self.close_sequence().await, true),
+        };
+        if let Some(shared) = self.stdin.upgrade() {
+            close_stdin(&shared);
+        }
+        // Members the leader left behind (a crashed agent's tool commands) go too.
+        self.end_group().await;
+        let _ = self.child.try_wait();
+        if let (Some(groups), Ok(raw)) = (&self.groups, i32::try_from(self.pgid))
+            && let Err(e) = groups.unregister(raw).await
+        {
+            tracing::warn!(child = %self.label, error = %e, "could not forget the agent process group");
+        }
+        self.killer.armed = false;
+        let stderr_tail = self
+            .tail
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default();
+        let info = ExitInfo {
+            status,
+            closed_by_knife,
+            stderr_tail,
+        };
+        if closed_by_knife {
+            tracing::info!(child = %self.label, status = %info.status_text(), "stopped an agent process");
+        } else {
+            tracing::warn!(child = %self.label, status = %info.status_text(), "an agent process exited");
+        }
+        let _ = exit_tx.send(Some(info));
+    }
+
+    /// stdin EOF → eof_grace → SIGTERM → term_grace → SIGKILL; returns the leader's status.
+    async fn close_sequence(&mut self) -> Option<ExitStatus> {
+        if let Some(shared) = self.stdin.upgrade() {
+            close_stdin(&shared);
+        }
+        if let Ok(status) =
+            tokio::time::timeout(self.eof_grace, self.child.inner_mut().wait()).await
+        {
+            return status.ok();
+        }
+        tracing::debug!(child = %self.label, "agent process ignored stdin EOF; sending SIGTERM");
+        signal_group(self.pgid, Signal::SIGTERM);
+        signal_group(self.pgid, Signal::SIGCONT);
+        if let Ok(status) =
+            tokio::time::timeout(self.term_grace, self.child.inner_mut().wait()).await
+        {
+            return status.ok();
+        }
+        tracing::warn!(child = %self.label, "agent process ignored SIGTERM; sending SIGKILL");
+        signal_group(self.pgid, Signal::SIGKILL);
+        match tokio::time::timeout(KILL_WAIT, self.child.inner_mut().wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => None,
+        }
+    }
+
+    /// SIGTERM, then SIGKILL, to group members still alive after the leader ended.
+    async fn end_group(&mut self) {
+        let pgid = self.pgid;
+        if !group_alive(pgid) {
+            return;
+        }
+        signal_group(pgid, Signal::SIGTERM);
+        signal_group(pgid, Signal::SIGCONT);
+        if wait_until_gone(pgid, self.term_grace).await {
+            return;
+        }
+        signal_group(pgid, Signal::SIGKILL);
+        if !wait_until_gone(pgid, KILL_WAIT).await {
+            tracing::warn!(child = %self.label, pgid, "agent process group still has members after SIGKILL");
+        }
+    }
+}
+
+/// SIGKILLs the group when dropped armed (the supervisor was dropped mid-way).
+struct KillOnDrop {
+    pgid: u32,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Splits a byte stream into lines of at most `cap` bytes (see [`CappedLines::next`]).
+pub(crate) struct CappedLines<R> {
+    reader: R,
+    cap: usize,
+    buf: Vec<u8>,
+    discarding: bool,
+    done: bool,
+}
+
+impl<R: AsyncBufRead + Unpin> CappedLines<R> {
+    pub(crate) fn new(reader: R, cap: usize) -> Self {
+        Self {
+            reader,
+            cap,
+            buf: Vec::new(),
+            discarding: false,
+            done: false,
+        }
+    }
+
+    /// The next line without its `\n` (and a trailing `\r`) as `Some(Some(bytes))`;
+    /// `Some(None)` once per line longer than `cap`, whose bytes are skipped up to its
+    /// end; `None` at EOF or after a read error (logged). A last line without `\n`
+    /// counts at EOF.
+    pub(crate) async fn next(&mut self) -> Option<Option<Vec<u8>>> {
+        while !self.done {
+            let chunk = match self.reader.fill_buf().await {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading an agent process's output failed");
+                    self.done = true;
+                    break;
+                }
+            };
+            if chunk.is_empty() {
+                self.done = true;
+                if !self.discarding && !self.buf.is_empty() {
+                    return Some(Some(std::mem::take(&mut self.buf)));
+                }
+                break;
+            }
+            match chunk.iter().position(|b| *b == b'\n') {
+                Some(i) => {
+                    let result = if self.discarding {
+                        None
+                    } else if self.buf.len() + i > self.cap {
+                        Some(None)
+                    } else {
+                        self.buf.extend_from_slice(&chunk[..i]);
+                        if self.buf.last() == Some(&b'\r') {
+                            self.buf.pop();
+                        }
+                        Some(Some(std::mem::take(&mut self.buf)))
+                    };
+                    self.buf.clear();
+                    self.discarding = false;
+                    self.reader.consume(i + 1);
+                    if result.is_some() {
+                        return result;
+                    }
+                }
+                None => {
+                    let n = chunk.len();
+                    let mut oversized = false;
+                    if !self.discarding {
+                        if self.buf.len() + n > self.cap {
+                            oversized = true;
+                            self.discarding = true;
+                            self.buf = Vec::new();
+                        } else {
+                            self.buf.extend_from_slice(chunk);
+                        }
+                    }
+                    self.reader.consume(n);
+                    if oversized {
+                        return Some(None);
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+/// `text` without ANSI escape sequences (colours of a child's log lines): `ESC [`
+/// followed by parameters up to a final byte in `@`..`~`, and lone `ESC x` pairs.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if chars.next() == Some('[') {
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// UTF-8 text of a non-blank line; counts and logs a line that is not UTF-8.
+fn decode_line(bytes: Vec<u8>, label: &str, stats: &LineStats) -> Option<String> {
+    match String::from_utf8(bytes) {
+        Ok(text) if text.trim().is_empty() => None,
+        Ok(text) => Some(text),
+        Err(e) => {
+            let lossy = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            stats.record_malformed(label, "not UTF-8", &lossy);
+            None
+        }
+    }
+}
+
+/// Sends `signal` to group `pgid` (ignores a group that is gone).
+pub(crate) fn signal_group(pgid: u32, signal: Signal) {
+    let Ok(raw) = i32::try_from(pgid) else {
+        return;
+    };
+    if raw <= 1 {
+        return;
+    }
+    if let Err(e) = killpg(Pid::from_raw(raw), signal)
+        && e != Errno::ESRCH
+    {
+        tracing::debug!(pgid, ?signal, "signalling the process group failed: {e}");
+    }
+}
+
+/// Whether process group `pgid` has a member that is not a zombie (Linux: scans
+/// `/proc`; elsewhere: whether the group exists).
+pub fn group_alive(pgid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pgid) else {
+        return false;
+    };
+    if raw <= 1 || killpg(Pid::from_raw(raw), None) == Err(Errno::ESRCH) {
+        return false;
+    }
+    live_member(pgid).unwrap_or(true)
+}
+
+async fn wait_until_gone(pgid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if !group_alive(pgid) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn live_member(pgid: u32) -> Option<bool> {
+    let wanted = pgid.to_string();
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1);
+        if pgrp == Some(wanted.as_str()) && !matches!(state, Some("Z" | "X")) {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn live_member(_pgid: u32) -> Option<bool> {
+    None
+}

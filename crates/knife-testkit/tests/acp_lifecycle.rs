@@ -1,0 +1,765 @@
+//! The `acp` driver's lifecycle against the scripted fake ACP agent (`fake_acp`, a
+//! real child process): a real store on disk, the session manager and the
+//! execution service, as the server wires them. Open, streamed turn, approval round
+//! trip, interrupt (also while an approval waits), detach, idle release (process
+//! gone, no orphan), crash (run fails with the exit status, session released with
+//! `runtime_error`), malformed output, and resume through `session/load` after a
+//! restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use knife_adapters::acp::{AcpAdapter, AcpConfig};
+use knife_protocol::*;
+use knife_runtime::commands::{create_project, create_thread};
+use knife_runtime::process_groups::ProcessGroups;
+use knife_runtime::*;
+use knife_store::Store;
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Harness {
+    dir: tempfile::TempDir,
+    store: Store,
+    clock: SharedClock,
+    project: Project,
+    instance: ProviderInstanceId,
+}
+
+impl Harness {
+    async fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+        let clock: SharedClock = Arc::new(SystemClock);
+        let root = dir.path().join("project");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+        let (project, _) = create_project(
+            &store,
+            clock.as_ref(),
+            CreateProjectRequest {
+                root: root.display().to_string(),
+                name: None,
+            },
+        )
+        .await
+        .unwrap();
+        Harness {
+            dir,
+            store,
+            clock,
+            project,
+            instance: ProviderInstanceId::from("fake-acp"),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("acp.log")
+    }
+
+    /// An execution service (a "server process") with `idle_timeout`.
+    fn execution(&self, idle_timeout: Duration, extra_env: &[(&str, &str)]) -> ExecutionService {
+        self.execution_of(env!("CARGO_BIN_EXE_fake_acp"), idle_timeout, extra_env)
+    }
+
+    /// [`Harness::execution`] running `command` as the agent.
+    fn execution_of(
+        &self,
+        command: &str,
+        idle_timeout: Duration,
+        extra_env: &[(&str, &str)],
+    ) -> ExecutionService {
+        let mut config = AcpConfig::new(self.instance.clone(), command);
+        config.env = vec![
+            (
+                "FAKE_ACP_STATE_DIR".into(),
+                self.dir.path().join("state").into(),
+            ),
+            ("FAKE_ACP_LOG".into(), self.log_path().into()),
+        ];
+        for (k, v) in extra_env {
+            config.env.push(((*k).into(), (*v).into()));
+        }
+        config.process_groups = Some(ProcessGroups::new(self.store.clone(), self.clock.clone()));
+        config.handshake_timeout = Duration::from_secs(10);
+        config.eof_grace = Duration::from_millis(500);
+        config.term_grace = Duration::from_millis(500);
+        let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+        adapters.insert(self.instance.clone(), Arc::new(AcpAdapter::new(config)));
+        let manager = SessionManager::new(
+            Arc::new(self.store.clone()),
+            self.clock.clone(),
+            adapters,
+            SessionManagerOptions {
+                idle_timeout,
+                turn_stall_timeout: Duration::ZERO,
+                ..Default::default()
+            },
+        );
+        ExecutionService::new(self.store.clone(), self.clock.clone(), manager)
+            .with_interrupt_grace(Duration::from_secs(1))
+    }
+
+    async fn thread(&self) -> ThreadId {
+        create_thread(
+            &self.store,
+            self.clock.as_ref(),
+            CreateThreadRequest {
+                project_id: self.project.id.clone(),
+                title: None,
+                provider_instance_id: None,
+                model: None,
+                parent_thread_id: None,
+            },
+            &self.instance,
+            std::slice::from_ref(&self.instance),
+        )
+        .await
+        .unwrap()
+        .id
+    }
+
+    async fn projection(&self, thread: &ThreadId) -> ThreadProjection {
+        self.store.thread_projection(thread).await.unwrap().unwrap()
+    }
+
+    /// Every message the fake agent received (JSON lines), pid line excluded.
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.log_path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get("pid").is_none())
+            .collect()
+    }
+
+    fn methods(&self) -> Vec<String> {
+        self.received()
+            .iter()
+            .filter_map(|v| v["method"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Pids of every fake agent started so far.
+    fn pids(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.log_path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v["pid"].as_i64().map(|p| p as i32))
+            .collect()
+    }
+
+    async fn run(&self, exec: &ExecutionService, thread: &ThreadId, text: &str) -> Run {
+        let run = exec.start_run(thread, text.to_owned()).await.unwrap();
+        tokio::time::timeout(LIMIT, exec.await_idle(thread))
+            .await
+            .expect("the run ended");
+        self.run_row(thread, &run.id).await
+    }
+
+    async fn run_row(&self, thread: &ThreadId, run: &RunId) -> Run {
+        self.projection(thread)
+            .await
+            .runs
+            .into_iter()
+            .find(|r| &r.id == run)
+            .unwrap()
+    }
+
+    async fn pending_request(&self, thread: &ThreadId) -> RuntimeRequest {
+        poll(|| async {
+            self.projection(thread)
+                .await
+                .runtime_requests
+                .into_iter()
+                .find(|r| r.status == RuntimeRequestStatus::Pending)
+        })
+        .await
+    }
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, at most [`LIMIT`].
+async fn poll<T, F, Fut>(mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met in time"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// True while `/proc/<pid>` exists (a zombie counts: it was not reaped).
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+async fn wait_gone(pid: i32) {
+    poll(|| async { (!alive(pid)).then_some(()) }).await;
+}
+
+fn texts(p: &ThreadProjection, run: &RunId) -> Vec<String> {
+    p.turn_items
+        .iter()
+        .filter(|i| i.run_id.as_ref() == Some(run))
+        .filter_map(|i| match &i.kind {
+            TurnItemKind::AssistantMessage { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn script(steps: Value) -> String {
+    json!({ "steps": steps }).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_and_a_streamed_turn_record_the_answer_and_the_native_session() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = h.run(&exec, &thread, "hello").await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let p = h.projection(&thread).await;
+    assert_eq!(texts(&p, &run.id), vec!["echo #1: hello".to_owned()]);
+    let usage = run.usage.clone().expect("the agent's usage is recorded");
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+        (10, 1, 11)
+    );
+    let item = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::AssistantMessage { .. }))
+        .unwrap();
+    assert_eq!(item.status, TurnItemStatus::Completed);
+    assert!(matches!(
+        item.kind,
+        TurnItemKind::AssistantMessage {
+            streaming: false,
+            ..
+        }
+    ));
+    let native = p.provider_threads[0].native_id.clone().unwrap();
+    assert!(native.starts_with("fake-"), "{native}");
+    assert_eq!(p.provider_threads[0].driver, "acp");
+
+    // The wire: initialize v1 without fs/terminal, session/new with the project root.
+    let received = h.received();
+    let init = received
+        .iter()
+        .find(|m| m["method"] == "initialize")
+        .unwrap();
+    assert_eq!(init["params"]["protocolVersion"], 1);
+    assert_eq!(init["jsonrpc"], "2.0");
+    assert_eq!(
+        init["params"]["clientCapabilities"],
+        json!({"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false})
+    );
+    let new = received
+        .iter()
+        .find(|m| m["method"] == "session/new")
+        .unwrap();
+    assert_eq!(new["params"]["cwd"], json!(h.project.root));
+    assert_eq!(new["params"]["mcpServers"], json!([]));
+    let prompt = received
+        .iter()
+        .find(|m| m["method"] == "session/prompt")
+        .unwrap();
+    assert_eq!(
+        prompt["params"],
+        json!({"sessionId": native, "prompt": [{"type": "text", "text": "hello"}]})
+    );
+
+    // A second message reuses the live process and its session (the agent counts 2).
+    let run2 = h.run(&exec, &thread, "again").await;
+    assert_eq!(
+        texts(&h.projection(&thread).await, &run2.id),
+        vec!["echo #2: again".to_owned()]
+    );
+    assert_eq!(h.pids().len(), 1, "one agent process per thread");
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+    for pid in h.pids() {
+        wait_gone(pid).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_round_trip_goes_through_the_approvals_api() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let text = script(json!([
+        {"thought": "I should list the files"},
+        {"tool": {"id": "call-1", "title": "ls -la", "kind": "execute", "input": {"command": "ls -la"}},
+         "permission": true, "output": "a.txt"},
+        {"tool": {"id": "call-2", "title": "rm -rf /", "kind": "execute", "input": {"command": "rm -rf /"}},
+         "permission": true},
+        {"text": "done"}
+    ]));
+    let run = exec.start_run(&thread, text).await.unwrap();
+
+    let first = h.pending_request(&thread).await;
+    assert_eq!(first.kind, RuntimeRequestKind::Command);
+    assert!(matches!(
+        first.response_capability,
+        ResponseCapability::Live { .. }
+    ));
+    assert_eq!(first.prompt.as_deref(), Some("execute: ls -la"));
+    let resolved = exec
+        .respond_to_request(
+            &thread,
+            &first.id,
+            RequestAnswer {
+                decision: ApprovalDecision::AllowOnce,
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(resolved.status, RuntimeRequestStatus::Resolved);
+    assert_eq!(resolved.decision, Some(ApprovalDecision::AllowOnce));
+
+    let second = poll(|| async {
+        h.projection(&thread)
+            .await
+            .runtime_requests
+            .into_iter()
+            .find(|r| r.status == RuntimeRequestStatus::Pending && r.id != first.id)
+    })
+    .await;
+    exec.respond_to_request(
+        &thread,
+        &second.id,
+        RequestAnswer {
+            decision: ApprovalDecision::Deny,
+            message: Some("never".into()),
+        },
+    )
+    .await
+    .unwrap();
+    // A second answer to the same request is refused.
+    let again = exec
+        .respond_to_request(
+            &thread,
+            &second.id,
+            RequestAnswer {
+                decision: ApprovalDecision::AllowOnce,
+                message: None,
+            },
+        )
+        .await;
+    assert!(again.is_err());
+
+    tokio::time::timeout(LIMIT, exec.await_idle(&thread))
+        .await
+        .unwrap();
+    let run = h.run_row(&thread, &run.id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let p = h.projection(&thread).await;
+    let tool = |id: &str| {
+        p.turn_items
+            .iter()
+            .find(|i| matches!(&i.kind, TurnItemKind::ToolCall { call_id, .. } if call_id == id))
+            .unwrap()
+            .clone()
+    };
+    let allowed = tool("call-1");
+    assert_eq!(allowed.status, TurnItemStatus::Completed);
+    assert!(
+        matches!(&allowed.kind, TurnItemKind::ToolCall { output: Some(o), input, .. }
+        if o == "a.txt" && input == &json!({"command": "ls -la"}))
+    );
+    let denied = tool("call-2");
+    assert_eq!(denied.status, TurnItemStatus::Failed);
+    assert!(p.turn_items.iter().any(|i| matches!(&i.kind,
+        TurnItemKind::Approval { decision: Some(ApprovalDecision::Deny), message: Some(m), .. } if m == "never")));
+    assert!(p.turn_items.iter().any(|i| matches!(&i.kind,
+        TurnItemKind::Reasoning { text, .. } if text == "I should list the files")));
+    assert_eq!(texts(&p, &run.id), vec!["done".to_owned()]);
+
+    // The agent got the options of the decisions' kinds.
+    let answers: Vec<Value> = h
+        .received()
+        .into_iter()
+        .filter(|m| m.get("result").is_some_and(|r| r.get("outcome").is_some()))
+        .map(|m| m["result"]["outcome"].clone())
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            json!({"outcome": "selected", "optionId": "once"}),
+            json!({"outcome": "selected", "optionId": "reject"})
+        ]
+    );
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_cancels_the_prompt_and_a_waiting_approval() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+
+    // A busy turn: session/cancel ends it interrupted.
+    let run = exec
+        .start_run(
+            &thread,
+            script(json!([{"text": "working"}, {"hang": true}])),
+        )
+        .await
+        .unwrap();
+    poll(|| async {
+        texts(&h.projection(&thread).await, &run.id)
+            .first()
+            .cloned()
+    })
+    .await;
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, exec.await_idle(&thread))
+        .await
+        .unwrap();
+    let row = h.run_row(&thread, &run.id).await;
+    assert_eq!(row.status, RunStatus::Interrupted);
+    assert!(h.methods().contains(&"session/cancel".to_owned()));
+    let p = h.projection(&thread).await;
+    let text = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::AssistantMessage { .. }))
+        .unwrap();
+    assert_eq!(text.status, TurnItemStatus::Interrupted);
+
+    // Waiting on an approval: the request is cancelled and the agent told so.
+    let run = exec
+        .start_run(
+            &thread,
+            script(json!([{"tool": {"id": "c", "title": "touch x", "kind": "edit"}, "permission": true}])),
+        )
+        .await
+        .unwrap();
+    let request = h.pending_request(&thread).await;
+    assert_eq!(request.kind, RuntimeRequestKind::FileChange);
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, exec.await_idle(&thread))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.run_row(&thread, &run.id).await.status,
+        RunStatus::Interrupted
+    );
+    let p = h.projection(&thread).await;
+    let settled = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == request.id)
+        .unwrap();
+    assert_ne!(settled.status, RuntimeRequestStatus::Pending);
+    assert!(
+        h.received()
+            .iter()
+            .any(|m| m["result"]["outcome"]["outcome"] == "cancelled")
+    );
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_release_and_detach_stop_the_agent_process() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_millis(400), &[]);
+    let thread = h.thread().await;
+    let run = h.run(&exec, &thread, "hi").await;
+    assert_eq!(run.status, RunStatus::Completed);
+    let pid = h.pids()[0];
+    // Idle release: the session goes, the process exits and is reaped, its group
+    // record is forgotten.
+    poll(|| async { exec.manager().live_sessions().is_empty().then_some(()) }).await;
+    wait_gone(pid).await;
+    poll(|| async {
+        h.store
+            .list_process_groups()
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+
+    // Detach of an exclusive session releases it at once.
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let run = h.run(&exec, &thread, "back").await;
+    assert_eq!(run.status, RunStatus::Completed);
+    let pid = *h.pids().last().unwrap();
+    assert!(alive(pid));
+    let session = ProviderSessionId::exclusive(&h.instance, &thread);
+    exec.manager()
+        .detach(&session, &thread, None, false)
+        .await
+        .unwrap();
+    wait_gone(pid).await;
+    // The new process reopened the thread's session with session/load.
+    assert!(h.methods().contains(&"session/load".to_owned()));
+    assert_eq!(
+        texts(&h.projection(&thread).await, &run.id),
+        vec!["echo #2: back".to_owned()]
+    );
+    exec.manager().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_fails_the_run_with_the_exit_status_and_releases_the_session() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = h
+        .run(
+            &exec,
+            &thread,
+            &script(json!([{"text": "about to"}, {"crash": 3}])),
+        )
+        .await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap();
+    assert!(error.message.contains("exit status 3"), "{}", error.message);
+    assert!(
+        error.message.contains("crashing with 3"),
+        "{}",
+        error.message
+    );
+    let session = ProviderSessionId::exclusive(&h.instance, &thread);
+    let row = poll(|| async {
+        h.store
+            .list_provider_sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|s| s.id == session && s.status == SessionStatus::Error)
+    })
+    .await;
+    assert!(
+        row.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("exit status 3"),
+        "{row:?}"
+    );
+    wait_gone(h.pids()[0]).await;
+    // The thread works again with a fresh process.
+    let run = h.run(&exec, &thread, "still there?").await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_output_is_skipped_and_the_turn_completes() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = h
+        .run(
+            &exec,
+            &thread,
+            &script(json!([
+                {"text": "one "},
+                {"garbage": "this is not json"},
+                {"garbage": "[1, 2, 3]"},
+                {"garbage": "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":7}}"},
+                {"garbage": "{\"jsonrpc\":\"2.0\",\"id\":999,\"result\":{}}"},
+                {"text": "two"}
+            ])),
+        )
+        .await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(
+        texts(&h.projection(&thread).await, &run.id),
+        vec!["one two".to_owned()]
+    );
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_thread_is_resumed_after_a_restart_through_session_load() {
+    let h = Harness::new().await;
+    let thread = h.thread().await;
+    let first = h.execution(Duration::from_secs(60), &[]);
+    assert_eq!(
+        h.run(&first, &thread, "remember me").await.status,
+        RunStatus::Completed
+    );
+    // A turn in flight when the server stops: the claim survives the shutdown.
+    let busy = first
+        .start_run(
+            &thread,
+            script(json!([{"text": "long job"}, {"hang": true}])),
+        )
+        .await
+        .unwrap();
+    poll(|| async {
+        texts(&h.projection(&thread).await, &busy.id)
+            .first()
+            .cloned()
+    })
+    .await;
+    first.shutdown(Duration::from_secs(10)).await;
+    first.manager().shutdown().await;
+    let old_pid = h.pids()[0];
+    wait_gone(old_pid).await;
+    assert!(
+        h.store
+            .get_thread(&thread)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_claimed()
+    );
+    let native = h.projection(&thread).await.provider_threads[0]
+        .native_id
+        .clone()
+        .unwrap();
+
+    // The next server resumes it: a new agent process loads the same ACP session and
+    // gets the continuation message; the agent still knows the first two prompts.
+    let second = h.execution(Duration::from_secs(60), &[]);
+    let report = h
+        .restart_sweep(&second)
+        .resume_suspended_threads()
+        .await
+        .unwrap();
+    assert_eq!(report.resumed.len(), 1, "{report:?}");
+    let resumed = report.resumed[0].1.clone();
+    tokio::time::timeout(LIMIT, second.await_idle(&thread))
+        .await
+        .unwrap();
+    let row = h.run_row(&thread, &resumed).await;
+    assert_eq!(row.status, RunStatus::Completed, "{:?}", row.error);
+    let load = h
+        .received()
+        .into_iter()
+        .find(|m| m["method"] == "session/load")
+        .expect("session/load was sent");
+    assert_eq!(load["params"]["sessionId"], json!(native));
+    let answer = texts(&h.projection(&thread).await, &resumed);
+    assert_eq!(
+        answer.len(),
+        1,
+        "the replayed history is not re-recorded: {answer:?}"
+    );
+    assert!(answer[0].starts_with("echo #3: "), "{answer:?}");
+    assert!(
+        !h.store
+            .get_thread(&thread)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_claimed()
+    );
+    second.shutdown(Duration::from_secs(10)).await;
+    second.manager().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_session_resume_is_resumed_without_a_replay() {
+    let h = Harness::new().await;
+    let thread = h.thread().await;
+    let first = h.execution(Duration::from_secs(60), &[("FAKE_ACP_RESUME", "1")]);
+    h.run(&first, &thread, "one").await;
+    first.manager().shutdown().await;
+    let second = h.execution(Duration::from_secs(60), &[("FAKE_ACP_RESUME", "1")]);
+    let run = h.run(&second, &thread, "two").await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(
+        texts(&h.projection(&thread).await, &run.id),
+        vec!["echo #2: two".to_owned()]
+    );
+    let methods = h.methods();
+    assert!(
+        methods.contains(&"session/resume".to_owned()),
+        "{methods:?}"
+    );
+    assert!(!methods.contains(&"session/load".to_owned()), "{methods:?}");
+    second.manager().shutdown().await;
+}
+
+impl Harness {
+    fn restart_sweep(&self, exec: &ExecutionService) -> RestartService {
+        RestartService::new(exec.clone(), RestartOptions::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_dies_in_the_handshake_fails_the_open_with_its_status() {
+    let h = Harness::new().await;
+    let exec = h.execution_of("false", Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = h.run(&exec, &thread, "hello").await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap();
+    assert_eq!(error.error_type, "provider.open", "{error:?}");
+    assert!(error.message.contains("initialize"), "{}", error.message);
+    assert!(error.message.contains("exit status 1"), "{}", error.message);
+    let exec = h.execution_of("/no/such/agent", Duration::from_secs(60), &[]);
+    let run = h.run(&exec, &thread, "hello").await;
+    let error = run.error.unwrap();
+    assert!(
+        error.message.contains("/no/such/agent"),
+        "{}",
+        error.message
+    );
+    assert!(h.store.list_process_groups().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_deaf_to_cancel_is_released_after_the_interrupt_grace() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = exec
+        .start_run(&thread, script(json!([{"text": "busy"}, {"deaf": true}])))
+        .await
+        .unwrap();
+    poll(|| async {
+        texts(&h.projection(&thread).await, &run.id)
+            .first()
+            .cloned()
+    })
+    .await;
+    let pid = h.pids()[0];
+    exec.interrupt(&thread, InterruptReason::User)
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, exec.await_idle(&thread))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.run_row(&thread, &run.id).await.status,
+        RunStatus::Interrupted
+    );
+    // The unresponsive session is released and its process stopped.
+    wait_gone(pid).await;
+    let run = h.run(&exec, &thread, "again").await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}

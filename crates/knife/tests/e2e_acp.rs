@@ -1,0 +1,263 @@
+// Process tests of the `acp` driver with the real binary: `knife run --provider
+// <acp instance>` against the scripted fake ACP agent (knife-testkit's `fake_acp`),
+// an approval answered over HTTP, the thread's MCP bearer in `session/new`, and a
+// server SIGKILLed mid-turn: the restart kills the orphaned agent and resumes the
+// thread through `session/load`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use knife_protocol::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// The fake ACP agent binary, built next to `knife` (`cargo test --workspace` builds
+/// it; a filtered run builds it here).
+fn fake_acp() -> PathBuf {
+    let path = knife_bin().with_file_name("fake_acp");
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-p", "knife-testkit", "--bin", "fake_acp"])
+            .status()
+            .expect("run cargo to build fake_acp");
+        assert!(status.success(), "building fake_acp failed");
+    }
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
+fn acp_config(dir: &Path) -> String {
+    let state = dir.join("acp-state");
+    std::fs::create_dir_all(&state).unwrap();
+    format!(
+        "default_provider = \"agent\"\n\n[providers.agent]\ndriver = \"acp\"\n\
+         command = \"{}\"\nenv = {{ FAKE_ACP_STATE_DIR = \"{}\", FAKE_ACP_LOG = \"{}\" }}\n",
+        fake_acp().display(),
+        state.display(),
+        dir.join("acp.log").display()
+    )
+}
+
+fn received(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("acp.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn pids(dir: &Path) -> Vec<i32> {
+    received(dir)
+        .iter()
+        .filter_map(|v| v["pid"].as_i64().map(|p| p as i32))
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_acp_knife_run_approval_and_mcp_bearer() {
+    let home = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with_config(&acp_config(home.path())).await;
+    let url = server.proc.url();
+    let project = server.project_dir().display().to_string();
+    let cwd = server.path().to_owned();
+
+    let out = run_cli(
+        &cwd,
+        &[
+            "run",
+            "--server",
+            &url,
+            "--project",
+            &project,
+            "--provider",
+            "agent",
+            "hello",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "knife run failed: {}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), "echo #1: hello");
+
+    // session/new carried the project root and the thread's MCP server with its bearer.
+    let log = received(home.path());
+    let new = log.iter().find(|m| m["method"] == "session/new").unwrap();
+    let canonical = std::fs::canonicalize(&project).unwrap();
+    assert_eq!(new["params"]["cwd"], json!(canonical));
+    let mcp = &new["params"]["mcpServers"][0];
+    assert_eq!(mcp["type"], "http");
+    assert_eq!(mcp["url"], json!(format!("{url}/mcp")));
+    assert_eq!(mcp["headers"][0]["name"], "Authorization");
+    assert!(
+        mcp["headers"][0]["value"]
+            .as_str()
+            .unwrap()
+            .starts_with("Bearer knife_mcp_"),
+        "{mcp}"
+    );
+
+    // An approval answered over HTTP.
+    let (_, threads) = server.api.get("/api/threads").await;
+    let thread = threads[0]["id"].as_str().unwrap().to_owned();
+    let script = json!({"steps": [
+        {"tool": {"id": "c1", "title": "make build", "kind": "execute", "input": {"command": "make"}},
+         "permission": true, "output": "built"},
+        {"text": "all done"}
+    ]})
+    .to_string();
+    let run = server.api.post_message(&thread, &script).await;
+    let api = server.api.clone();
+    let t = thread.clone();
+    let request = poll_until("the approval request", RUN_TIMEOUT, || async {
+        api.projection(&t)
+            .await
+            .runtime_requests
+            .into_iter()
+            .find(|r| r.status == RuntimeRequestStatus::Pending)
+    })
+    .await;
+    let (status, body) = server
+        .api
+        .post(
+            &format!("/api/threads/{thread}/requests/{}", request.id),
+            &json!({"decision": "allow_always"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, run) = server.api.follow_run(&thread, &run, 0).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let answered = received(home.path())
+        .into_iter()
+        .any(|m| m["result"]["outcome"] == json!({"outcome": "selected", "optionId": "always"}));
+    assert!(answered, "the agent got the allow_always option");
+    let p = server.api.projection(&thread).await;
+    assert!(p.turn_items.iter().any(|i| matches!(&i.kind,
+        TurnItemKind::ToolCall { call_id, output: Some(o), .. } if call_id == "c1" && o == "built")));
+
+    let status = server.proc.terminate().await;
+    assert!(status.success(), "stderr:\n{}", server.proc.stderr());
+    for pid in pids(home.path()) {
+        poll_until("the agent to exit with the server", RUN_TIMEOUT, || async {
+            (!alive(pid)).then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_acp_sigkill_mid_turn_restart_kills_the_orphan_and_resumes_via_session_load() {
+    let home = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with_config(&acp_config(home.path())).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let first = server.api.post_message(&thread, "remember me").await;
+    let (_, run) = server.api.follow_run(&thread, &first, 0).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+
+    let hang = json!({"steps": [{"text": "long job"}, {"hang": true}]}).to_string();
+    server.api.post_message(&thread, &hang).await;
+    let api = server.api.clone();
+    let t = thread.clone();
+    poll_until("the long job to stream", RUN_TIMEOUT, || async {
+        api.projection(&t)
+            .await
+            .turn_items
+            .iter()
+            .any(|i| matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "long job"))
+            .then_some(())
+    })
+    .await;
+    let orphan = pids(home.path())[0];
+    server.proc.kill_hard().await;
+    assert!(alive(orphan), "the agent outlives a SIGKILLed server");
+
+    server.respawn().await;
+    poll_until(
+        "the orphaned agent to be killed at boot",
+        RUN_TIMEOUT,
+        || async { (!alive(orphan)).then_some(()) },
+    )
+    .await;
+    let api = server.api.clone();
+    let t = thread.clone();
+    let p = poll_until("the resumed run to finish", RUN_TIMEOUT, || async {
+        let p = api.projection(&t).await;
+        (p.runs.len() == 3 && p.thread.active_run_id.is_none()).then_some(p)
+    })
+    .await;
+    let resumed = &p.runs[2];
+    assert_eq!(resumed.status, RunStatus::Completed, "{:?}", resumed.error);
+    let load = received(home.path())
+        .into_iter()
+        .find(|m| m["method"] == "session/load")
+        .expect("session/load was sent");
+    assert_eq!(
+        load["params"]["sessionId"],
+        json!(p.provider_threads[0].native_id.clone().unwrap())
+    );
+    let answer: Vec<&str> = p
+        .turn_items
+        .iter()
+        .filter(|i| i.run_id.as_ref() == Some(&resumed.id))
+        .filter_map(|i| match &i.kind {
+            TurnItemKind::AssistantMessage { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert!(
+        answer[0].starts_with("echo #3: "),
+        "the agent kept its memory: {answer:?}"
+    );
+    assert!(!p.thread.is_claimed());
+    let status = server.proc.terminate().await;
+    assert!(status.success(), "stderr:\n{}", server.proc.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_acp_an_instance_without_command_is_refused_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("knife.toml");
+    std::fs::write(&path, "[providers.agent]\ndriver = \"acp\"\n").unwrap();
+    let out = run_cli(
+        dir.path(),
+        &[
+            "run",
+            "--config",
+            path.to_str().unwrap(),
+            "--server",
+            "http://127.0.0.1:9",
+            "hi",
+        ],
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("has driver `acp` but no `command`"),
+        "{}",
+        out.stderr
+    );
+    // The LLM drivers still need a model.
+    std::fs::write(&path, "[providers.x]\ndriver = \"openai-chat\"\n").unwrap();
+    let out = run_cli(
+        dir.path(),
+        &[
+            "run",
+            "--config",
+            path.to_str().unwrap(),
+            "--server",
+            "http://127.0.0.1:9",
+            "hi",
+        ],
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("has no `model`"), "{}", out.stderr);
+}

@@ -1,0 +1,406 @@
+// The peer suite (issue 7): the same lifecycle against each real external agent
+// runtime — Codex app-server, Claude (claude-agent-acp), Gemini CLI, opencode —
+// run by the real `knife serve` with the peer as a provider instance, and the
+// mock LLM (in this process) on loopback behind the peer.
+//
+// Opt-in: `scripts/install-peers.sh`, then `KNIFE_PEERS=1 cargo test -p knife
+// --test e2e_peers` (or `KNIFE_PEERS=codex` / a comma list). Without it every
+// test prints how to enable it and passes. `.ci/run` runs the codex part.
+//
+// Steps, one test each per peer (see `peer_suite!`): a turn with streamed text;
+// a command needing approval answered through knife's HTTP API; an MCP tool call
+// that reaches knife's `/mcp` with that thread's bearer; interrupt; idle release
+// with the process gone; server SIGKILL mid-turn → restart → no orphan, the
+// thread resumed through the peer's own resume.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod peers;
+
+use knife_protocol::*;
+use knife_testkit::mock_llm::{Script, ScriptResponse};
+use peers::*;
+
+/// A turn whose answer streams: several partial texts are recorded before the final one.
+async fn streamed_text(spec: &'static PeerSpec) {
+    let answer = "Streaming through knife: one two three four five six seven eight";
+    let script = Script::new(vec![ScriptResponse {
+        stream_deltas_ms: Some(40),
+        ..ScriptResponse::text(answer)
+    }]);
+    let Some(rig) = Rig::start(spec, script, "").await else {
+        return;
+    };
+    let thread = rig.thread().await;
+    let run = rig.send(&thread, "Say something, slowly.").await;
+    let (p, _) = rig.finish(&thread, &run, false).await;
+    let r = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+    assert_eq!(last_assistant_text(&p).as_deref(), Some(answer));
+    // Streamed: the assistant item was updated with growing partial texts.
+    let partials: Vec<String> = rig
+        .events(&thread)
+        .await
+        .into_iter()
+        .filter_map(|e| match e.event.body {
+            EventBody::TurnItemUpdated(TurnItem {
+                kind:
+                    TurnItemKind::AssistantMessage {
+                        text,
+                        streaming: true,
+                    },
+                ..
+            }) if !text.is_empty() && text != answer => Some(text),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        partials.len() >= 2 && partials.iter().all(|t| answer.starts_with(t.as_str())),
+        "expected streamed partial texts of {answer:?}, got {partials:?}"
+    );
+    // The model saw the user's message.
+    let requests = rig.turn_requests();
+    assert!(
+        requests
+            .iter()
+            .any(|b| b.to_string().contains("Say something, slowly.")),
+        "no model request carried the prompt"
+    );
+}
+
+/// A command that needs approval: a runtime request appears, is answered
+/// `allow_once` through `POST /api/threads/{id}/requests/{rid}`, and the command runs.
+async fn command_approval(spec: &'static PeerSpec) {
+    let file = "approved-by-knife.txt";
+    let script = Script::new(vec![
+        ScriptResponse {
+            tool_calls: vec![(spec.shell_call)(&format!("touch {file}"))],
+            ..ScriptResponse::default()
+        },
+        ScriptResponse::text("The file is there."),
+    ]);
+    let Some(rig) = Rig::start(spec, script, "").await else {
+        return;
+    };
+    let thread = rig.thread().await;
+    let run = rig.send(&thread, "Create the file.").await;
+    let request = rig
+        .wait_for("an approval request", &thread, |p| {
+            pending(p).into_iter().next()
+        })
+        .await;
+    assert_eq!(
+        request.run_id.as_ref().map(RunId::as_str),
+        Some(run.as_str())
+    );
+    assert!(
+        matches!(request.response_capability, ResponseCapability::Live { .. }),
+        "{request:?}"
+    );
+    assert!(
+        request.prompt.as_deref().unwrap_or_default().contains(file)
+            || request.kind == RuntimeRequestKind::Command,
+        "the request should be about the command: {request:?}"
+    );
+    assert!(
+        !rig.server.project_dir().join(file).exists(),
+        "the command ran before it was approved"
+    );
+    let answered = rig.answer(&thread, request.id.as_str(), "allow_once").await;
+    assert_eq!(answered["status"], "resolved", "{answered}");
+    let (p, more) = rig.finish(&thread, &run, false).await;
+    assert!(more.is_empty());
+    let r = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+    assert!(
+        rig.server.project_dir().join(file).exists(),
+        "the approved command did not run in the project folder"
+    );
+    assert_eq!(
+        last_assistant_text(&p).as_deref(),
+        Some("The file is there.")
+    );
+    let resolved = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == request.id)
+        .unwrap();
+    assert_eq!(resolved.status, RuntimeRequestStatus::Resolved);
+}
+
+/// An MCP tool call reaches knife's `/mcp` with the calling thread's bearer:
+/// knife records `mcp.tool_called` on that thread (the credential's thread).
+async fn mcp_tool_call(spec: &'static PeerSpec) {
+    let script = Script::new(vec![
+        ScriptResponse::mcp_tool_call(MCP_SERVER, "thread_status", "{}"),
+        ScriptResponse::text("knife answered."),
+    ]);
+    let Some(rig) = Rig::start(spec, script, "").await else {
+        return;
+    };
+    let other = rig.thread().await; // a second thread: the call must not land there
+    let thread = rig.thread().await;
+    let run = rig.send(&thread, "Ask knife for your status.").await;
+    let (p, _) = rig.finish(&thread, &run, true).await;
+    let r = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+    let calls: Vec<McpToolCall> = rig
+        .events(&thread)
+        .await
+        .into_iter()
+        .filter_map(|e| match e.event.body {
+            EventBody::McpToolCalled(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        calls.len(),
+        1,
+        "{calls:?}; model requests: {:#?}",
+        rig.turn_requests()
+            .iter()
+            .map(tool_names)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(calls[0].thread_id.as_str(), thread);
+    assert_eq!(calls[0].tool, "thread_status");
+    assert!(calls[0].ok, "{calls:?}");
+    assert!(
+        rig.events(&other)
+            .await
+            .iter()
+            .all(|e| !matches!(e.event.body, EventBody::McpToolCalled(_))),
+        "the MCP call was attributed to another thread"
+    );
+    // The tool's answer went back to the model (it names the thread's status).
+    let last = rig.turn_requests().pop().unwrap().to_string();
+    assert!(
+        last.contains(&thread),
+        "the tool result did not reach the model: {last}"
+    );
+    assert_eq!(last_assistant_text(&p).as_deref(), Some("knife answered."));
+}
+
+/// Interrupt mid-stream: the run ends `interrupted`, and the session takes the next message.
+async fn interrupt(spec: &'static PeerSpec) {
+    let script = Script::new(vec![
+        ScriptResponse {
+            stream_deltas_ms: Some(150),
+            ..ScriptResponse::text(slow_words(60))
+        },
+        ScriptResponse::text("After the interrupt."),
+        ScriptResponse::text("And once more."),
+    ]);
+    let Some(rig) = Rig::start(spec, script, "").await else {
+        return;
+    };
+    let thread = rig.thread().await;
+    let run = rig.send(&thread, "Talk for a long time.").await;
+    rig.wait_for("streamed text", &thread, |p| {
+        has_assistant_text(p).then_some(())
+    })
+    .await;
+    let (status, body) = rig
+        .server
+        .api
+        .post(
+            &format!("/api/threads/{thread}/interrupt"),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    let (p, _) = rig.finish(&thread, &run, false).await;
+    let r = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
+    assert_eq!(r.status, RunStatus::Interrupted, "{r:?}");
+    let groups = rig.peer_groups();
+    let run_text = |p: &ThreadProjection, run: &str| -> Option<String> {
+        p.turn_items
+            .iter()
+            .filter(|i| i.run_id.as_ref().map(RunId::as_str) == Some(run))
+            .find_map(|i| match &i.kind {
+                TurnItemKind::AssistantMessage { text, .. } if !text.is_empty() => {
+                    Some(text.clone())
+                }
+                _ => None,
+            })
+    };
+    let next = rig.send(&thread, "Go on.").await;
+    let (p, _) = rig.finish(&thread, &next, false).await;
+    let r = p.runs.iter().find(|r| r.id.as_str() == next).unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+    if spec.lags_after_cancel {
+        // The peer's quirk (see PeerSpec::lags_after_cancel): this turn is empty,
+        // the next one carries its answer.
+        assert_eq!(run_text(&p, &next), None, "{:#?}", p.turn_items);
+        let third = rig.send(&thread, "Still there?").await;
+        let (p, _) = rig.finish(&thread, &third, false).await;
+        assert!(
+            run_text(&p, &third)
+                .unwrap_or_default()
+                .starts_with("After the interrupt."),
+            "{:#?}",
+            p.turn_items
+        );
+    } else {
+        assert_eq!(
+            run_text(&p, &next).as_deref(),
+            Some("After the interrupt."),
+            "{:#?}",
+            p.turn_items
+        );
+    }
+    // The same peer process served the turns after the interrupt.
+    assert_eq!(
+        rig.peer_groups(),
+        groups,
+        "the interrupt restarted the peer"
+    );
+}
+
+/// Idle release: after `idle_timeout_secs` the session is released and the
+/// peer's whole process group is gone.
+async fn idle_release(spec: &'static PeerSpec) {
+    let script = Script::new(vec![ScriptResponse::text("Done.")]);
+    let Some(rig) = Rig::start(spec, script, "idle_timeout_secs = 2").await else {
+        return;
+    };
+    let thread = rig.thread().await;
+    let run = rig.send(&thread, "Hello.").await;
+    let (p, _) = rig.finish(&thread, &run, false).await;
+    assert_eq!(last_assistant_text(&p).as_deref(), Some("Done."));
+    let groups = rig.peer_groups();
+    assert!(
+        !groups.is_empty(),
+        "no peer process under knife after a turn"
+    );
+    rig.wait_for("the session release", &thread, |p| {
+        p.provider_sessions
+            .iter()
+            .all(|s| s.status == SessionStatus::Stopped)
+            .then_some(())
+    })
+    .await;
+    rig.wait_groups_gone("after the idle release", &groups)
+        .await;
+    let (status, body) = rig.server.api.get("/api/sessions").await;
+    assert!(status.is_success());
+    assert_eq!(body.as_array().map(Vec::len), Some(0), "{body}");
+}
+
+/// `knife serve` SIGKILLed mid-turn: the restart kills the peer left behind
+/// (no orphan) and resumes the thread through the peer's own resume — the
+/// model request after the restart still carries the earlier turn. (The kill
+/// hits the second turn: Gemini CLI cannot reload a session whose first turn
+/// never finished, "No previous sessions found for this project".)
+async fn crash_restart_resume(spec: &'static PeerSpec) {
+    let script = Script::new(vec![
+        ScriptResponse::text("Noted."),
+        ScriptResponse {
+            stream_deltas_ms: Some(150),
+            ..ScriptResponse::text(slow_words(80))
+        },
+        ScriptResponse::text("Resumed after restart."),
+    ]);
+    let Some(mut rig) = Rig::start(spec, script, "").await else {
+        return;
+    };
+    let thread = rig.thread().await;
+    let first = rig.send(&thread, "Remember the word pelican.").await;
+    let (p, _) = rig.finish(&thread, &first, false).await;
+    assert_eq!(last_assistant_text(&p).as_deref(), Some("Noted."));
+    rig.send(&thread, "Now talk for a long time.").await;
+    // Well into the answer, mid-turn.
+    rig.wait_for("streamed text", &thread, |p| {
+        last_assistant_text(p)
+            .is_some_and(|t| t.contains("w6"))
+            .then_some(())
+    })
+    .await;
+    let groups = rig.peer_groups();
+    assert!(!groups.is_empty(), "no peer process under knife mid-turn");
+    rig.server.proc.kill_hard().await;
+    rig.server.respawn().await;
+    rig.wait_groups_gone("after the restart (orphaned peer)", &groups)
+        .await;
+    let p = rig
+        .wait_for("the resumed turn", &thread, |p| {
+            (p.thread.active_run_id.is_none()
+                && last_assistant_text(p).as_deref() == Some("Resumed after restart."))
+            .then(|| p.clone())
+        })
+        .await;
+    assert!(
+        p.turn_items.iter().any(|i| matches!(
+            &i.kind,
+            TurnItemKind::UserMessage {
+                origin: MessageOrigin::System,
+                ..
+            }
+        )),
+        "no continuation message after the restart: {:#?}",
+        p.turn_items
+    );
+    let new_groups = rig.peer_groups();
+    assert!(
+        new_groups.iter().all(|g| !groups.contains(g)),
+        "the old peer group is still knife's child"
+    );
+    // The peer resumed its own thread/session: the continuation's model request
+    // carries the history, including the first prompt.
+    let last = rig.turn_requests().pop().unwrap().to_string();
+    if spec.reloads_after_mid_turn_kill {
+        assert!(
+            last.contains("pelican"),
+            "the request after the restart lost the history (not a native resume): {last}"
+        );
+    } else {
+        // The peer's limit (see PeerSpec::reloads_after_mid_turn_kill): knife
+        // tried the native reload, fell back to a new session, and the thread
+        // still went on. Fails here once the peer learns to reload.
+        assert!(
+            !last.contains("pelican"),
+            "the peer reloaded its session after all: set reloads_after_mid_turn_kill"
+        );
+        assert!(
+            rig.server
+                .proc
+                .stderr()
+                .contains("could not reopen the thread's session"),
+            "knife did not report the failed reload"
+        );
+    }
+}
+
+/// One module of six tests per peer.
+macro_rules! peer_suite {
+    ($($name:ident => $spec:expr),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn streamed_text() { super::streamed_text(&$spec).await }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn command_approval() { super::command_approval(&$spec).await }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mcp_tool_call() { super::mcp_tool_call(&$spec).await }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn interrupt() { super::interrupt(&$spec).await }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn idle_release() { super::idle_release(&$spec).await }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn crash_restart_resume() { super::crash_restart_resume(&$spec).await }
+        }
+    )*};
+}
+
+peer_suite! {
+    codex => CODEX,
+    claude_agent_acp => CLAUDE,
+    gemini => GEMINI,
+    opencode => OPENCODE,
+}
