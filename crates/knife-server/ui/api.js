@@ -97,7 +97,8 @@ export class LiveSocket {
       this.onState(false);
       if (this.closed) return;
       setTimeout(() => this.connect(), this.backoff);
-      this.backoff = Math.min(this.backoff * 2, 5000);
+      // At most 2 s: a restarted knife is back in a second or two, and a try is cheap.
+      this.backoff = Math.min(this.backoff * 2, 2000);
     });
   }
 

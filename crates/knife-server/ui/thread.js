@@ -2,6 +2,11 @@
 // events over the WebSocket from the projection's `latest_sequence`; items are
 // upserted by id, so a replayed or repeated update never duplicates anything),
 // the composer, the interrupt button and the thread's status line.
+//
+// Layout: the transcript scrolls in its own box and the composer sits below it, so
+// nothing of the transcript ever shows under the composer. Items are re-rendered at
+// most once per animation frame (a replay after a reconnect may carry hundreds of
+// updates of one streaming message).
 
 import { h, replace, clock, relative } from './dom.js';
 import { api, LiveSocket } from './api.js';
@@ -22,6 +27,9 @@ export class ThreadView {
     this.statusLine = h('div', { class: 'status-line', id: 'thread-status' });
     this.interruptButton = h('button', { type: 'button', id: 'interrupt', class: 'danger', hidden: true, on: { click: () => this.interrupt() } }, 'Interrupt');
     this.transcript = h('div', { class: 'transcript', id: 'transcript' });
+    this.scroller = h('div', { class: 'transcript-scroll', id: 'transcript-scroll' }, this.transcript);
+    this.dirty = new Set(); // item ids to re-render at the next frame
+    this.sending = false;
     this.error = h('p', { class: 'error', id: 'thread-error', hidden: true });
     this.input = h('textarea', { id: 'composer-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter to send)' });
     this.sendButton = h('button', { type: 'submit', id: 'send' }, 'Send');
@@ -33,7 +41,7 @@ export class ThreadView {
     this.el = h('section', { class: 'view thread-view', dataset: { thread: id } },
       h('header', { class: 'thread-head' }, this.title,
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
-      this.statusLine, this.transcript, this.error, composer);
+      this.statusLine, this.scroller, this.error, composer);
     this.socket = new LiveSocket();
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
@@ -43,15 +51,26 @@ export class ThreadView {
   async load() {
     try {
       const p = await api(`/threads/${encodeURIComponent(this.id)}`);
+      if (this.destroyed) return;
       this.thread = p.thread;
       for (const r of p.runs) this.runs.set(r.id, r);
       for (const r of p.runtime_requests) this.requests.set(r.id, r);
       for (const item of p.turn_items) this.upsert(item);
+      this.flush();
       this.drawRuns();
       this.drawStatus();
+      this.scrollDown();
+      this.showError(null);
       this.socket.subscribe(this.id, p.latest_sequence, (ev) => this.apply(ev));
+      const fresh = this.sidebar && this.sidebar.created === this.id;
+      if (fresh || !document.activeElement || document.activeElement === document.body) this.input.focus();
+      if (fresh) this.sidebar.created = null;
     } catch (e) {
-      this.showError(e.message);
+      if (this.destroyed) return;
+      // knife unreachable (restarting?): say so and try again; other errors
+      // (unknown thread, refused token) stay on screen.
+      this.showError(e.status === 0 ? `${e.message} Retrying…` : e.message);
+      if (e.status === 0) this.retry = setTimeout(() => this.load(), 1000);
     }
   }
 
@@ -89,33 +108,49 @@ export class ThreadView {
     this.drawStatus();
   }
 
-  /** Inserts or replaces one item's element, keeping ordinal order. */
+  /** Records `item` (newest copy wins) and schedules its element's redraw. */
   upsert(item, force = false) {
     const old = this.items.get(item.id);
     if (old && !force && old.updated_at > item.updated_at) return; // an older copy
     this.items.set(item.id, item);
-    const ctx = { requests: this.requests, answer: (r, d, m) => this.answer(r, d, m) };
-    const el = renderItem(item, ctx);
-    el.dataset.ordinal = item.ordinal;
+    this.dirty.add(item.id);
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  /** Draws the items changed since the last frame, keeping ordinal order. */
+  flush() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = null;
+    if (!this.dirty.size) return;
     const stick = this.nearBottom();
-    const existing = this.nodes.get(item.id);
-    if (existing) {
-      existing.replaceWith(el);
-    } else {
-      const after = [...this.transcript.children].find((c) => c.dataset.ordinal !== undefined && Number(c.dataset.ordinal) > item.ordinal);
-      this.transcript.insertBefore(el, after || null);
+    const ctx = { requests: this.requests, answer: (r, d, m) => this.answer(r, d, m) };
+    for (const id of this.dirty) {
+      const item = this.items.get(id);
+      const el = renderItem(item, ctx);
+      el.dataset.ordinal = item.ordinal;
+      const existing = this.nodes.get(id);
+      if (existing) {
+        existing.replaceWith(el);
+      } else {
+        const last = this.transcript.lastElementChild;
+        const after = !last || Number(last.dataset.ordinal) < item.ordinal
+          ? null // the usual case: a new item at the end
+          : [...this.transcript.children].find((c) => c.dataset.ordinal !== undefined && Number(c.dataset.ordinal) > item.ordinal);
+        this.transcript.insertBefore(el, after || null);
+      }
+      this.nodes.set(id, el);
     }
-    this.nodes.set(item.id, el);
+    this.dirty.clear();
     if (stick) this.scrollDown();
   }
 
   /** Run-end notes (interrupted / failed) after the run's last item. */
   drawRuns() {
     for (const n of this.transcript.querySelectorAll('.run-end')) n.remove();
+    // A failed run whose error is already an item of the transcript needs no second note.
+    const shown = new Set([...this.items.values()].filter((i) => i.type === 'error').map((i) => i.run_id));
     for (const run of this.runs.values()) {
-      // A failed run whose error is already an item of the transcript needs no second note.
-      const shown = [...this.items.values()].some((i) => i.type === 'error' && i.run_id === run.id);
-      const note = shown ? null : runNote(run);
+      const note = shown.has(run.id) ? null : runNote(run);
       if (!note) continue;
       // After every item of this run: ordinals of run N are N * 1e6 + n.
       const bound = (run.ordinal + 1) * 1e6;
@@ -147,7 +182,9 @@ export class ThreadView {
 
   async send() {
     const text = this.input.value;
-    if (!text.trim()) return;
+    // One message per press: Ctrl+Enter again while the first is on its way is ignored.
+    if (!text.trim() || this.sending) return;
+    this.sending = true;
     this.sendButton.disabled = true;
     try {
       await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body: { text } });
@@ -156,7 +193,9 @@ export class ThreadView {
     } catch (e) {
       this.showError(e.message);
     } finally {
+      this.sending = false;
       this.sendButton.disabled = false;
+      this.input.focus();
     }
   }
 
@@ -182,16 +221,18 @@ export class ThreadView {
   }
 
   nearBottom() {
-    const m = document.getElementById('main');
-    return !m || m.scrollHeight - m.scrollTop - m.clientHeight < 120;
+    const m = this.scroller;
+    return m.scrollHeight - m.scrollTop - m.clientHeight < 120;
   }
 
   scrollDown() {
-    const m = document.getElementById('main');
-    if (m) m.scrollTop = m.scrollHeight;
+    this.scroller.scrollTop = this.scroller.scrollHeight;
   }
 
   destroy() {
+    this.destroyed = true;
+    clearTimeout(this.retry);
+    if (this.frame) cancelAnimationFrame(this.frame);
     this.socket.close();
     clearInterval(this.ticker);
     this.offSidebar();
