@@ -254,7 +254,7 @@ export class Sidebar {
   threadNode(t) {
     const s = threadStatus(t, this.pendingCount(t.id));
     return h('li', { class: t.id === this.selected ? 'selected' : '' },
-      h('a', { href: `#/thread/${encodeURIComponent(t.id)}`, class: 'thread-link', dataset: { thread: t.id } },
+      h('a', { href: `#/thread/${encodeURIComponent(t.id)}`, class: 'thread-link', title: t.title || t.id, dataset: { thread: t.id } },
         h('span', { class: 'title' }, t.title || t.id),
         h('span', { class: `status status-${s.key}`, title: s.title || '' }, s.label)));
   }

@@ -33,7 +33,7 @@ export class ThreadView {
     this.error = h('p', { class: 'error', id: 'thread-error', hidden: true });
     this.input = h('textarea', { id: 'composer-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter to send)' });
     this.sendButton = h('button', { type: 'submit', id: 'send' }, 'Send');
-    const composer = h('form', { class: 'composer', id: 'composer' }, this.input, h('div', { class: 'composer-buttons' }, this.interruptButton, this.sendButton));
+    const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input, h('div', { class: 'composer-buttons' }, this.interruptButton, this.sendButton));
     composer.addEventListener('submit', (e) => { e.preventDefault(); this.send(); });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
@@ -71,6 +71,11 @@ export class ThreadView {
       // (unknown thread, refused token) stay on screen.
       this.showError(e.status === 0 ? `${e.message} Retrying…` : e.message);
       if (e.status === 0) this.retry = setTimeout(() => this.load(), 1000);
+      if (e.status === 404) {
+        // Nothing to write to: say so where the title goes, no composer.
+        this.title.textContent = 'No such thread';
+        this.composer.hidden = true;
+      }
     }
   }
 

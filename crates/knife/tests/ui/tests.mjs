@@ -124,7 +124,13 @@ export const tests = {
       const json = JSON.parse(await first.locator('pre.json').innerText());
       assert.equal(json.sequence, seqs[0]);
       assert.equal(json.type, 'thread.created');
+      // A thread that does not exist (a stale link): said so, and no composer.
+      await page.goto(`${server.url}#/thread/thread_gone`);
+      await page.locator('#thread-error', { hasText: 'thread thread_gone does not exist' }).waitFor();
+      await page.locator('.thread-view .thread-title', { hasText: 'No such thread' }).waitFor();
+      assert.equal(await page.locator('#composer').isVisible(), false);
     },
+    allowConsole: [/status of 404/, /HTTP 404 for .*\/api\/threads\/thread_gone$/],
   },
 
   // knife goes away and comes back. While it is away: the live indicator says
@@ -367,13 +373,20 @@ export const tests = {
     async run({ page, server, shot }) {
       await newThread(page, server, 'Session thread');
       // Ctrl+Enter twice while the first POST is still on its way sends one message.
-      await page.route('**/api/threads/*/messages', async (r) => { await new Promise((f) => setTimeout(f, 300)); await r.continue(); });
+      let posts = 0;
+      await page.route('**/api/threads/*/messages', async (r) => {
+        posts += 1;
+        await new Promise((f) => setTimeout(f, 300));
+        await r.continue();
+      });
       await page.fill('#composer-input', 'hi');
       await page.keyboard.press('Control+Enter');
       await page.keyboard.press('Control+Enter');
       await assistant(page).locator('.md', { hasText: 'Session ready.' }).waitFor();
       await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      assert.equal(posts, 1, 'the message was posted twice');
       assert.equal(await page.locator('.item-user_message').count(), 1);
+      assert.equal(await page.locator('#thread-error').isVisible(), false);
       assert.equal(await page.locator('#composer-input').inputValue(), '');
       await page.click('#nav-sessions');
       const card = page.locator('.card.session').first();
