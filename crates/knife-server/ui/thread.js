@@ -14,6 +14,23 @@ import { renderItem, runNote } from './items.js';
 import { answerRequest } from './approvals.js';
 import { threadStatus } from './sidebar.js';
 
+/**
+ * Carries what the reader opened in `old` over to its re-rendered copy `el`: open
+ * <details> (reasoning, summaries) and opened "show more" outputs, matched by their
+ * order. Without it every streamed update would fold them shut again.
+ */
+function keepOpen(old, el) {
+  const pairs = (sel) => {
+    const a = [...(old.matches(sel) ? [old] : []), ...old.querySelectorAll(sel)];
+    const b = [...(el.matches(sel) ? [el] : []), ...el.querySelectorAll(sel)];
+    return a.map((x, i) => [x, b[i]]).filter(([, y]) => y);
+  };
+  for (const [a, b] of pairs('details')) if (a.open) b.open = true;
+  for (const [a, b] of pairs('.truncated')) {
+    if (a.classList.contains('open') && !b.classList.contains('open')) b.querySelector('.show-more').click();
+  }
+}
+
 export class ThreadView {
   constructor(id, sidebar) {
     this.id = id;
@@ -135,6 +152,7 @@ export class ThreadView {
       el.dataset.ordinal = item.ordinal;
       const existing = this.nodes.get(id);
       if (existing) {
+        keepOpen(existing, el);
         existing.replaceWith(el);
       } else {
         const last = this.transcript.lastElementChild;

@@ -78,6 +78,13 @@ export const tests = {
       await page.keyboard.type('hello');
       await page.keyboard.press('Control+Enter');
       await page.locator('.item-user_message .user-text', { hasText: 'hello' }).waitFor();
+      // Reasoning comes collapsed; opened while it streams, it stays open through
+      // the later updates of the item (each re-renders it).
+      const reasoning = page.locator('details.item-reasoning');
+      await reasoning.waitFor();
+      assert.equal(await reasoning.evaluate((d) => d.open), false);
+      await reasoning.locator('summary').click();
+      await reasoning.evaluate((d) => { d.dataset.clicked = '1'; });
       // Mid-stream: the item is there, marked streaming, with only part of the text.
       await assistant(page).locator('.streaming').waitFor();
       const partial = await assistant(page).locator('.md').innerText();
@@ -99,11 +106,8 @@ export const tests = {
       assert.equal(await draft.evaluate((el) => el === document.activeElement), true, 'the title input lost the focus');
       await draft.fill('');
       await page.locator('#interrupt').waitFor({ state: 'hidden' });
-      // Reasoning is there, collapsed until clicked.
-      const reasoning = page.locator('details.item-reasoning');
-      assert.equal(await reasoning.evaluate((d) => d.open), false);
-      assert.equal(await reasoning.locator('.reasoning-text').isVisible(), false);
-      await reasoning.locator('summary').click();
+      assert.equal(await page.locator('details.item-reasoning[data-clicked]').count(), 0, 'the reasoning was never re-rendered');
+      assert.equal(await reasoning.evaluate((d) => d.open), true, 'a streamed update folded the reasoning shut');
       await reasoning.locator('.reasoning-text', { hasText: 'I will answer politely.' }).waitFor();
     },
   },
