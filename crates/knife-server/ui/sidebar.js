@@ -101,7 +101,7 @@ export class Sidebar {
         this.socket = new LiveSocket((connected) => {
           this.onConnection(connected);
           this.refresh();
-        });
+        }, (err) => this.showError(`Live status updates failed: ${err.message}`));
       }
       const [projects, threads] = await Promise.all([api('/projects'), api('/threads')]);
       this.projects = projects;

@@ -59,7 +59,7 @@ export class ThreadView {
       h('header', { class: 'thread-head' }, this.title,
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
       this.statusLine, this.scroller, this.error, composer);
-    this.socket = new LiveSocket();
+    this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
     this.load();

@@ -179,6 +179,9 @@ export const tests = {
       await page.locator('#thread-error').waitFor({ state: 'hidden' });
       await page.locator('#sidebar-offline').waitFor({ state: 'hidden' });
       assert.deepEqual(await items(), before);
+      // An error the server sends on the socket (its read of the log failed) is shown.
+      for (const ws of sockets) ws.send(JSON.stringify({ type: 'error', error: { code: 'store', message: 'disk I/O error' } }));
+      await page.locator('#thread-error', { hasText: 'Live updates failed: disk I/O error' }).waitFor();
 
       away = true;
       await page.reload();
