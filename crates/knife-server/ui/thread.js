@@ -214,7 +214,10 @@ export class ThreadView {
       this.input.value = '';
       this.showError(null);
     } catch (e) {
-      this.showError(e.message);
+      // The API's message names CLI commands; on the page the way out is a button.
+      this.showError(e.code === 'run_in_progress'
+        ? 'The agent is still working on the last message: wait until it finishes, or press Interrupt. Your message stays here.'
+        : e.message);
     } finally {
       this.sending = false;
       this.sendButton.disabled = false;

@@ -306,6 +306,14 @@ export const tests = {
       await newThread(page, server, 'Long thread');
       await send(page, 'tell me a long story');
       await assistant(page).locator('.streaming').waitFor();
+      // A second message while the run is active: refused with what to do on this
+      // page; the text stays in the composer.
+      await page.fill('#composer-input', 'and another');
+      await page.keyboard.press('Control+Enter');
+      await page.locator('#thread-error', { hasText: 'still working on the last message' }).waitFor();
+      assert.match(await page.locator('#thread-error').innerText(), /press Interrupt/);
+      assert.equal(await page.inputValue('#composer-input'), 'and another');
+      await page.fill('#composer-input', '');
       await page.locator('#interrupt').click();
       await page.locator('.run-end', { hasText: 'interrupted' }).waitFor();
       await page.locator('#interrupt').waitFor({ state: 'hidden' });
@@ -313,6 +321,7 @@ export const tests = {
       const text = await assistant(page).locator('.md').innerText();
       assert.ok(!text.includes('THE END'), 'the whole story arrived; the interrupt did nothing');
     },
+    allowConsole: [/status of 409/, /HTTP 409 for .*\/messages$/],
   },
 
   // The WebSocket drops mid-stream: the events view reconnects and resumes from the
