@@ -49,7 +49,7 @@ function route() {
   if (kind === 'thread' && id) {
     view = sub === 'events' ? new EventsView(decodeURIComponent(id)) : new ThreadView(decodeURIComponent(id), sidebar);
   } else if (kind === 'sessions') {
-    view = new SessionsView();
+    view = new SessionsView(sidebar);
   } else if (kind === 'approvals') {
     view = new ApprovalsView(sidebar);
   } else {

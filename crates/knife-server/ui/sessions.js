@@ -20,7 +20,9 @@ function capabilities(c) {
 }
 
 export class SessionsView {
-  constructor() {
+  /** `sidebar` (optional) names threads by their titles. */
+  constructor(sidebar = null) {
+    this.sidebar = sidebar;
     this.sessions = [];
     this.mcp = new Map(); // thread id -> {at, caps}
     this.list = h('div', { class: 'sessions-list' });
@@ -60,8 +62,14 @@ export class SessionsView {
       const caps = this.mcpOf(t);
       const err = this.mcp.get(t) && this.mcp.get(t).error;
       const list = caps === null ? (err ? `unknown (${err})` : '…') : caps.length ? caps.join(', ') : 'no capabilities';
-      return `${list} (credential of ${t})`;
+      return `${list} (credential of ${this.threadName(t)})`;
     }).join('; ');
+  }
+
+  /** A thread's title when the sidebar knows it, else its id. */
+  threadName(id) {
+    const t = this.sidebar && this.sidebar.threads.get(id);
+    return (t && t.title) || id;
   }
 
   async load() {
@@ -113,7 +121,7 @@ export class SessionsView {
           row('driver', s.driver),
           row('instance', `${s.provider_instance_id}${s.model ? ` / ${s.model}` : ''}`),
           row('folder', s.cwd),
-          row('threads', s.threads.length ? s.threads.map((t) => h('a', { href: `#/thread/${encodeURIComponent(t)}`, class: 'session-thread' }, t, ' ')) : 'none'),
+          row('threads', s.threads.length ? s.threads.map((t) => [h('a', { href: `#/thread/${encodeURIComponent(t)}`, class: 'session-thread', title: t }, this.threadName(t)), ' ']) : 'none'),
           row('busy turns', s.busy_turns.length ? s.busy_turns.join(', ') : 'none'),
           row('idle release', this.countdownNode(s)),
           row('pinned since', s.pinned_since ? clock(s.pinned_since) : 'not pinned'),

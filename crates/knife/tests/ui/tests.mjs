@@ -409,7 +409,7 @@ export const tests = {
       await card.waitFor();
       assert.match(await card.locator('dl').innerText(), /driver\s+builtin/);
       await card.locator('.countdown', { hasText: 'released in' }).waitFor();
-      await card.locator('.session-thread').first().waitFor();
+      await card.locator('.session-thread', { hasText: 'Session thread' }).waitFor();
       await card.locator('.mcp', { hasText: 'orchestration' }).waitFor();
       // The countdown ticks without rebuilding the card (a rebuilt card between a
       // button's press and release would swallow the click).
