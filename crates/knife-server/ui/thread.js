@@ -200,7 +200,10 @@ export class ThreadView {
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
     replace(this.statusLine, parts);
-    this.interruptButton.hidden = !t.active_run_id;
+    const hide = !t.active_run_id;
+    // A hidden button cannot keep the focus: hand it to the composer, not to <body>.
+    if (hide && document.activeElement === this.interruptButton) this.input.focus();
+    this.interruptButton.hidden = hide;
   }
 
   async send() {

@@ -281,6 +281,12 @@ export const tests = {
       await page.locator('.transcript .decision', { hasText: 'Allow once' }).waitFor();
       await assistant(page).locator('.md', { hasText: 'The command printed knife-ui-ok.' }).waitFor();
       await page.locator('.thread-link .status-idle').waitFor();
+      // The transcript (taller than the window with the approval and the output)
+      // followed the run to its end: scrolled to the bottom, the answer in view.
+      await page.waitForFunction(() => {
+        const s = document.getElementById('transcript-scroll');
+        return s.scrollHeight > s.clientHeight && s.scrollHeight - s.scrollTop - s.clientHeight < 2;
+      });
       await page.locator('.item-tool_call .show-more').click();
       await output.filter({ hasText: /\n299\n300/ }).waitFor();
       // The long output does not push the composer up or run on below it: the
@@ -318,6 +324,7 @@ export const tests = {
       await page.locator('.run-end', { hasText: 'interrupted' }).waitFor();
       await page.locator('#interrupt').waitFor({ state: 'hidden' });
       await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      assert.equal(await page.evaluate(() => document.activeElement.id), 'composer-input');
       const text = await assistant(page).locator('.md').innerText();
       assert.ok(!text.includes('THE END'), 'the whole story arrived; the interrupt did nothing');
     },
