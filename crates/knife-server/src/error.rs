@@ -1,5 +1,5 @@
 //! API errors: a stable machine code, a human message, and the HTTP status
-//! where it belongs (400 bad input, 401 no token, 404 unknown ids or routes,
+//! where it belongs (400 bad input, 401 no token, 403 foreign origin or host, 404 unknown ids or routes,
 //! 405 unknown method, 409 conflicts).
 
 use axum::Json;
@@ -44,6 +44,16 @@ impl ApiErr {
         Self {
             status: StatusCode::METHOD_NOT_ALLOWED,
             code: "method_not_allowed",
+            message: message.into(),
+        }
+    }
+
+    /// 403 `forbidden`: the request may not be answered whatever it carries (a
+    /// foreign page's `Origin`, a non-loopback `Host` without a token).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden",
             message: message.into(),
         }
     }

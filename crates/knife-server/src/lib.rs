@@ -21,6 +21,7 @@
 mod error;
 mod events;
 pub mod mcp;
+mod origin;
 mod routes;
 mod sessions;
 pub mod ui;

@@ -27,6 +27,10 @@ use crate::error::ApiErr;
 /// Access (when [`AppState::api_token`] is set): `/api/*` and `/metrics` need
 /// `Authorization: Bearer <token>`; `/api/ws` alone also takes `?token=<token>`;
 /// `/healthz` is open.
+///
+/// Every route refuses a foreign `Origin` and, without an API token, a non-loopback
+/// `Host` (403 `forbidden`; see `origin.rs`): other web pages cannot use knife
+/// through the user's browser.
 pub fn router(state: AppState) -> Router {
     let header_only = || middleware::from_fn_with_state(state.clone(), require_token);
     let api = Router::new()
@@ -77,6 +81,10 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/{file}", get(crate::ui::asset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::origin::guard,
+        ))
         .with_state(state)
 }
 

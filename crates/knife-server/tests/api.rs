@@ -548,3 +548,96 @@ async fn sessions_list_is_empty_and_closing_an_unknown_session_is_a_json_404() {
     let resp = s.http.get(s.url("/api/sessions")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn another_web_page_cannot_use_knife_through_the_browser() {
+    let s = serve(None).await;
+    let host = s.base.trim_start_matches("http://").to_owned();
+    let get = |origin: Option<&str>| {
+        let mut req = s.http.get(s.url("/api/projects"));
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        req.send()
+    };
+    // The page's own origin, and clients that send none (curl, the CLI, MCP).
+    assert_eq!(get(None).await.unwrap().status(), StatusCode::OK);
+    let own = format!("http://{host}");
+    assert_eq!(get(Some(&own)).await.unwrap().status(), StatusCode::OK);
+    // A foreign page (or a sandboxed one: `null`) gets 403 with what to do.
+    for foreign in ["http://evil.example", "null", "http://127.0.0.1:1"] {
+        let message = json_error(
+            get(Some(foreign)).await.unwrap(),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        )
+        .await;
+        assert!(message.contains("cross-site request refused"), "{message}");
+        assert!(message.contains(&own), "{message}");
+    }
+    // The WebSocket, which CORS does not cover: the handshake is refused.
+    let mut req = s.ws_url("").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    let err = tokio_tungstenite::connect_async(req).await.unwrap_err();
+    assert!(
+        matches!(&err, tokio_tungstenite::tungstenite::Error::Http(r) if r.status() == 403),
+        "{err}"
+    );
+    let mut req = s.ws_url("").into_client_request().unwrap();
+    req.headers_mut().insert("origin", own.parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    ws.close(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn without_a_token_only_loopback_host_names_are_answered() {
+    // DNS rebinding: a foreign name resolving to 127.0.0.1 would make a foreign page
+    // same-origin with the tokenless API.
+    let s = serve(None).await;
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+    let with_host = |host: String| {
+        s.http
+            .get(s.url("/api/projects"))
+            .header("host", host)
+            .send()
+    };
+    for ok in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        assert_eq!(
+            with_host(ok.clone()).await.unwrap().status(),
+            StatusCode::OK,
+            "{ok}"
+        );
+    }
+    let resp = with_host(format!("rebind.evil.example:{port}"))
+        .await
+        .unwrap();
+    let message = json_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
+    assert!(message.contains("rebind.evil.example"), "{message}");
+    assert!(message.contains("api_token_env"), "{message}");
+    // Nothing at all is answered under a foreign name, the page included.
+    let resp = s
+        .http
+        .get(s.url("/"))
+        .header("host", "rebind.evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+
+    // With a token, any name is served (a rebinding page has no token).
+    let s = serve(Some(TOKEN)).await;
+    let resp = s
+        .http
+        .get(s.url("/api/projects"))
+        .header("host", "knife.example.com")
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}

@@ -67,12 +67,15 @@ export async function api(path, { method = 'GET', body } = {}) {
  * resubscribes with `after` = that sequence, and events at or below it are dropped:
  * across a reconnect the listener sees every event once, in order, with no gap.
  *
- * `onState(connected: boolean)` reports the connection state.
+ * `onState(connected: boolean)` reports the connection state; `onError({code,
+ * message})` an error the server sent on the socket (a subscription it could not
+ * serve, a failed read of the log): the view must show it, its updates may have stopped.
  */
 export class LiveSocket {
-  constructor(onState = () => {}) {
+  constructor(onState = () => {}, onError = () => {}) {
     this.subs = new Map(); // thread id -> {after, onEvent}
     this.onState = onState;
+    this.onError = onError;
     this.ws = null;
     this.closed = false;
     this.backoff = 250;
@@ -97,7 +100,8 @@ export class LiveSocket {
       this.onState(false);
       if (this.closed) return;
       setTimeout(() => this.connect(), this.backoff);
-      this.backoff = Math.min(this.backoff * 2, 5000);
+      // At most 2 s: a restarted knife is back in a second or two, and a try is cheap.
+      this.backoff = Math.min(this.backoff * 2, 2000);
     });
   }
 
@@ -110,6 +114,10 @@ export class LiveSocket {
     try {
       msg = JSON.parse(data);
     } catch {
+      return;
+    }
+    if (msg.type === 'error' && msg.error) {
+      this.onError(msg.error);
       return;
     }
     if (msg.type !== 'event') return;

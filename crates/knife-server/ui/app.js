@@ -49,22 +49,47 @@ function route() {
   if (kind === 'thread' && id) {
     view = sub === 'events' ? new EventsView(decodeURIComponent(id)) : new ThreadView(decodeURIComponent(id), sidebar);
   } else if (kind === 'sessions') {
-    view = new SessionsView();
+    view = new SessionsView(sidebar);
   } else if (kind === 'approvals') {
     view = new ApprovalsView(sidebar);
+  } else {
+    view = new Welcome(sidebar);
   }
   sidebar.select(kind === 'thread' ? decodeURIComponent(id) : null);
   for (const a of document.querySelectorAll('nav.top a')) {
     a.classList.toggle('active', a.getAttribute('href') === `#/${kind || ''}`);
   }
-  replace(main, view ? view.el : welcome());
+  replace(main, view.el);
 }
 
-function welcome() {
-  return h('section', { class: 'welcome' },
-    h('h1', {}, 'knife'),
-    h('p', {}, 'Pick a thread on the left, or add a project folder and start a thread in it.'),
-    h('p', { class: 'muted' }, 'Threads update live; approvals, sessions and the raw event log are one click away.'));
+/** The start page: first steps while there is no project, else where to click. */
+class Welcome {
+  constructor(sb) {
+    this.sidebar = sb;
+    this.el = h('section', { class: 'welcome', id: 'welcome' });
+    this.off = sb.onChange(() => this.draw());
+    this.draw();
+  }
+
+  draw() {
+    const first = this.sidebar.loaded && !this.sidebar.projects.length;
+    if (first === this.first) return;
+    this.first = first;
+    replace(this.el, first
+      ? [h('h1', {}, 'Welcome to knife'),
+        h('p', {}, 'knife runs AI coding agents in project folders and records every step. To start:'),
+        h('ol', { id: 'first-steps' },
+          h('li', {}, 'Add a project: under “Add a project” on the left, type the absolute path of a folder on the machine knife runs on (like ', h('code', {}, '/home/you/code/app'), ').'),
+          h('li', {}, 'Press “+ New thread” under the project.'),
+          h('li', {}, 'Write to the agent and press Send (or Ctrl+Enter). The answer streams in; commands and file changes ask for your approval first (unless knife.toml’s permissions allow them).'))]
+      : [h('h1', {}, 'knife'),
+        h('p', {}, 'Pick a thread on the left, or start a new one under a project.'),
+        h('p', { class: 'muted' }, 'Threads update live; approvals, sessions and the raw event log are one click away.')]);
+  }
+
+  destroy() {
+    this.off();
+  }
 }
 
 async function start() {
@@ -73,7 +98,10 @@ async function start() {
     await api('/projects');
   } catch (e) {
     if (e.status === 401) return; // the token form is showing
-    replace(document.getElementById('app'), h('p', { class: 'error' }, e.message));
+    // knife not reachable (not started yet, restarting): say so and keep trying.
+    const again = e.status === 0;
+    replace(document.getElementById('app'), h('p', { class: 'error', id: 'start-error' }, e.message, again ? ' Trying again…' : ''));
+    if (again) setTimeout(start, 1000);
     return;
   }
   sidebar = new Sidebar((connected) => {

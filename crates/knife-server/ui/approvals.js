@@ -70,7 +70,8 @@ export class ApprovalsView {
   constructor(sidebar) {
     this.sidebar = sidebar;
     this.list = h('div', { class: 'approvals-list' });
-    this.el = h('section', { class: 'view approvals-view' }, h('h2', {}, 'Pending approvals'), this.list);
+    this.error = h('p', { class: 'error', id: 'approvals-error', hidden: true });
+    this.el = h('section', { class: 'view approvals-view' }, h('h2', {}, 'Pending approvals'), this.error, this.list);
     this.off = sidebar.onChange(() => this.load());
     this.load();
   }
@@ -81,20 +82,24 @@ export class ApprovalsView {
       try {
         const rs = await api(`/threads/${encodeURIComponent(t.id)}/requests`);
         return { t, rs: rs.filter((r) => r.status === 'pending') };
-      } catch {
-        return { t, rs: [] };
+      } catch (e) {
+        return { t, rs: [], error: e.message };
       }
     }));
+    if (this.destroyed) return;
+    // A thread whose requests could not be read is named, not shown as "nothing waits".
+    const failed = groups.filter((g) => g.error);
+    this.error.hidden = !failed.length;
+    this.error.textContent = failed.map((g) => `Could not read the approvals of “${g.t.title || g.t.id}”: ${g.error}`).join('\n');
     // Redraw only when the set of pending requests changed: a redraw would drop a
     // message being typed into a card.
-    const key = groups.flatMap((g) => g.rs.map((r) => r.id)).sort().join(' ');
+    const key = groups.flatMap((g) => g.rs.map((r) => r.id)).sort().join(' ') + (failed.length ? ' !' : '');
     if (key === this.shown) return;
     this.shown = key;
     const cards = groups.filter((g) => g.rs.length).map((g) => h('div', { class: 'approval-group' },
       h('h3', {}, h('a', { href: `#/thread/${encodeURIComponent(g.t.id)}` }, g.t.title || g.t.id)),
       g.rs.map((r) => approvalCard(null, r, async (req, d, m) => { await answerRequest(req, d, m); this.load(); }))));
-    if (this.destroyed) return;
-    replace(this.list, cards.length ? cards : h('p', { class: 'muted' }, 'Nothing waits for your approval.'));
+    replace(this.list, cards.length || failed.length ? cards : h('p', { class: 'muted', id: 'no-approvals' }, 'Nothing waits for your approval.'));
   }
 
   destroy() {

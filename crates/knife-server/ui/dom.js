@@ -72,11 +72,13 @@ export function truncated(text, limit = 600, cls = 'output') {
   }
   let open = false;
   const button = h('button', { class: 'link show-more', type: 'button' });
+  const box = h('div', { class: 'truncated' }, pre, button);
   const render = () => {
     pre.textContent = open ? text : `${text.slice(0, limit)}…`;
     button.textContent = open ? 'show less' : `show more (${text.length - limit} more characters)`;
+    box.classList.toggle('open', open); // open: the whole text, in a box of its own that scrolls
   };
   button.addEventListener('click', () => { open = !open; render(); });
   render();
-  return h('div', { class: 'truncated' }, pre, button);
+  return box;
 }

@@ -12,12 +12,16 @@ export class EventsView {
     this.count = h('span', { class: 'muted' }, '0 events');
     this.rows = h('div', { class: 'events', id: 'events' });
     this.n = 0;
+    this.error = h('p', { class: 'error', id: 'events-error', hidden: true });
     this.el = h('section', { class: 'view events-view' },
       h('header', { class: 'thread-head' }, h('h2', {}, 'Event log'),
         h('a', { href: `#/thread/${encodeURIComponent(id)}` }, 'Back to the thread')),
       h('p', { class: 'muted' }, `Thread ${id}, oldest first. `, this.count),
-      this.rows);
-    this.socket = new LiveSocket();
+      this.error, this.rows);
+    this.socket = new LiveSocket(() => {}, (err) => {
+      this.error.hidden = false;
+      this.error.textContent = `Live updates failed: ${err.message} (reload the page to try again)`;
+    });
     this.socket.subscribe(id, 0, (ev) => this.add(ev));
   }
 

@@ -14,10 +14,12 @@ function took(item) {
   return item.completed_at ? duration(ms) : `${duration(ms)} so far`;
 }
 
+/** JSON on one line when it is short (`{"path": "."}`), indented otherwise. */
 function pretty(value) {
   if (typeof value === 'string') return value;
   try {
-    return JSON.stringify(value, null, 2);
+    const flat = JSON.stringify(value);
+    return flat.length <= 100 ? flat : JSON.stringify(value, null, 2);
   } catch {
     return String(value);
   }

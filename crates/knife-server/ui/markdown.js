@@ -6,8 +6,16 @@
 
 import { h } from './dom.js';
 
-/** Renders `text` as Markdown into a new <div class="md">. */
-export function markdown(text) {
+/** Block quotes nest at most this deep; deeper `>` stay literal text. */
+const MAX_QUOTE_DEPTH = 8;
+
+/**
+ * Renders `text` as Markdown into a new <div class="md">. Linear in the input's
+ * size for any input (no regular expression here backtracks over a whole line,
+ * nothing recurses per character), so a 1 MB model message renders in well under
+ * a second even when it is made of unclosed markers.
+ */
+export function markdown(text, depth = 0) {
   const root = h('div', { class: 'md' });
   const lines = String(text).replace(/\r\n?/g, '\n').split('\n');
   let i = 0;
@@ -34,10 +42,10 @@ export function markdown(text) {
       i += 1;
       continue;
     }
-    if (/^\s*>/.test(line)) {
+    if (depth < MAX_QUOTE_DEPTH && /^\s*>/.test(line)) {
       const body = [];
       while (i < lines.length && /^\s*>/.test(lines[i])) body.push(lines[i++].replace(/^\s*>\s?/, ''));
-      root.append(h('blockquote', {}, markdown(body.join('\n'))));
+      root.append(h('blockquote', {}, markdown(body.join('\n'), depth + 1)));
       continue;
     }
     const bullet = /^\s*[-*+]\s+/;
@@ -59,35 +67,41 @@ export function markdown(text) {
       continue;
     }
     const para = [];
-    while (i < lines.length && lines[i].trim() && !startsBlock(lines[i])) para.push(lines[i++]);
+    while (i < lines.length && lines[i].trim() && !startsBlock(lines[i], depth)) para.push(lines[i++]);
     if (!para.length) para.push(lines[i++]);
     const p = h('p');
     para.forEach((l, n) => {
       if (n) p.append(h('br'));
-      p.append(...inline(l));
+      // (a loop, not `append(...nodes)`: a long line can make more nodes than a
+      // call may take arguments)
+      for (const node of inline(l)) p.append(node);
     });
     root.append(p);
   }
   return root;
 }
 
-function startsBlock(line) {
-  return /^\s*(```|~~~)/.test(line) || /^#{1,6}\s/.test(line) || /^\s*>/.test(line)
+function startsBlock(line, depth) {
+  return /^\s*(```|~~~)/.test(line) || /^#{1,6}\s/.test(line) || (depth < MAX_QUOTE_DEPTH && /^\s*>/.test(line))
     || /^\s*[-*+]\s+/.test(line) || /^\s*\d+[.)]\s+/.test(line);
 }
 
 /** Inline Markdown of one line as an array of nodes. */
 export function inline(text) {
   const out = [];
-  // Order matters: code spans first (their content is literal), then links, bold, italic.
-  const re = /(`+)([^`]|[^`][\s\S]*?[^`])\1|\[([^\]]+)\]\(([^)\s]+)\)|\*\*([^*]+)\*\*|(?<!\w)__([^_]+)__(?!\w)|\*([^*\s][^*]*)\*|(?<!\w)_([^_\s][^_]*)_(?!\w)/g;
+  // Order matters: code spans first (their content is literal), then links, bold,
+  // italic. Every group stops at the first character that could close it, so a
+  // failed match costs at most the distance to the next marker, never a rescan
+  // of the rest of the line (`[[[[…` or `` ``a`a`a… `` stay linear).
+  const re = /``((?:[^`]|`(?!`))+)``|`([^`]+)`|\[([^[\]]+)\]\(([^()\s]+)\)|\*\*\*([^*]+)\*\*\*|\*\*((?:[^*]|\*(?!\*))+)\*\*|(?<!\w)__((?:[^_]|_(?!_))+)__(?!\w)|\*([^*\s][^*]*)\*|(?<!\w)_([^_\s][^_]*)_(?!\w)/g;
   let last = 0;
   for (const m of text.matchAll(re)) {
     if (m.index > last) out.push(text.slice(last, m.index));
-    if (m[2] !== undefined) out.push(h('code', {}, m[2]));
+    if (m[1] !== undefined || m[2] !== undefined) out.push(h('code', {}, (m[1] ?? m[2]).replace(/^ (.*) $/, '$1')));
     else if (m[3] !== undefined) out.push(link(m[3], m[4]));
-    else if (m[5] !== undefined || m[6] !== undefined) out.push(h('strong', {}, inline(m[5] ?? m[6])));
-    else out.push(h('em', {}, inline(m[7] ?? m[8])));
+    else if (m[5] !== undefined) out.push(h('strong', {}, h('em', {}, inline(m[5]))));
+    else if (m[6] !== undefined || m[7] !== undefined) out.push(h('strong', {}, inline(m[6] ?? m[7])));
+    else out.push(h('em', {}, inline(m[8] ?? m[9])));
     last = m.index + m[0].length;
   }
   if (last < text.length) out.push(text.slice(last));

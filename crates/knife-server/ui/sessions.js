@@ -20,7 +20,9 @@ function capabilities(c) {
 }
 
 export class SessionsView {
-  constructor() {
+  /** `sidebar` (optional) names threads by their titles. */
+  constructor(sidebar = null) {
+    this.sidebar = sidebar;
     this.sessions = [];
     this.mcp = new Map(); // thread id -> {at, caps}
     this.list = h('div', { class: 'sessions-list' });
@@ -29,8 +31,11 @@ export class SessionsView {
       h('h2', {}, 'Live provider sessions'),
       h('p', { class: 'muted' }, 'Each session is one live agent runtime. An idle session is released when its countdown ends; the thread’s next message opens a new one.'),
       this.error, this.list);
+    this.countdowns = []; // [element, session]: ticked every second without a redraw
     this.poll = setInterval(() => this.load(), POLL_MS);
-    this.tick = setInterval(() => this.draw(), 1000);
+    this.tick = setInterval(() => {
+      for (const [el, s] of this.countdowns) el.textContent = countdown(s);
+    }, 1000);
     this.load();
   }
 
@@ -40,9 +45,13 @@ export class SessionsView {
     if (!hit || Date.now() - hit.at > 15000) {
       this.mcp.set(threadId, { at: Date.now(), caps: hit ? hit.caps : null });
       api(`/threads/${encodeURIComponent(threadId)}`).then((p) => {
-        this.mcp.set(threadId, { at: Date.now(), caps: p.mcp && p.mcp.active ? p.mcp.capabilities : [] });
-        this.draw();
-      }).catch(() => {});
+        const caps = p.mcp && p.mcp.active ? p.mcp.capabilities : [];
+        const changed = JSON.stringify(caps) !== JSON.stringify(hit ? hit.caps : null);
+        this.mcp.set(threadId, { at: Date.now(), caps });
+        if (changed) this.draw(true);
+      }).catch((e) => {
+        this.mcp.set(threadId, { at: Date.now(), caps: hit ? hit.caps : null, error: e.message });
+      });
     }
     return hit ? hit.caps : null;
   }
@@ -51,9 +60,16 @@ export class SessionsView {
     if (!s.mcp_threads.length) return 'no MCP credential';
     return s.mcp_threads.map((t) => {
       const caps = this.mcpOf(t);
-      const list = caps === null ? '…' : caps.length ? caps.join(', ') : 'no capabilities';
-      return `${list} (credential of ${t})`;
+      const err = this.mcp.get(t) && this.mcp.get(t).error;
+      const list = caps === null ? (err ? `unknown (${err})` : '…') : caps.length ? caps.join(', ') : 'no capabilities';
+      return `${list} (credential of ${this.threadName(t)})`;
     }).join('; ');
+  }
+
+  /** A thread's title when the sidebar knows it, else its id. */
+  threadName(id) {
+    const t = this.sidebar && this.sidebar.threads.get(id);
+    return (t && t.title) || id;
   }
 
   async load() {
@@ -67,7 +83,19 @@ export class SessionsView {
     this.draw();
   }
 
-  draw() {
+  /**
+   * Rebuilds the cards when the sessions changed (or `force`). Not on every tick: a
+   * card replaced between a button's press and release would swallow the click.
+   */
+  draw(force = false) {
+    // Only what the cards show; the idle deadline to the second (the server works it
+    // out anew on every read, so its nanoseconds move).
+    const key = JSON.stringify(this.sessions.map((s) => [s.provider_session_id, s.status, s.driver, s.provider_instance_id,
+      s.model, s.cwd, s.threads, s.busy_turns, s.idle_deadline && Math.round(Date.parse(s.idle_deadline) / 1000),
+      s.pinned_since, s.capabilities, s.mcp_threads]));
+    if (key === this.drawn && !force) return;
+    this.drawn = key;
+    this.countdowns = [];
     if (!this.sessions.length) {
       replace(this.list, h('p', { class: 'muted', id: 'no-sessions' }, 'No live sessions. Sending a message to a thread starts one.'));
       return;
@@ -93,13 +121,19 @@ export class SessionsView {
           row('driver', s.driver),
           row('instance', `${s.provider_instance_id}${s.model ? ` / ${s.model}` : ''}`),
           row('folder', s.cwd),
-          row('threads', s.threads.length ? s.threads.map((t) => h('a', { href: `#/thread/${encodeURIComponent(t)}`, class: 'session-thread' }, t, ' ')) : 'none'),
+          row('threads', s.threads.length ? s.threads.map((t) => [h('a', { href: `#/thread/${encodeURIComponent(t)}`, class: 'session-thread', title: t }, this.threadName(t)), ' ']) : 'none'),
           row('busy turns', s.busy_turns.length ? s.busy_turns.join(', ') : 'none'),
-          row('idle release', h('span', { class: 'countdown' }, countdown(s))),
+          row('idle release', this.countdownNode(s)),
           row('pinned since', s.pinned_since ? clock(s.pinned_since) : 'not pinned'),
           row('runtime capabilities', capabilities(s.capabilities)),
           row('MCP capabilities', h('span', { class: 'mcp' }, this.mcpText(s)))));
     }));
+  }
+
+  countdownNode(s) {
+    const el = h('span', { class: 'countdown' }, countdown(s));
+    this.countdowns.push([el, s]);
+    return el;
   }
 
   destroy() {

@@ -38,8 +38,11 @@ export class Sidebar {
     this.selected = null;
     this.listeners = new Set();
     this.list = h('div', { class: 'tree' });
-    this.error = h('p', { class: 'error', hidden: true });
-    this.el = h('aside', { class: 'sidebar' }, this.projectForm(), this.error, this.list);
+    this.error = h('p', { class: 'error', id: 'sidebar-error', hidden: true }); // a form's failure
+    this.offline = h('p', { class: 'error', id: 'sidebar-offline', hidden: true }); // the lists' last read failed
+    this.forms = new Map(); // project id -> its "new thread" form, kept across redraws
+    this.loaded = false; // the lists were read once
+    this.el = h('aside', { class: 'sidebar' }, this.projectForm(), this.error, this.offline, this.list);
     this.socket = null;
     this.subscribed = new Set(); // thread ids followed on the socket
     this.onConnection = onConnection;
@@ -93,10 +96,17 @@ export class Sidebar {
         // streamed, and the lists already include everything up to it.
         const { sequence } = await api('/events/latest');
         this.after = sequence;
-        this.socket = new LiveSocket(this.onConnection);
+        // A dropped or restored connection re-reads the lists at once: the
+        // "not reachable" line appears or goes without waiting for the timer.
+        this.socket = new LiveSocket((connected) => {
+          this.onConnection(connected);
+          this.refresh();
+        }, (err) => this.showError(`Live status updates failed: ${err.message}`));
       }
       const [projects, threads] = await Promise.all([api('/projects'), api('/threads')]);
       this.projects = projects;
+      this.loaded = true;
+      this.offline.hidden = true;
       for (const t of threads) {
         const old = this.threads.get(t.id);
         if (!old || old.updated_at <= t.updated_at) this.threads.set(t.id, t);
@@ -104,7 +114,9 @@ export class Sidebar {
       }
       this.render();
     } catch (err) {
-      this.showError(err.message);
+      // Cleared by the next refresh that works (knife restarting, say).
+      this.offline.hidden = false;
+      this.offline.textContent = err.message;
     } finally {
       this.refreshing = false;
     }
@@ -180,7 +192,23 @@ export class Sidebar {
       return times.sort().at(-1) || '';
     };
     const order = [...byProject.keys()].sort((a, b) => newest(b).localeCompare(newest(a)));
-    replace(this.list, order.map((pid) => this.projectNode(pid, byProject.get(pid))));
+    // Redraw only what changed, and give the focus back: the lists are re-read every
+    // few seconds and statuses change while someone types a thread title.
+    const key = JSON.stringify([this.loaded, this.selected, order.map((pid) => [pid, this.projects.find((p) => p.id === pid)?.name,
+      byProject.get(pid).map((t) => [t.id, t.title, t.updated_at, threadStatus(t, this.pendingCount(t.id))])])]);
+    if (key !== this.drawn) {
+      this.drawn = key;
+      const focus = document.activeElement;
+      const keep = focus && this.list.contains(focus) && focus.tagName === 'INPUT'
+        ? { el: focus, start: focus.selectionStart, end: focus.selectionEnd } : null;
+      replace(this.list, this.loaded && !order.length
+        ? h('p', { class: 'muted hint', id: 'no-projects' }, 'No projects yet. A project is a folder on the machine knife runs on: type its absolute path above and press “Add project”, then start a thread in it.')
+        : order.map((pid) => this.projectNode(pid, byProject.get(pid))));
+      if (keep && keep.el.isConnected) {
+        keep.el.focus();
+        keep.el.setSelectionRange(keep.start, keep.end);
+      }
+    }
     const waiting = this.waitingThreads().length;
     const navA = document.getElementById('nav-approvals');
     if (navA) navA.textContent = waiting ? `Approvals (${waiting})` : 'Approvals';
@@ -189,30 +217,44 @@ export class Sidebar {
   projectNode(pid, threads) {
     const project = this.projects.find((p) => p.id === pid);
     threads.sort((a, b) => b.updated_at.localeCompare(a.updated_at));
-    const title = h('input', { class: 'thread-title', placeholder: 'thread title (optional)' });
-    const form = h('form', { class: 'new-thread', dataset: { project: pid } }, title,
-      h('button', { type: 'submit', class: 'new-thread-button' }, '+ New thread'));
-    form.addEventListener('submit', async (e) => {
-      e.preventDefault();
-      try {
-        const t = await api('/threads', { method: 'POST', body: { project_id: pid, title: title.value.trim() || null } });
-        this.threads.set(t.id, t);
-        this.follow(t); // (before the first refresh has a socket, that refresh follows it)
-        location.hash = `#/thread/${encodeURIComponent(t.id)}`;
-      } catch (err) {
-        this.showError(err.message);
-      }
-    });
+    if (!this.forms.has(pid)) this.forms.set(pid, this.threadForm(pid));
+    const form = this.forms.get(pid);
     return h('section', { class: 'project', dataset: { project: pid } },
       h('h3', { title: project ? project.root : pid }, project ? project.name : pid),
       h('ul', { class: 'threads' }, threads.map((t) => this.threadNode(t))),
       form);
   }
 
+  /** The "new thread" form of project `pid` (made once: a redraw keeps what is typed). */
+  threadForm(pid) {
+    const title = h('input', { class: 'thread-title', placeholder: 'thread title (optional)' });
+    const button = h('button', { type: 'submit', class: 'new-thread-button' }, '+ New thread');
+    const form = h('form', { class: 'new-thread', dataset: { project: pid } }, title, button);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      if (button.disabled) return;
+      button.disabled = true;
+      try {
+        const t = await api('/threads', { method: 'POST', body: { project_id: pid, title: title.value.trim() || null } });
+        title.value = '';
+        this.showError(null);
+        this.threads.set(t.id, t);
+        this.follow(t); // (before the first refresh has a socket, that refresh follows it)
+        this.created = t.id; // its view takes the focus: the next thing to do is to write
+        location.hash = `#/thread/${encodeURIComponent(t.id)}`;
+      } catch (err) {
+        this.showError(err.message);
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return form;
+  }
+
   threadNode(t) {
     const s = threadStatus(t, this.pendingCount(t.id));
     return h('li', { class: t.id === this.selected ? 'selected' : '' },
-      h('a', { href: `#/thread/${encodeURIComponent(t.id)}`, class: 'thread-link', dataset: { thread: t.id } },
+      h('a', { href: `#/thread/${encodeURIComponent(t.id)}`, class: 'thread-link', title: t.title || t.id, dataset: { thread: t.id } },
         h('span', { class: 'title' }, t.title || t.id),
         h('span', { class: `status status-${s.key}`, title: s.title || '' }, s.label)));
   }

@@ -256,10 +256,14 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
         ),
         (
             "xss",
-            "[[response]]\ntext = '''Look: <script>window.__pwned = 1</script> and \
-             <img src=x onerror=\"window.__pwned = 2\"> and [a link](javascript:window.__pwned=3) \
-             — end of test'''\n"
-                .into(),
+            format!(
+                "[[response]]\ntext = '''Look: <script>window.__pwned = 1</script> and \
+                 <img src=x onerror=\"window.__pwned = 2\"> and [a link](javascript:window.__pwned=3) \
+                 and <a href=\"javascript:window.__pwned=4\">raw</a>\n\
+                 **bold *nested italic* bold** and a long line: {}\n\
+                 — end of test\n\n```sh\nan unclosed fence'''\n",
+                "x".repeat(3000)
+            ),
             "",
             None,
         ),
