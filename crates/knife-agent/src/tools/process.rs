@@ -19,12 +19,14 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
 use tokio::net::unix::pipe::Receiver;
 use tokio::time::Instant;
+
+use knife_runtime::process_groups::signal_group;
+
+pub(crate) use knife_runtime::process_groups::group_alive;
 
 use super::{ProcessGroupRecord, ProcessObserver, ToolContext, ToolError};
 
@@ -255,63 +257,4 @@ async fn wait_until_gone(alive: &mut impl FnMut() -> bool, limit: Duration) -> b
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-fn signal_group(pgid: u32, signal: Signal) {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return;
-    };
-    if raw <= 1 {
-        return;
-    }
-    if let Err(e) = killpg(Pid::from_raw(raw), signal)
-        && e != Errno::ESRCH
-    {
-        tracing::debug!(pgid, ?signal, "signalling the process group failed: {e}");
-    }
-}
-
-/// Whether process group `pgid` has a member that is not a zombie.
-pub(crate) fn group_alive(pgid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return false;
-    };
-    if raw <= 1 || killpg(Pid::from_raw(raw), None) == Err(Errno::ESRCH) {
-        return false;
-    }
-    live_member(pgid).unwrap_or(true)
-}
-
-/// Linux: scans `/proc` for a member of `pgid` that is not a zombie. `None`
-/// when `/proc` cannot be read (then the group counts as alive).
-#[cfg(target_os = "linux")]
-fn live_member(pgid: u32) -> Option<bool> {
-    let wanted = pgid.to_string();
-    let entries = std::fs::read_dir("/proc").ok()?;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parens.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1);
-        if pgrp == Some(wanted.as_str()) && !matches!(state, Some("Z" | "X")) {
-            return Some(true);
-        }
-    }
-    Some(false)
-}
-
-/// Elsewhere: zombies cannot be told apart; the group is alive while it exists.
-#[cfg(not(target_os = "linux"))]
-fn live_member(_pgid: u32) -> Option<bool> {
-    None
 }
