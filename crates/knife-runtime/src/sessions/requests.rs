@@ -48,6 +48,63 @@ pub fn request_item_id(request: &RuntimeRequestId) -> TurnItemId {
     TurnItemId(format!("item:{request}"))
 }
 
+/// The turn an approval belongs to (ids copied into its node and request).
+#[derive(Clone, Copy, Debug)]
+pub struct ApprovalOrigin<'a> {
+    pub thread_id: &'a ThreadId,
+    pub run_id: &'a RunId,
+    pub provider_turn_id: &'a ProviderTurnId,
+    /// The session that asked; the request is `live` on it and dies with it (MGR-41).
+    pub provider_session_id: &'a ProviderSessionId,
+}
+
+/// A new tool approval asked at `now`: its node (`approval_request`, `waiting`,
+/// `node:<request id>` under the run's root node) and its runtime request
+/// (`pending`, `live` on the asking session, prompt `"<tool>: <subject>"`, the
+/// [`ToolApproval`] details kept for the answer). Shared by the built-in agent and
+/// the external runtimes so every approval looks the same in the event log and the
+/// API; the transcript item uses [`request_item_id`].
+pub fn pending_approval(
+    origin: ApprovalOrigin<'_>,
+    request_id: &RuntimeRequestId,
+    kind: RuntimeRequestKind,
+    approval: ToolApproval,
+    now: Timestamp,
+) -> (Node, RuntimeRequest) {
+    let root = NodeId::root_of(origin.run_id);
+    let node = Node {
+        id: NodeId(format!("node:{request_id}")),
+        thread_id: origin.thread_id.clone(),
+        run_id: Some(origin.run_id.clone()),
+        parent_node_id: Some(root.clone()),
+        root_node_id: root,
+        kind: NodeKind::ApprovalRequest,
+        status: NodeStatus::Waiting,
+        provider_turn_id: Some(origin.provider_turn_id.clone()),
+        runtime_request_id: Some(request_id.clone()),
+        started_at: Some(now),
+        completed_at: None,
+    };
+    let request = RuntimeRequest {
+        id: request_id.clone(),
+        thread_id: origin.thread_id.clone(),
+        run_id: Some(origin.run_id.clone()),
+        node_id: node.id.clone(),
+        provider_turn_id: Some(origin.provider_turn_id.clone()),
+        kind,
+        status: RuntimeRequestStatus::Pending,
+        response_capability: ResponseCapability::Live {
+            provider_session_id: origin.provider_session_id.clone(),
+        },
+        prompt: Some(format!("{}: {}", approval.tool, approval.subject)),
+        created_at: now,
+        resolved_at: None,
+        decision: None,
+        tool_approval: Some(approval),
+    };
+    (node, request)
+}
+
 /// The events that settle `request` (of the thread `projection` shows) as
 /// `expired` with `not_resumable{reason}` and `resolved_at = now`, its node `failed`
 /// (`completed_at = now`) and its transcript item ([`request_item_id`]) `failed`
