@@ -68,6 +68,37 @@ async fn streamed_text(spec: &'static PeerSpec) {
     );
 }
 
+/// `knife run --provider peer "…"` (the CLI against the running server) streams the
+/// peer's answer to stdout and exits 0 (the "done when" for codex).
+async fn cli_run(spec: &'static PeerSpec) {
+    let answer = "Answered through knife run: alpha beta gamma";
+    let script = Script::new(vec![ScriptResponse::text(answer)]);
+    let Some(rig) = Rig::start(spec, script, "").await else {
+        return;
+    };
+    let project = rig.server.project_dir();
+    let out = common::run_cli(
+        &project,
+        &[
+            "run",
+            "--server",
+            &rig.server.proc.url(),
+            "--project",
+            project.to_str().unwrap(),
+            "--provider",
+            "peer",
+            "Answer through the CLI.",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "knife run failed: {}", out.stderr);
+    assert!(
+        out.stdout.contains(answer),
+        "stdout lacks the peer's answer: {}",
+        out.stdout
+    );
+}
+
 /// A command that needs approval: a runtime request appears, is answered
 /// `allow_once` through `POST /api/threads/{id}/requests/{rid}`, and the command runs.
 async fn command_approval(spec: &'static PeerSpec) {
@@ -371,7 +402,7 @@ async fn crash_restart_resume(spec: &'static PeerSpec) {
     }
 }
 
-/// One module of six tests per peer.
+/// One module of seven tests per peer.
 macro_rules! peer_suite {
     ($($name:ident => $spec:expr),* $(,)?) => {$(
         mod $name {
@@ -379,6 +410,9 @@ macro_rules! peer_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn streamed_text() { super::streamed_text(&$spec).await }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cli_run() { super::cli_run(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn command_approval() { super::command_approval(&$spec).await }
