@@ -486,3 +486,33 @@ async fn e2e_cli_several_instances_without_a_default_and_a_missing_codex_home() 
         out.stderr
     );
 }
+
+/// Without a terminal `knife run` has no spinner: a retrying provider is said on a
+/// line of its own per attempt (a codex without a model provider retries for
+/// minutes and would look hung otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_run_without_a_terminal_prints_retries() {
+    let mock = MockLlm::script(
+        "[[response]]\nstatus = 503\nbody = '{\"error\":{\"message\":\"busy now\",\"type\":\"server_error\"}}'\n\
+         headers = { \"retry-after-ms\" = \"0\" }\n\n\
+         [[response]]\ntext = \"After the retry.\"\n",
+        &[],
+    )
+    .await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.project_dir().display().to_string();
+    let out = run_cli(
+        server.path(),
+        &["run", "--server", &url, "--project", &project, "hi"],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), "After the retry.");
+    let retries: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("retrying (attempt 1)"))
+        .collect();
+    assert_eq!(retries.len(), 1, "{}", out.stderr);
+}
