@@ -509,10 +509,10 @@ async fn e2e_cli_run_without_a_terminal_prints_retries() {
     .await;
     assert!(out.status.success(), "{}", out.stderr);
     assert_eq!(out.stdout.trim_end(), "After the retry.");
-    let retries: Vec<&str> = out
+    let retries = out
         .stderr
         .lines()
         .filter(|l| l.contains("retrying (attempt 1)"))
-        .collect();
-    assert_eq!(retries.len(), 1, "{}", out.stderr);
+        .count();
+    assert_eq!(retries, 1, "{}", out.stderr);
 }
