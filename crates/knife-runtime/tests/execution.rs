@@ -439,6 +439,15 @@ async fn a_failing_open_fails_the_run_with_a_typed_error() {
     let (run, p) = finished(&h, &run.id).await;
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.error.as_ref().unwrap().error_type, "provider.open");
+    // The adapter's reason, said once ("could not open provider session X: <reason>",
+    // not "...: could not open the provider session: <reason>").
+    let message = &run.error.as_ref().unwrap().message;
+    assert!(
+        message.starts_with("could not open provider session ")
+            && message.ends_with(": fake refuses to open"),
+        "{message}"
+    );
+    assert_eq!(message.matches("could not open").count(), 1, "{message}");
     assert_eq!(p.thread.status, ThreadStatus::Failed);
     assert!(p.thread.last_error.is_some());
     assert!(

@@ -181,6 +181,7 @@ impl App {
                 continue;
             }
             if p.driver == knife_adapters::codex::DRIVER {
+                crate::providers::check_codex_instance(id, p)?;
                 let mut codex = crate::providers::codex_config(id, p);
                 codex.mcp_slots = Some(Arc::clone(&mcp_slots));
                 codex.process_groups = Some(knife_runtime::process_groups::ProcessGroups::new(

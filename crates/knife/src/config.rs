@@ -466,16 +466,33 @@ impl Config {
             None => "openai".into(),
         };
         if !self.providers.contains_key(&id) {
+            let configured = self.providers.keys().cloned().collect::<Vec<_>>();
+            if self.default_provider.is_none() {
+                bail!(
+                    "knife.toml configures several provider instances ({}) and no \
+                     default_provider; add default_provider = \"{}\" at the top of knife.toml \
+                     (before the first [table]): threads that name no provider use it",
+                    configured.join(", "),
+                    configured.first().map(String::as_str).unwrap_or("openai")
+                );
+            }
             bail!(
                 "default provider `{id}` is not configured; configured: {}. Set default_provider in knife.toml",
-                self.providers
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                configured.join(", ")
             );
         }
         Ok(id)
+    }
+
+    /// Makes `provider` the default instance when the config names none and
+    /// `provider` is configured: `knife run --provider X` serving in-process needs
+    /// no `default_provider` when the config has several instances.
+    pub fn default_to(&mut self, provider: Option<&str>) {
+        if self.default_provider.is_none()
+            && let Some(id) = provider.filter(|id| self.providers.contains_key(*id))
+        {
+            self.default_provider = Some(id.to_owned());
+        }
     }
 
     /// The listen address: `flag`, else the config, else [`DEFAULT_LISTEN`].
@@ -686,6 +703,33 @@ mod tests {
             Some("auto")
         );
         assert_eq!(c.providers["proxy"].base_url, "http://127.0.0.1:9/v1");
+    }
+
+    #[test]
+    fn several_instances_without_default_provider_say_how_to_pick_one() {
+        let mut c: Config = toml::from_str(
+            "[providers.cat]\ndriver = 'acp'\ncommand = 'cat'\n\
+             [providers.cx]\ndriver = 'codex'\n",
+        )
+        .unwrap();
+        let err = c.default_instance().unwrap_err().to_string();
+        assert!(
+            err.contains("several provider instances (cat, cx)"),
+            "{err}"
+        );
+        assert!(err.contains("default_provider = \"cat\""), "{err}");
+        // `knife run --provider cx` picks the default it needs in-process ...
+        c.default_to(Some("cx"));
+        assert_eq!(c.default_instance().unwrap(), "cx");
+        // ... but never overrides the config's own choice or names an unknown one.
+        c.default_to(Some("cat"));
+        assert_eq!(c.default_instance().unwrap(), "cx");
+        let mut d: Config = toml::from_str(
+            "[providers.a]\ndriver = 'acp'\ncommand = 'a'\n[providers.b]\ndriver = 'codex'\n",
+        )
+        .unwrap();
+        d.default_to(Some("nope"));
+        assert!(d.default_instance().is_err());
     }
 
     #[test]

@@ -43,6 +43,24 @@ pub fn codex_config(id: &str, p: &ProviderConfig) -> CodexConfig {
     config
 }
 
+/// Checks what a `codex` instance needs on this machine before its app-server is
+/// ever started: a `CODEX_HOME` set in its `env` must be an existing folder (codex
+/// exits at once otherwise, with a message knife would only see after its backtrace).
+///
+/// Errors: the folder is missing or not a folder; the message says how to make it.
+pub fn check_codex_instance(id: &str, p: &ProviderConfig) -> anyhow::Result<()> {
+    if let Some(home) = p.env.get("CODEX_HOME")
+        && !std::path::Path::new(home).is_dir()
+    {
+        bail!(
+            "provider `{id}` sets CODEX_HOME = \"{home}\" but that folder does not exist; create \
+             it (mkdir -p {home}) and put codex's config.toml (its model provider) in it, or log \
+             codex in there (CODEX_HOME={home} codex login)"
+        );
+    }
+    Ok(())
+}
+
 /// The HTTP timeouts of an instance: 10 s to connect and 300 s of silence unless
 /// `connect_timeout_secs` / `idle_timeout_secs` say otherwise (at least 1 s, at most
 /// [`crate::config::MAX_DURATION_SECS`]).
@@ -178,6 +196,34 @@ mod tests {
         assert_eq!(d.command, OsString::from("codex"));
         assert_eq!(d.args[0], OsString::from("app-server"));
         assert_eq!(d.model, None);
+    }
+
+    #[test]
+    fn a_codex_home_that_does_not_exist_is_refused_with_how_to_fix_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("codex-home");
+        let with_home = |home: &std::path::Path| -> ProviderConfig {
+            toml::from_str(&format!(
+                "driver = 'codex'\n[env]\nCODEX_HOME = '{}'\n",
+                home.display()
+            ))
+            .unwrap()
+        };
+        let err = check_codex_instance("cx", &with_home(&missing))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("provider `cx`"), "{err}");
+        assert!(
+            err.contains(&format!("mkdir -p {}", missing.display())),
+            "{err}"
+        );
+        std::fs::write(&missing, "a file, not a folder").unwrap();
+        assert!(check_codex_instance("cx", &with_home(&missing)).is_err());
+        std::fs::remove_file(&missing).unwrap();
+        std::fs::create_dir(&missing).unwrap();
+        check_codex_instance("cx", &with_home(&missing)).unwrap();
+        // No CODEX_HOME: codex uses its own default (~/.codex); nothing to check.
+        check_codex_instance("cx", &toml::from_str("driver = 'codex'").unwrap()).unwrap();
     }
 
     #[test]

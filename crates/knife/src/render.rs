@@ -3,7 +3,7 @@
 //! the run's approval requests to the terminal prompt (or prints how to answer them).
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -63,6 +63,8 @@ pub struct RunView<'p> {
     /// Requests already shown as pending / as settled.
     asked: HashSet<RuntimeRequestId>,
     settled: HashSet<RuntimeRequestId>,
+    /// The last retry attempt printed on a line of its own (no terminal).
+    retry_shown: u32,
 }
 
 impl<'p> RunView<'p> {
@@ -76,6 +78,7 @@ impl<'p> RunView<'p> {
             prompter: None,
             asked: HashSet::new(),
             settled: HashSet::new(),
+            retry_shown: 0,
         };
         view.show_spinner();
         view
@@ -213,7 +216,16 @@ impl<'p> RunView<'p> {
             } if r == run => match status {
                 AgentStatus::Retry {
                     attempt, message, ..
-                } => self.set_message(format!("{message}; retrying (attempt {attempt})…")),
+                } => {
+                    let text = format!("{message}; retrying (attempt {attempt})…");
+                    // Without a terminal there is no spinner: say it on a line of its
+                    // own, once per attempt, so a stuck-looking run shows why.
+                    if !std::io::stderr().is_terminal() && self.retry_shown < *attempt {
+                        self.retry_shown = *attempt;
+                        self.line(&format!("  {text}"));
+                    }
+                    self.set_message(text);
+                }
                 AgentStatus::Busy => self.set_message(WAITING),
                 AgentStatus::Idle => {}
             },

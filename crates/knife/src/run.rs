@@ -40,7 +40,8 @@ pub struct RunArgs {
 }
 
 pub async fn run(config_path: Option<&Path>, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let config = Config::load(config_path)?;
+    let mut config = Config::load(config_path)?;
+    config.default_to(args.provider.as_deref());
     if let Some(server) =
         find_server(&config, args.server.as_deref(), args.data_dir.as_deref()).await?
     {

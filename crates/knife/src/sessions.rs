@@ -100,15 +100,20 @@ fn render_list(sessions: &[LiveSession]) -> String {
         let _ = writeln!(out, "{}", s.provider_session_id);
         let _ = writeln!(
             out,
-            "  {} · {} · {:?}{}",
+            "  {} · {} · {}{}",
             s.driver,
             s.provider_instance_id,
-            s.status,
+            // The API's name (`ready`, `starting`, …), not the Rust variant.
+            serde_json::to_value(s.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("{:?}", s.status).to_lowercase()),
             s.model
                 .as_deref()
                 .map(|m| format!(" · {m}"))
                 .unwrap_or_default()
         );
+        let _ = writeln!(out, "  folder   {}", s.cwd);
         let threads: Vec<_> = s.threads.iter().map(|t| t.to_string()).collect();
         let _ = writeln!(out, "  threads  {}", join_or_none(&threads));
         let turns: Vec<_> = s.busy_turns.iter().map(|t| t.to_string()).collect();
@@ -144,6 +149,25 @@ fn join_or_none(items: &[String]) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_session_is_listed_with_its_api_status_and_folder() {
+        let session: LiveSession = serde_json::from_value(serde_json::json!({
+            "provider_session_id": "provider-session:codex:shared",
+            "driver": "codex",
+            "provider_instance_id": "codex",
+            "status": "ready",
+            "cwd": "/srv/app",
+            "capabilities": serde_json::to_value(ProviderCapabilities::default()).unwrap(),
+            "threads": ["thread_1"],
+            "busy_turns": [],
+        }))
+        .unwrap();
+        let text = render_list(&[session]);
+        assert!(text.contains("  codex · codex · ready\n"), "{text}");
+        assert!(text.contains("  folder   /srv/app\n"), "{text}");
+        assert!(text.contains("  threads  thread_1\n"), "{text}");
+    }
 
     #[test]
     fn close_path_encodes_the_id_as_one_segment() {

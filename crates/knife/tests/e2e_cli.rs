@@ -393,3 +393,126 @@ async fn e2e_cli_a_wrong_api_token_is_told_apart_from_a_missing_one() {
         String::from_utf8_lossy(&right.stderr)
     );
 }
+
+/// A newcomer's knife.toml with several instances and no `default_provider`:
+/// `knife run --provider ID` serves in-process without one, while `knife serve`
+/// (which needs a default) says which line to add. A codex instance whose
+/// CODEX_HOME folder is missing is refused at start with how to make it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_several_instances_without_a_default_and_a_missing_codex_home() {
+    let mock = MockLlm::script("[[response]]\ntext = \"Picked by --provider.\"\n", &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let missing_home = dir.path().join("no-codex-home");
+    let config = dir.path().join("knife.toml");
+    // `listen` at a port nobody serves: `knife run` must not find another server.
+    let base = format!(
+        "[server]\nlisten = \"127.0.0.1:9\"\n\n\
+         [providers.dead]\ndriver = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n\n\
+         [providers.mock]\ndriver = \"openai-chat\"\nbase_url = \"{}\"\nmodel = \"gpt-4o-mini\"\n",
+        mock.base_url()
+    );
+    std::fs::write(&config, &base).unwrap();
+    let data = dir.path().join("data");
+    let run = |provider: &'static str| {
+        let args: Vec<String> = [
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--project",
+            project.to_str().unwrap(),
+            "--provider",
+            provider,
+            "hi",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let cwd = dir.path().to_owned();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_cli(&cwd, &args).await
+        }
+    };
+    let out = run("mock").await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), "Picked by --provider.");
+
+    let serve = run_cli(
+        dir.path(),
+        &[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(!serve.status.success());
+    assert!(
+        serve
+            .stderr
+            .contains("several provider instances (dead, mock) and no default_provider"),
+        "{}",
+        serve.stderr
+    );
+    assert!(
+        serve.stderr.contains("add default_provider = \"dead\""),
+        "{}",
+        serve.stderr
+    );
+
+    std::fs::write(
+        &config,
+        format!(
+            "{base}\n[providers.cx]\ndriver = \"codex\"\ncommand = \"/bin/true\"\n\
+             [providers.cx.env]\nCODEX_HOME = \"{}\"\n",
+            missing_home.display()
+        ),
+    )
+    .unwrap();
+    let out = run("cx").await;
+    assert!(!out.status.success());
+    assert!(
+        out.stderr
+            .contains(&format!("mkdir -p {}", missing_home.display())),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Without a terminal `knife run` has no spinner: a retrying provider is said on a
+/// line of its own per attempt (a codex without a model provider retries for
+/// minutes and would look hung otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_cli_run_without_a_terminal_prints_retries() {
+    let mock = MockLlm::script(
+        "[[response]]\nstatus = 503\nbody = '{\"error\":{\"message\":\"busy now\",\"type\":\"server_error\"}}'\n\
+         headers = { \"retry-after-ms\" = \"0\" }\n\n\
+         [[response]]\ntext = \"After the retry.\"\n",
+        &[],
+    )
+    .await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.project_dir().display().to_string();
+    let out = run_cli(
+        server.path(),
+        &["run", "--server", &url, "--project", &project, "hi"],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), "After the retry.");
+    let retries = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("retrying (attempt 1)"))
+        .count();
+    assert_eq!(retries, 1, "{}", out.stderr);
+}

@@ -10,7 +10,7 @@ use super::entry::{Entry, EntryState};
 use super::metrics;
 use super::store::WriteKind;
 use super::{Inner, SessionError, SessionHandle, SessionManager, idle, pump, release};
-use crate::adapter::{OpenSessionInput, OpenSessionOptions};
+use crate::adapter::{AdapterError, OpenSessionInput, OpenSessionOptions};
 use crate::error::{ProviderSessionOpenError, ProviderWorkspaceMissingError};
 use crate::mcp::{
     AgentAccess, CredentialId, CredentialRequest, McpSessionConfig, Reservation, capabilities_for,
@@ -150,7 +150,12 @@ impl SessionManager {
             metrics::session_op(&metric_driver, "open", None, outcome)
         });
         let opened = tokio::select! {
-            opened = adapter.open_with_options(input, options) => opened.map_err(|e| e.to_string()),
+            // The error below already says "could not open provider session X":
+            // keep only the adapter's reason of an `Open` failure.
+            opened = adapter.open_with_options(input, options) => opened.map_err(|e| match e {
+                AdapterError::Open(reason) => reason,
+                other => other.to_string(),
+            }),
             // Shutdown stops opens still in their handshake (MGR-35); the guard
             // then closes whatever the adapter spawned.
             _ = inner.shutdown.cancelled() => Err("the server is shutting down".to_owned()),
