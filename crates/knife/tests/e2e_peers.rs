@@ -73,7 +73,7 @@ async fn streamed_text(spec: &'static PeerSpec) {
 async fn cli_run(spec: &'static PeerSpec) {
     let answer = "Answered through knife run: alpha beta gamma";
     let script = Script::new(vec![ScriptResponse::text(answer)]);
-    let Some(rig) = Rig::start(spec, script, "").await else {
+    let Some(mut rig) = Rig::start(spec, script, "").await else {
         return;
     };
     let project = rig.server.project_dir();
@@ -97,6 +97,12 @@ async fn cli_run(spec: &'static PeerSpec) {
         "stdout lacks the peer's answer: {}",
         out.stdout
     );
+    // Stopping the server (SIGTERM) closes the peer: no process of its group is left.
+    let groups = rig.peer_groups();
+    assert!(!groups.is_empty(), "the peer process was not found");
+    rig.server.proc.terminate().await;
+    rig.wait_groups_gone("after knife serve stopped", &groups)
+        .await;
 }
 
 /// A command that needs approval: a runtime request appears, is answered
