@@ -81,6 +81,10 @@ pub struct ProcessSpec {
     /// Variables of knife's environment starting with one of these prefixes are removed
     /// (default `["KNIFE_"]`: knife's own settings and secrets stay out of the child).
     pub env_remove_prefixes: Vec<String>,
+    /// Variables of knife's environment removed by exact name (default none): knife's
+    /// secrets, e.g. the `api_key_env` variables of every provider instance and the API
+    /// token's variable. A variable also named in [`ProcessSpec::env`] is set to that value.
+    pub env_remove: Vec<String>,
     /// Working directory.
     pub cwd: PathBuf,
     /// Name used in logs and in the store's process-group record (e.g. `codex: app-server`).
@@ -108,6 +112,7 @@ impl ProcessSpec {
             args: Vec::new(),
             env: Vec::new(),
             env_remove_prefixes: vec!["KNIFE_".to_owned()],
+            env_remove: Vec::new(),
             cwd: cwd.into(),
             label: label.into(),
             thread: None,
@@ -121,7 +126,17 @@ impl ProcessSpec {
 /// Errors of [`ChildProcess`].
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
-    /// The program could not be started.
+    /// The program was not found (not on `PATH`, or no file at that path).
+    #[error(
+        "could not start {label}: the program `{program}` was not found{where_}; install it or set the provider instance's `command` in knife.toml to its full path"
+    )]
+    NotFound {
+        label: String,
+        program: String,
+        /// ` on PATH` for a bare name, empty for a path.
+        where_: &'static str,
+    },
+    /// The program could not be started for another reason.
     #[error(
         "could not start {program} in {cwd}: {source}; check the instance's `command` and that the directory exists"
     )]
@@ -257,10 +272,25 @@ impl ChildProcess {
         spec: ProcessSpec,
         groups: Option<ProcessGroups>,
     ) -> Result<(ChildProcess, ProcessLines), ProcessError> {
-        let spawn_err = |source: io::Error| ProcessError::Spawn {
-            program: spec.program.to_string_lossy().into_owned(),
-            cwd: spec.cwd.display().to_string(),
-            source,
+        let spawn_err = |source: io::Error| {
+            let program = spec.program.to_string_lossy().into_owned();
+            if source.kind() == io::ErrorKind::NotFound && spec.cwd.is_dir() {
+                ProcessError::NotFound {
+                    label: spec.label.clone(),
+                    where_: if program.contains('/') {
+                        ""
+                    } else {
+                        " on PATH"
+                    },
+                    program,
+                }
+            } else {
+                ProcessError::Spawn {
+                    program,
+                    cwd: spec.cwd.display().to_string(),
+                    source,
+                }
+            }
         };
         let mut wrap = CommandWrap::with_new(&spec.program, |cmd| {
             cmd.args(&spec.args)
@@ -274,6 +304,7 @@ impl ChildProcess {
                     .env_remove_prefixes
                     .iter()
                     .any(|p| text.starts_with(p.as_str()))
+                    || spec.env_remove.iter().any(|n| *n == text)
                 {
                     cmd.env_remove(&name);
                 }

@@ -237,3 +237,33 @@ async fn the_stderr_tail_has_no_colour_codes() {
     let exit = child.wait_exit().await;
     assert_eq!(exit.stderr_tail, vec!["ERROR boom".to_owned()]);
 }
+
+#[tokio::test]
+async fn named_variables_are_removed_unless_the_spec_sets_them() {
+    // HOME and PATH are in every test environment; no `set_var` needed.
+    let mut spec = sh("echo \"home=${HOME-unset} user=${LOGNAME-unset}\"");
+    spec.env_remove = vec!["HOME".into(), "LOGNAME".into()];
+    spec.env = vec![("LOGNAME".into(), "given".into())];
+    let (child, mut lines) = ChildProcess::spawn(spec, None).await.unwrap();
+    assert_eq!(lines.next().await.as_deref(), Some("home=unset user=given"));
+    child.close().await;
+}
+
+#[tokio::test]
+async fn a_missing_program_says_what_to_do() {
+    let spec = ProcessSpec::new(
+        "no-such-agent-knife-test",
+        std::env::temp_dir(),
+        "acp agent x",
+    );
+    let err = ChildProcess::spawn(spec, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("acp agent x"), "{err}");
+    assert!(
+        err.contains("`no-such-agent-knife-test` was not found on PATH"),
+        "{err}"
+    );
+    assert!(err.contains("`command` in knife.toml"), "{err}");
+}

@@ -109,16 +109,33 @@ pub fn llm_client(
     })
 }
 
-/// The `acp` adapter of instance `id`: `command` (required), `args`, `env`; its
-/// process groups are recorded in `groups`.
+/// Names of knife's secret environment variables, which no child process (`bash`
+/// commands, codex / ACP agent programs) inherits: every provider instance's
+/// `api_key_env` and `[server] api_token_env`, sorted, without duplicates. An agent
+/// instance's own `env` may set any of them again for its program.
+pub fn secret_env_vars(config: &crate::config::Config) -> Vec<String> {
+    let mut names: Vec<String> = config
+        .providers
+        .values()
+        .filter_map(|p| p.api_key_env.clone())
+        .chain(config.server.api_token_env.clone())
+        .filter(|n| !n.trim().is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The `acp` adapter config of instance `id`: `command` (required), `args`, `env`;
+/// its process groups are recorded in `groups`.
 ///
 /// Errors: no `command` (a config built in code skips the file check).
-pub fn acp_adapter(
+pub fn acp_config(
     id: &str,
     p: &ProviderConfig,
     groups: knife_runtime::process_groups::ProcessGroups,
     clock: knife_runtime::SharedClock,
-) -> anyhow::Result<knife_adapters::acp::AcpAdapter> {
+) -> anyhow::Result<knife_adapters::acp::AcpConfig> {
     let Some(command) = p.command.as_deref().filter(|c| !c.trim().is_empty()) else {
         bail!("provider `{id}` has driver `acp` but no `command`; set the agent program to run");
     };
@@ -128,7 +145,7 @@ pub fn acp_adapter(
     config.env = p.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
     config.process_groups = Some(groups);
     config.clock = clock;
-    Ok(knife_adapters::acp::AcpAdapter::new(config))
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -178,6 +195,19 @@ mod tests {
         assert_eq!(d.command, OsString::from("codex"));
         assert_eq!(d.args[0], OsString::from("app-server"));
         assert_eq!(d.model, None);
+    }
+
+    #[test]
+    fn secret_env_vars_lists_every_api_key_variable_and_the_api_token_once() {
+        let config: crate::config::Config = toml::from_str(
+            "default_provider = 'a'\n[server]\napi_token_env = 'TOKEN_VAR'\n\
+             [providers.a]\ndriver = 'openai-chat'\nmodel = 'm'\napi_key_env = 'B_KEY'\n\
+             [providers.b]\ndriver = 'anthropic'\nmodel = 'm'\napi_key_env = 'B_KEY'\n\
+             [providers.c]\ndriver = 'openai-responses'\nmodel = 'm'\napi_key_env = 'A_KEY'\n\
+             [providers.cx]\ndriver = 'codex'\n",
+        )
+        .unwrap();
+        assert_eq!(secret_env_vars(&config), ["A_KEY", "B_KEY", "TOKEN_VAR"]);
     }
 
     #[test]

@@ -112,6 +112,7 @@ impl CodexSession {
         let mut spec = ProcessSpec::new(config.command.clone(), &input.cwd, label.clone());
         spec.args = config.args.clone();
         spec.env = config.env.clone();
+        spec.env_remove = config.env_remove.clone();
         spec.thread = Some(input.thread_id.clone());
         spec.eof_grace = config.eof_grace;
         spec.term_grace = config.term_grace;
