@@ -201,15 +201,18 @@ impl RpcConnection {
         timeout: Duration,
     ) -> Result<Value, RpcError> {
         let peer = || self.inner.child.label().to_owned();
-        if self.is_closed() {
-            return Err(RpcError::Closed {
-                method: method.to_owned(),
-                peer: peer(),
-            });
-        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut pending) = self.inner.pending.lock() {
+        {
+            // Checked under the lock the reader holds while it fails the waiters, so a
+            // waiter is never added after that (it would wait out the whole timeout).
+            let mut pending = lock_pending(&self.inner);
+            if self.is_closed() {
+                return Err(RpcError::Closed {
+                    method: method.to_owned(),
+                    peer: peer(),
+                });
+            }
             pending.insert(id, tx);
         }
         // Forgets the waiter whatever happens (timeout, error, or this future dropped).
@@ -290,9 +293,7 @@ struct Forget<'a> {
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        if let Ok(mut pending) = self.inner.pending.lock() {
-            pending.remove(&self.id);
-        }
+        lock_pending(self.inner).remove(&self.id);
     }
 }
 
@@ -309,7 +310,7 @@ async fn read_loop(
                 let _ = incoming.send(message);
             }
             Ok(Message::Answer { id, outcome }) => {
-                let waiter = inner.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                let waiter = lock_pending(&inner).remove(&id);
                 match waiter {
                     Some(waiter) => {
                         let _ = waiter.send(outcome);
@@ -322,11 +323,16 @@ async fn read_loop(
             Err(reason) => stats.record_malformed(&label, reason, &line),
         }
     }
-    // stdout closed: fail every waiter (dropping its sender) and end the stream.
-    if let Ok(mut pending) = inner.pending.lock() {
-        pending.clear();
-    }
+    // stdout closed: fail every waiter (dropping its sender) and end the stream; under
+    // the lock, so no request registers a waiter after this (see `request_with_timeout`).
+    let mut pending = lock_pending(&inner);
+    pending.clear();
     inner.closed.cancel();
+}
+
+/// The waiters, also after a panic elsewhere poisoned the lock.
+fn lock_pending(inner: &Inner) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter>> {
+    inner.pending.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 enum Message {
