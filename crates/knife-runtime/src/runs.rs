@@ -212,7 +212,12 @@ pub(crate) async fn end_unfinished_runs(
         run.status = status;
         run.completed_at = Some(now);
         run.error = Some(error.clone());
-        events.extend(settle_unfinished(&projection, &run.id, now));
+        events.extend(settle_unfinished(
+            &projection,
+            &run.id,
+            now,
+            crate::recovery::REQUEST_RUN_ENDED,
+        ));
         if status == RunStatus::Failed {
             events.push(DomainEvent::new(
                 now,

@@ -763,3 +763,45 @@ async fn an_agent_deaf_to_cancel_is_released_after_the_interrupt_grace() {
     exec.shutdown(Duration::from_secs(10)).await;
     exec.manager().shutdown().await;
 }
+
+/// MGR-41 for ACP: a permission request pending when the agent dies is left to the
+/// release of the failed session, which expires it (`not_resumable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_pending_when_the_agent_dies_expires() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = exec
+        .start_run(
+            &thread,
+            script(json!([{"tool": {"id": "c", "title": "make", "kind": "execute"}, "permission": true}])),
+        )
+        .await
+        .unwrap();
+    let request = h.pending_request(&thread).await;
+    let pid = h.pids()[0];
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::timeout(LIMIT, exec.await_idle(&thread))
+        .await
+        .unwrap();
+    assert_eq!(h.run_row(&thread, &run.id).await.status, RunStatus::Failed);
+    let settled = poll(|| async {
+        h.projection(&thread)
+            .await
+            .runtime_requests
+            .into_iter()
+            .find(|r| r.id == request.id && r.status != RuntimeRequestStatus::Pending)
+    })
+    .await;
+    assert_eq!(settled.status, RuntimeRequestStatus::Expired, "{settled:?}");
+    assert!(
+        matches!(&settled.response_capability, ResponseCapability::NotResumable { reason } if !reason.contains("previous server process")),
+        "{settled:?}"
+    );
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}

@@ -296,3 +296,65 @@ async fn codex_mgr_05_a_cancelled_open_is_stopped_by_closing_its_scope() {
     assert!(scope.close_within(Duration::from_secs(5)).await);
     assert!(gone_within(pgid, Duration::from_secs(2)).await);
 }
+
+/// MGR-41 for codex: an approval pending when the app-server dies is not cancelled by
+/// the driver; the release of the failed session expires it (`not_resumable`), and a
+/// late answer is refused with that reason.
+#[tokio::test]
+async fn codex_mgr_41_an_approval_pending_when_codex_dies_expires() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(
+            &h.thread.id,
+            script(r#"[{"approve_command":"make deploy"}]"#),
+        )
+        .await
+        .unwrap();
+    let request = pending_request(&h).await;
+    let pgid = h.pgids().await[0];
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let run = h.finish(&run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let p = h
+        .until("the request settled", |p| {
+            p.runtime_requests
+                .iter()
+                .any(|r| r.id == request.id && r.status != RuntimeRequestStatus::Pending)
+        })
+        .await;
+    let settled = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == request.id)
+        .unwrap();
+    assert_eq!(settled.status, RuntimeRequestStatus::Expired, "{settled:?}");
+    assert!(
+        matches!(&settled.response_capability, ResponseCapability::NotResumable { reason } if !reason.contains("previous server process")),
+        "{settled:?}"
+    );
+    let approval = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::Approval { .. }))
+        .unwrap();
+    assert_eq!(approval.status, TurnItemStatus::Failed);
+    let late = h
+        .exec
+        .respond_to_request(
+            &h.thread.id,
+            &request.id,
+            RequestAnswer {
+                decision: ApprovalDecision::AllowOnce,
+                message: None,
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(late.contains("expired"), "{late}");
+}

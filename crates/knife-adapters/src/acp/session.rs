@@ -589,6 +589,12 @@ impl Actor {
             }
         };
         tracing::warn!(agent = %self.label, "{message}");
+        // Nobody can answer the agent's open permission requests any more: they stay
+        // pending until the release of the failed session expires them (MGR-41).
+        self.permissions.clear();
+        if let Some(turn) = self.turn.as_mut() {
+            turn.leave_approvals_to_release();
+        }
         self.finish(TurnEnd::Failed(RunError::new(
             "provider.runtime",
             message.clone(),

@@ -260,7 +260,8 @@ impl Inner {
             st.turns.drain().map(|(_, t)| t).collect()
         };
         for mut turn in turns {
-            turn.recorder.finish(TurnOutcome::Failed {
+            // Pending approvals stay pending: the release expires them (MGR-41).
+            turn.recorder.finish_session_lost(TurnOutcome::Failed {
                 error: RunError::new("runtime", text.clone()),
             });
         }
