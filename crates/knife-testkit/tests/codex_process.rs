@@ -280,12 +280,16 @@ async fn codex_mgr_05_a_cancelled_open_is_stopped_by_closing_its_scope() {
     };
     let input = open_input(&h);
     let open = adapter.open_with_options(input, options);
-    // Dropped mid-handshake (the process runs by then).
+    // Dropped mid-handshake: once codex got `initialize`, which the driver sends after
+    // registering the process on the scope. (Dropping it while the spawn still records
+    // the group would SIGKILL the group at once, so the group would be gone already.)
     let pgid = tokio::select! {
         _ = open => panic!("the handshake cannot complete"),
         pgid = async {
             loop {
-                if let Some(pgid) = h.pgids().await.first().copied() {
+                if let Some(pgid) = h.pgids().await.first().copied()
+                    && !h.sent_methods("initialize").is_empty()
+                {
                     break pgid;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
