@@ -553,7 +553,10 @@ impl Supervisor {
         // Members the leader left behind (a crashed agent's tool commands) go too.
         self.end_group().await;
         let _ = self.child.try_wait();
+        // The record goes only with the group: members that survived SIGKILL (stuck in
+        // the kernel) stay recorded, so the next boot tries again.
         if let (Some(groups), Ok(raw)) = (&self.groups, i32::try_from(self.pgid))
+            && !group_alive(self.pgid)
             && let Err(e) = groups.unregister(raw).await
         {
             tracing::warn!(child = %self.label, error = %e, "could not forget the agent process group");

@@ -1,5 +1,5 @@
 //! Provider instance → streaming LLM client, by `driver` (knife.toml
-//! `[providers.<id>]`; drivers listed in [`crate::config::DRIVERS`]).
+//! `[providers.<id>]`; drivers listed in [`crate::config::providers::DRIVERS`]).
 
 use std::ffi::OsString;
 use std::sync::Arc;
