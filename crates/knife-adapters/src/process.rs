@@ -128,13 +128,15 @@ impl ProcessSpec {
 pub enum ProcessError {
     /// The program was not found (not on `PATH`, or no file at that path).
     #[error(
-        "could not start {label}: the program `{program}` was not found{where_}; install it or set the provider instance's `command` in knife.toml to its full path"
+        "could not start {label}: the program `{program}` was not found{where_}; install it or set the provider instance's `command` in knife.toml to its full path{hint}"
     )]
     NotFound {
         label: String,
         program: String,
         /// ` on PATH` for a bare name, empty for a path.
         where_: &'static str,
+        /// Extra advice (a command with spaces: arguments go in `args`), or empty.
+        hint: &'static str,
     },
     /// The program could not be started for another reason.
     #[error(
@@ -281,6 +283,11 @@ impl ChildProcess {
                         ""
                     } else {
                         " on PATH"
+                    },
+                    hint: if program.trim().contains(char::is_whitespace) {
+                        " (`command` is one program; put its arguments in `args`)"
+                    } else {
+                        ""
                     },
                     program,
                 }

@@ -267,3 +267,17 @@ async fn a_missing_program_says_what_to_do() {
     );
     assert!(err.contains("`command` in knife.toml"), "{err}");
 }
+
+#[tokio::test]
+async fn a_command_with_arguments_in_it_says_where_they_belong() {
+    let spec = ProcessSpec::new(
+        "npx codex app-server",
+        std::env::temp_dir(),
+        "codex app-server (cx)",
+    );
+    let err = ChildProcess::spawn(spec, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("put its arguments in `args`"), "{err}");
+}
