@@ -362,3 +362,59 @@ async fn codex_mgr_41_an_approval_pending_when_codex_dies_expires() {
         .to_string();
     assert!(late.contains("expired"), "{late}");
 }
+
+/// An interrupt asked while codex had not named the turn yet, after the `start_turn`
+/// call was dropped (a run cancelled while codex accepted the turn), still reaches
+/// codex once `turn/started` names the turn, and the turn ends interrupted.
+#[tokio::test]
+async fn codex_an_interrupt_before_codex_named_the_turn_is_sent_when_it_does() {
+    use futures::StreamExt;
+    let h = harness(Duration::from_secs(60)).await;
+    let mut config = CodexConfig::new(instance());
+    config.command = env!("CARGO_BIN_EXE_fake_codex").into();
+    config.args = Vec::new();
+    config.env = vec![("CODEX_HOME".into(), h.codex_home.as_os_str().to_owned())];
+    config.eof_grace = Duration::from_millis(300);
+    config.term_grace = Duration::from_millis(300);
+    let adapter = CodexAdapter::new(config);
+    let session = adapter.open(open_input(&h)).await.unwrap();
+    let mut events = session.take_events().unwrap();
+    let run_id = RunId::for_thread(&h.thread.id, 1);
+    let input = StartTurnInput {
+        thread_id: h.thread.id.clone(),
+        run_id: run_id.clone(),
+        run_ordinal: 1,
+        provider_turn_id: ProviderTurnId::for_run(&run_id, 1),
+        attempt: 1,
+        text: script(r#"[{"wait_interrupt":true}]"#),
+        history: Vec::new(),
+        model: None,
+        cwd: None,
+    };
+    // Polled once: the thread is loaded, so `turn/start` is written, then dropped.
+    let dropped = futures::FutureExt::now_or_never(session.start_turn(input));
+    assert!(
+        dropped.is_none(),
+        "codex cannot have answered yet: {dropped:?}"
+    );
+    session
+        .interrupt_turn(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(event) = events.next().await {
+            if let Ok(AdapterEvent::TurnTerminal { outcome, .. }) = event {
+                return Some(outcome);
+            }
+        }
+        None
+    })
+    .await
+    .expect("the turn ended");
+    assert!(
+        matches!(&outcome, Some(TurnOutcome::Interrupted { reason }) if reason == "user"),
+        "{outcome:?}"
+    );
+    assert_eq!(h.sent_methods("turn/interrupt").len(), 1);
+    session.close().await.unwrap();
+}

@@ -526,8 +526,13 @@ impl SessionRuntime for CodexSession {
                 let interrupt = {
                     let mut st = lock(&inner.state);
                     match st.turns.get_mut(&native) {
-                        Some(turn) if turn.recorder.ids().run_id == input.run_id => {
-                            turn.native_turn.get_or_insert(resp.turn.id.clone());
+                        // Whoever names the turn sends a pending interrupt (here, or
+                        // `turn/started` in dispatch), so it goes out once.
+                        Some(turn)
+                            if turn.recorder.ids().run_id == input.run_id
+                                && turn.native_turn.is_none() =>
+                        {
+                            turn.native_turn = Some(resp.turn.id.clone());
                             turn.interrupt.is_some()
                         }
                         _ => false,
