@@ -172,7 +172,7 @@ impl App {
                 let groups =
                     knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
                 let mut adapter = crate::providers::acp_config(id, p, groups, clock.clone())?;
-                adapter.env_remove = crate::providers::secret_env_vars(config);
+                adapter.env_remove = crate::providers::agent_env_remove(config, p);
                 let adapter = knife_adapters::acp::AcpAdapter::new(adapter);
                 adapters.insert(ProviderInstanceId::from(id.as_str()), Arc::new(adapter));
                 continue;
@@ -182,7 +182,7 @@ impl App {
                 codex.mcp_slots = Some(Arc::clone(&mcp_slots));
                 // Like `bash`, an agent program does not see other instances' API keys
                 // (its own `env` can still set any of them).
-                codex.env_remove = crate::providers::secret_env_vars(config);
+                codex.env_remove = crate::providers::agent_env_remove(config, p);
                 codex.process_groups = Some(knife_runtime::process_groups::ProcessGroups::new(
                     store.clone(),
                     clock.clone(),

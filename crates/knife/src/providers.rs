@@ -126,6 +126,16 @@ pub fn secret_env_vars(config: &crate::config::Config) -> Vec<String> {
     names
 }
 
+/// The variables an external runtime instance `p` (codex, ACP) does not inherit:
+/// [`secret_env_vars`] except the instance's own `api_key_env` (its own key; its
+/// `env` table may set any of the others explicitly).
+pub fn agent_env_remove(config: &crate::config::Config, p: &ProviderConfig) -> Vec<String> {
+    secret_env_vars(config)
+        .into_iter()
+        .filter(|name| p.api_key_env.as_ref() != Some(name))
+        .collect()
+}
+
 /// The `acp` adapter config of instance `id`: `command` (required), `args`, `env`;
 /// its process groups are recorded in `groups`.
 ///
@@ -208,6 +218,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(secret_env_vars(&config), ["A_KEY", "B_KEY", "TOKEN_VAR"]);
+        // An agent instance keeps its own key variable.
+        let mut own = config.providers["cx"].clone();
+        assert_eq!(agent_env_remove(&config, &own).len(), 3);
+        own.api_key_env = Some("A_KEY".into());
+        assert_eq!(agent_env_remove(&config, &own), ["B_KEY", "TOKEN_VAR"]);
     }
 
     #[test]
