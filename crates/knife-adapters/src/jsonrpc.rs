@@ -14,7 +14,9 @@
 //! - A line that is not JSON, not an object, or not a request / notification / answer,
 //!   and an answer to an id nobody waits for (late after a timeout, or made up), is
 //!   logged and counted in the child's [`LineStats`] (`malformed`) and otherwise ignored.
-//! - When stdout closes (the child exited or closed it), every waiting request fails
+//! - When stdout closes (the child exited or closed it), or 500 ms after the child
+//!   exited when its stdout stays open (a process that left its group inherited it),
+//!   every waiting request fails
 //!   with [`RpcError::Closed`], the [`Incoming`] receiver ends, and
 //!   [`RpcConnection::closed`] resolves. The child's exit status is then in
 //!   [`ChildProcess::wait_exit`].
@@ -35,6 +37,18 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::process::{ChildProcess, LineStats, ProcessError, ProcessLines};
+
+/// How long the output is still read after the process exited when it does not close
+/// (a process outside the group inherited it).
+const EXIT_DRAIN: Duration = Duration::from_millis(500);
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Default bound of [`RpcConnection::request`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -304,7 +318,29 @@ async fn read_loop(
 ) {
     let stats = inner.child.stats();
     let label = inner.child.label().to_owned();
-    while let Some(line) = lines.next().await {
+    let child = inner.child.clone();
+    let exited = child.wait_exit();
+    tokio::pin!(exited);
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    loop {
+        let line = tokio::select! {
+            biased;
+            line = lines.next() => line,
+            // The process ended (and its group was cleaned up) but something outside
+            // its group still holds its stdout open: read what is buffered, then stop
+            // waiting for an EOF that may never come.
+            _ = &mut exited, if drain_until.is_none() => {
+                drain_until = Some(tokio::time::Instant::now() + EXIT_DRAIN);
+                continue;
+            }
+            () = sleep_until_opt(drain_until) => {
+                tracing::warn!(child = %label, "the agent process exited but its output stays open (a process outside its group holds it); treating the connection as closed");
+                break;
+            }
+        };
+        let Some(line) = line else {
+            break;
+        };
         match classify(&line) {
             Ok(Message::Incoming(message)) => {
                 let _ = incoming.send(message);
