@@ -216,7 +216,8 @@ pub(crate) async fn end_unfinished_runs(
             &projection,
             &run.id,
             now,
-            crate::recovery::REQUEST_RUN_ENDED,
+            // Runs of a previous server process (boot, restart sweep, exhausted resumes).
+            crate::recovery::REQUEST_NOT_RESUMABLE,
         ));
         if status == RunStatus::Failed {
             events.push(DomainEvent::new(
