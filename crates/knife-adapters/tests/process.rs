@@ -281,3 +281,12 @@ async fn a_command_with_arguments_in_it_says_where_they_belong() {
         .to_string();
     assert!(err.contains("put its arguments in `args`"), "{err}");
 }
+
+#[test]
+fn the_debug_form_of_a_spec_hides_env_values() {
+    let mut spec = ProcessSpec::new("codex", std::env::temp_dir(), "codex");
+    spec.env = vec![("OPENAI_API_KEY".into(), "sk-very-secret".into())];
+    let text = format!("{spec:?}");
+    assert!(text.contains("OPENAI_API_KEY"), "{text}");
+    assert!(!text.contains("sk-very-secret"), "{text}");
+}

@@ -74,8 +74,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// Lines buffered between the stdout reader and its consumer.
 const LINE_QUEUE: usize = 1024;
 
-/// What to start and how to supervise it.
-#[derive(Clone, Debug)]
+/// What to start and how to supervise it. `Debug` shows the names of `env`, not the
+/// values (they may be API keys).
+#[derive(Clone)]
 pub struct ProcessSpec {
     /// The program (looked up on `PATH` when it has no slash).
     pub program: OsString,
@@ -124,6 +125,25 @@ impl ProcessSpec {
             eof_grace: EOF_GRACE,
             term_grace: TERM_GRACE,
         }
+    }
+}
+
+impl std::fmt::Debug for ProcessSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<_> = self.env.iter().map(|(k, _)| k).collect();
+        f.debug_struct("ProcessSpec")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env_names", &env)
+            .field("env_remove_prefixes", &self.env_remove_prefixes)
+            .field("env_remove", &self.env_remove)
+            .field("cwd", &self.cwd)
+            .field("label", &self.label)
+            .field("thread", &self.thread)
+            .field("max_line_bytes", &self.max_line_bytes)
+            .field("eof_grace", &self.eof_grace)
+            .field("term_grace", &self.term_grace)
+            .finish()
     }
 }
 
