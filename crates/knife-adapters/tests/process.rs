@@ -290,3 +290,28 @@ fn the_debug_form_of_a_spec_hides_env_values() {
     assert!(text.contains("OPENAI_API_KEY"), "{text}");
     assert!(!text.contains("sk-very-secret"), "{text}");
 }
+
+/// Lines not yet taken are bounded in bytes: a child that floods stdout while nobody
+/// reads blocks on its own output (back-pressure) instead of knife buffering it all;
+/// once the lines are taken it finishes.
+#[tokio::test]
+async fn unread_output_is_bounded_in_bytes_and_blocks_the_child() {
+    let mut spec = sh(
+        "i=0; while [ $i -lt 8 ]; do head -c 524288 /dev/zero | tr '\\0' x; echo; i=$((i+1)); done",
+    );
+    spec.max_queued_bytes = 1024 * 1024;
+    let (child, mut lines) = ChildProcess::spawn(spec, None).await.unwrap();
+    // 4 MiB written, at most ~1 MiB queued plus pipe and read buffers: still writing.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(child.exit_info().is_none(), "the child was not held back");
+    let mut taken = 0;
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(5), lines.next())
+        .await
+        .unwrap()
+    {
+        assert_eq!(line.len(), 524_288);
+        taken += 1;
+    }
+    assert_eq!(taken, 8);
+    assert_eq!(child.wait_exit().await.status_text(), "exit status 0");
+}

@@ -9,7 +9,9 @@
 //!   (default [`MAX_LINE_BYTES`], 16 MiB) and hands each non-blank UTF-8 line to the
 //!   [`ProcessLines`] receiver. A longer line is dropped whole, a line that is not UTF-8
 //!   is dropped; both are logged and counted in [`LineStats`] (and the
-//!   `knife_adapter_bad_lines_total{reason}` counter) and never stop the reader.
+//!   `knife_adapter_bad_lines_total{reason}` counter) and never stop the reader. Lines
+//!   not yet taken are bounded by [`ProcessSpec::max_queued_bytes`] (32 MiB): beyond it
+//!   the reader waits and the child blocks on its stdout (back-pressure).
 //! - **stdin writer**: [`ChildProcess::send_line`] queues a line (never blocks); the
 //!   writer appends `\n` and writes in order. Closing stdin (EOF) drops the queue.
 //! - **stderr logger**: every stderr line goes to the log (target
@@ -73,6 +75,8 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(20);
 /// Lines buffered between the stdout reader and its consumer.
 const LINE_QUEUE: usize = 1024;
+/// Default bound of the bytes of lines read but not yet taken ([`ProcessSpec::max_queued_bytes`]).
+pub const MAX_QUEUED_BYTES: usize = 32 * 1024 * 1024;
 
 /// What to start and how to supervise it. `Debug` shows the names of `env`, not the
 /// values (they may be API keys).
@@ -98,6 +102,11 @@ pub struct ProcessSpec {
     pub thread: Option<ThreadId>,
     /// Longest stdout line (bytes); default [`MAX_LINE_BYTES`].
     pub max_line_bytes: usize,
+    /// Bytes of stdout lines read but not yet taken with [`ProcessLines::next`] (at least
+    /// one line is always let through); default [`MAX_QUEUED_BYTES`]. Beyond it knife
+    /// stops reading, so a flooding child blocks on its own stdout instead of knife
+    /// buffering up to 1024 lines of 16 MiB.
+    pub max_queued_bytes: usize,
     /// Stdin EOF → SIGTERM; default [`EOF_GRACE`].
     pub eof_grace: Duration,
     /// SIGTERM → SIGKILL; default [`TERM_GRACE`].
@@ -122,6 +131,7 @@ impl ProcessSpec {
             label: label.into(),
             thread: None,
             max_line_bytes: MAX_LINE_BYTES,
+            max_queued_bytes: MAX_QUEUED_BYTES,
             eof_grace: EOF_GRACE,
             term_grace: TERM_GRACE,
         }
@@ -141,6 +151,7 @@ impl std::fmt::Debug for ProcessSpec {
             .field("label", &self.label)
             .field("thread", &self.thread)
             .field("max_line_bytes", &self.max_line_bytes)
+            .field("max_queued_bytes", &self.max_queued_bytes)
             .field("eof_grace", &self.eof_grace)
             .field("term_grace", &self.term_grace)
             .finish()
@@ -261,13 +272,14 @@ impl LineStats {
 /// The child's stdout, one line at a time (see the module docs).
 #[derive(Debug)]
 pub struct ProcessLines {
-    rx: mpsc::Receiver<String>,
+    /// Each line with its share of the byte budget, given back when it is taken.
+    rx: mpsc::Receiver<(String, tokio::sync::OwnedSemaphorePermit)>,
 }
 
 impl ProcessLines {
     /// The next line (without `\n` / `\r\n`); `None` once stdout is closed.
     pub async fn next(&mut self) -> Option<String> {
-        self.rx.recv().await
+        self.rx.recv().await.map(|(line, _budget)| line)
     }
 }
 
@@ -370,6 +382,8 @@ impl ChildProcess {
             let stats = Arc::clone(&stats);
             let label = label.clone();
             let cap = spec.max_line_bytes;
+            let budget_bytes = u32::try_from(spec.max_queued_bytes.max(1)).unwrap_or(u32::MAX);
+            let budget = Arc::new(tokio::sync::Semaphore::new(budget_bytes as usize));
             tokio::spawn(async move {
                 let mut lines = CappedLines::new(BufReader::with_capacity(64 * 1024, stdout), cap);
                 let mut receiver_gone = false;
@@ -383,7 +397,19 @@ impl ChildProcess {
                     };
                     // Keep draining stdout when nobody listens, so the child never blocks;
                     // a full queue makes the reader wait (back-pressure on the child).
-                    if !receiver_gone && line_tx.send(text).await.is_err() {
+                    // …and so does an exhausted byte budget (a line larger than the whole
+                    // budget takes all of it).
+                    if receiver_gone {
+                        continue;
+                    }
+                    let want = u32::try_from(text.len())
+                        .unwrap_or(u32::MAX)
+                        .clamp(1, budget_bytes);
+                    let Ok(permit) = Arc::clone(&budget).acquire_many_owned(want).await else {
+                        receiver_gone = true;
+                        continue;
+                    };
+                    if line_tx.send((text, permit)).await.is_err() {
                         receiver_gone = true;
                     }
                 }
