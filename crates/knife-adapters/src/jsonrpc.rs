@@ -14,7 +14,9 @@
 //! - A line that is not JSON, not an object, or not a request / notification / answer,
 //!   and an answer to an id nobody waits for (late after a timeout, or made up), is
 //!   logged and counted in the child's [`LineStats`] (`malformed`) and otherwise ignored.
-//! - When stdout closes (the child exited or closed it), every waiting request fails
+//! - When stdout closes (the child exited or closed it), or 500 ms after the child
+//!   exited when its stdout stays open (a process that left its group inherited it),
+//!   every waiting request fails
 //!   with [`RpcError::Closed`], the [`Incoming`] receiver ends, and
 //!   [`RpcConnection::closed`] resolves. The child's exit status is then in
 //!   [`ChildProcess::wait_exit`].
@@ -35,6 +37,18 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::process::{ChildProcess, LineStats, ProcessError, ProcessLines};
+
+/// How long the output is still read after the process exited when it does not close
+/// (a process outside the group inherited it).
+const EXIT_DRAIN: Duration = Duration::from_millis(500);
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Default bound of [`RpcConnection::request`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -201,15 +215,18 @@ impl RpcConnection {
         timeout: Duration,
     ) -> Result<Value, RpcError> {
         let peer = || self.inner.child.label().to_owned();
-        if self.is_closed() {
-            return Err(RpcError::Closed {
-                method: method.to_owned(),
-                peer: peer(),
-            });
-        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut pending) = self.inner.pending.lock() {
+        {
+            // Checked under the lock the reader holds while it fails the waiters, so a
+            // waiter is never added after that (it would wait out the whole timeout).
+            let mut pending = lock_pending(&self.inner);
+            if self.is_closed() {
+                return Err(RpcError::Closed {
+                    method: method.to_owned(),
+                    peer: peer(),
+                });
+            }
             pending.insert(id, tx);
         }
         // Forgets the waiter whatever happens (timeout, error, or this future dropped).
@@ -290,9 +307,7 @@ struct Forget<'a> {
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        if let Ok(mut pending) = self.inner.pending.lock() {
-            pending.remove(&self.id);
-        }
+        lock_pending(self.inner).remove(&self.id);
     }
 }
 
@@ -303,13 +318,35 @@ async fn read_loop(
 ) {
     let stats = inner.child.stats();
     let label = inner.child.label().to_owned();
-    while let Some(line) = lines.next().await {
+    let child = inner.child.clone();
+    let exited = child.wait_exit();
+    tokio::pin!(exited);
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    loop {
+        let line = tokio::select! {
+            biased;
+            line = lines.next() => line,
+            // The process ended (and its group was cleaned up) but something outside
+            // its group still holds its stdout open: read what is buffered, then stop
+            // waiting for an EOF that may never come.
+            _ = &mut exited, if drain_until.is_none() => {
+                drain_until = Some(tokio::time::Instant::now() + EXIT_DRAIN);
+                continue;
+            }
+            () = sleep_until_opt(drain_until) => {
+                tracing::warn!(child = %label, "the agent process exited but its output stays open (a process outside its group holds it); treating the connection as closed");
+                break;
+            }
+        };
+        let Some(line) = line else {
+            break;
+        };
         match classify(&line) {
             Ok(Message::Incoming(message)) => {
                 let _ = incoming.send(message);
             }
             Ok(Message::Answer { id, outcome }) => {
-                let waiter = inner.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                let waiter = lock_pending(&inner).remove(&id);
                 match waiter {
                     Some(waiter) => {
                         let _ = waiter.send(outcome);
@@ -322,11 +359,16 @@ async fn read_loop(
             Err(reason) => stats.record_malformed(&label, reason, &line),
         }
     }
-    // stdout closed: fail every waiter (dropping its sender) and end the stream.
-    if let Ok(mut pending) = inner.pending.lock() {
-        pending.clear();
-    }
+    // stdout closed: fail every waiter (dropping its sender) and end the stream; under
+    // the lock, so no request registers a waiter after this (see `request_with_timeout`).
+    let mut pending = lock_pending(&inner);
+    pending.clear();
     inner.closed.cancel();
+}
+
+/// The waiters, also after a panic elsewhere poisoned the lock.
+fn lock_pending(inner: &Inner) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter>> {
+    inner.pending.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 enum Message {

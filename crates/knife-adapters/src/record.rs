@@ -619,6 +619,15 @@ impl TurnRecorder {
         });
     }
 
+    /// Ends the turn with `outcome` because the session itself is lost (the process
+    /// exited): like [`TurnRecorder::finish`], except that pending approvals stay
+    /// `pending` and `live` — the manager's release of the failed session settles them
+    /// `expired` / `not_resumable` (MGR-41), which tells whoever answers later why.
+    pub fn finish_session_lost(&mut self, outcome: TurnOutcome) {
+        self.approvals.clear();
+        self.finish(outcome);
+    }
+
     /// Ends the turn with `outcome`: settles open items (text `completed`, or
     /// `interrupted` / `failed` with the turn; tools `failed`), cancels pending
     /// approvals, emits the provider turn's final state, status `idle`, then one

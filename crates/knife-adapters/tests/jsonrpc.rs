@@ -154,3 +154,25 @@ async fn the_version_field_can_be_left_out() {
     };
     assert_eq!(params, json!({"method": "initialized", "params": {}}));
 }
+
+/// The peer exits but a process it started in another session keeps its stdout open:
+/// the connection still closes (waiters fail with `Closed`) soon after the exit, not
+/// when that process lets go.
+#[tokio::test]
+async fn an_exit_closes_the_connection_even_when_stdout_stays_open() {
+    let (rpc, _incoming) = peer("setsid sleep 5 & read line; exit 4").await;
+    let started = std::time::Instant::now();
+    let err = rpc
+        .request_with_timeout("ask", json!(null), Duration::from_secs(4))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Closed { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(rpc.is_closed());
+    let exit = rpc.child().wait_exit().await;
+    assert_eq!(exit.status_text(), "exit status 4");
+}

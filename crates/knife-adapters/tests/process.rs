@@ -237,3 +237,81 @@ async fn the_stderr_tail_has_no_colour_codes() {
     let exit = child.wait_exit().await;
     assert_eq!(exit.stderr_tail, vec!["ERROR boom".to_owned()]);
 }
+
+#[tokio::test]
+async fn named_variables_are_removed_unless_the_spec_sets_them() {
+    // HOME and PATH are in every test environment; no `set_var` needed.
+    let mut spec = sh("echo \"home=${HOME-unset} user=${LOGNAME-unset}\"");
+    spec.env_remove = vec!["HOME".into(), "LOGNAME".into()];
+    spec.env = vec![("LOGNAME".into(), "given".into())];
+    let (child, mut lines) = ChildProcess::spawn(spec, None).await.unwrap();
+    assert_eq!(lines.next().await.as_deref(), Some("home=unset user=given"));
+    child.close().await;
+}
+
+#[tokio::test]
+async fn a_missing_program_says_what_to_do() {
+    let spec = ProcessSpec::new(
+        "no-such-agent-knife-test",
+        std::env::temp_dir(),
+        "acp agent x",
+    );
+    let err = ChildProcess::spawn(spec, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("acp agent x"), "{err}");
+    assert!(
+        err.contains("`no-such-agent-knife-test` was not found on PATH"),
+        "{err}"
+    );
+    assert!(err.contains("`command` in knife.toml"), "{err}");
+}
+
+#[tokio::test]
+async fn a_command_with_arguments_in_it_says_where_they_belong() {
+    let spec = ProcessSpec::new(
+        "npx codex app-server",
+        std::env::temp_dir(),
+        "codex app-server (cx)",
+    );
+    let err = ChildProcess::spawn(spec, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("put its arguments in `args`"), "{err}");
+}
+
+#[test]
+fn the_debug_form_of_a_spec_hides_env_values() {
+    let mut spec = ProcessSpec::new("codex", std::env::temp_dir(), "codex");
+    spec.env = vec![("OPENAI_API_KEY".into(), "sk-very-secret".into())];
+    let text = format!("{spec:?}");
+    assert!(text.contains("OPENAI_API_KEY"), "{text}");
+    assert!(!text.contains("sk-very-secret"), "{text}");
+}
+
+/// Lines not yet taken are bounded in bytes: a child that floods stdout while nobody
+/// reads blocks on its own output (back-pressure) instead of knife buffering it all;
+/// once the lines are taken it finishes.
+#[tokio::test]
+async fn unread_output_is_bounded_in_bytes_and_blocks_the_child() {
+    let mut spec = sh(
+        "i=0; while [ $i -lt 8 ]; do head -c 524288 /dev/zero | tr '\\0' x; echo; i=$((i+1)); done",
+    );
+    spec.max_queued_bytes = 1024 * 1024;
+    let (child, mut lines) = ChildProcess::spawn(spec, None).await.unwrap();
+    // 4 MiB written, at most ~1 MiB queued plus pipe and read buffers: still writing.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(child.exit_info().is_none(), "the child was not held back");
+    let mut taken = 0;
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(5), lines.next())
+        .await
+        .unwrap()
+    {
+        assert_eq!(line.len(), 524_288);
+        taken += 1;
+    }
+    assert_eq!(taken, 8);
+    assert_eq!(child.wait_exit().await.status_text(), "exit status 0");
+}

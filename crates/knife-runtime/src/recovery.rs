@@ -138,15 +138,22 @@ pub async fn settle_stale_runs(
     Ok(ended)
 }
 
+/// Why a runtime request of a run that ended in this server process (execution's
+/// finalize: failed, interrupted, its agent process died) can no longer be answered.
+pub const REQUEST_RUN_ENDED: &str = "the run ended before this runtime request was answered (its agent session cannot take the answer any more)";
+
 /// Events that end what `run` left unfinished in `projection`: items still pending,
 /// running or waiting (tool calls `failed` with [`TOOL_ABORTED`], others
 /// `interrupted`), provider turns still pending or running (`interrupted`) and
-/// runtime requests still pending (`expired`, not resumable).
+/// runtime requests still pending (`expired`, not resumable with `request_reason`:
+/// [`REQUEST_NOT_RESUMABLE`] for runs of a previous process, [`REQUEST_RUN_ENDED`] for a
+/// run this process is finalizing).
 /// Empty when everything already finished.
 pub(crate) fn settle_unfinished(
     projection: &ThreadProjection,
     run: &RunId,
     now: Timestamp,
+    request_reason: &str,
 ) -> Vec<DomainEvent> {
     let mut events = Vec::new();
     let items = projection
@@ -179,7 +186,7 @@ pub(crate) fn settle_unfinished(
         events.extend(expire_request_events(
             request,
             projection,
-            REQUEST_NOT_RESUMABLE,
+            request_reason,
             now,
         ));
     }

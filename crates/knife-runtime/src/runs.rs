@@ -212,7 +212,13 @@ pub(crate) async fn end_unfinished_runs(
         run.status = status;
         run.completed_at = Some(now);
         run.error = Some(error.clone());
-        events.extend(settle_unfinished(&projection, &run.id, now));
+        events.extend(settle_unfinished(
+            &projection,
+            &run.id,
+            now,
+            // Runs of a previous server process (boot, restart sweep, exhausted resumes).
+            crate::recovery::REQUEST_NOT_RESUMABLE,
+        ));
         if status == RunStatus::Failed {
             events.push(DomainEvent::new(
                 now,

@@ -73,6 +73,18 @@ impl Harness {
         idle_timeout: Duration,
         extra_env: &[(&str, &str)],
     ) -> ExecutionService {
+        self.execution_full(command, idle_timeout, Duration::ZERO, extra_env)
+    }
+
+    /// [`Harness::execution_of`] with the stuck-turn watchdog at `turn_stall_timeout`
+    /// (zero: off).
+    fn execution_full(
+        &self,
+        command: &str,
+        idle_timeout: Duration,
+        turn_stall_timeout: Duration,
+        extra_env: &[(&str, &str)],
+    ) -> ExecutionService {
         let mut config = AcpConfig::new(self.instance.clone(), command);
         config.env = vec![
             (
@@ -96,7 +108,7 @@ impl Harness {
             adapters,
             SessionManagerOptions {
                 idle_timeout,
-                turn_stall_timeout: Duration::ZERO,
+                turn_stall_timeout,
                 ..Default::default()
             },
         );
@@ -760,6 +772,87 @@ async fn an_agent_deaf_to_cancel_is_released_after_the_interrupt_grace() {
     wait_gone(pid).await;
     let run = h.run(&exec, &thread, "again").await;
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}
+
+/// MGR-41 for ACP: a permission request pending when the agent dies is left to the
+/// release of the failed session, which expires it (`not_resumable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_pending_when_the_agent_dies_expires() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = exec
+        .start_run(
+            &thread,
+            script(json!([{"tool": {"id": "c", "title": "make", "kind": "execute"}, "permission": true}])),
+        )
+        .await
+        .unwrap();
+    let request = h.pending_request(&thread).await;
+    let pid = h.pids()[0];
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::timeout(LIMIT, exec.await_idle(&thread))
+        .await
+        .unwrap();
+    assert_eq!(h.run_row(&thread, &run.id).await.status, RunStatus::Failed);
+    let settled = poll(|| async {
+        h.projection(&thread)
+            .await
+            .runtime_requests
+            .into_iter()
+            .find(|r| r.id == request.id && r.status != RuntimeRequestStatus::Pending)
+    })
+    .await;
+    assert_eq!(settled.status, RuntimeRequestStatus::Expired, "{settled:?}");
+    assert!(
+        matches!(&settled.response_capability, ResponseCapability::NotResumable { reason } if !reason.contains("previous server process")),
+        "{settled:?}"
+    );
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}
+
+/// A turn the stuck-turn watchdog ended while the agent ignores `session/cancel`: the
+/// thread's next run is not refused because the actor still held the abandoned turn;
+/// that turn is recorded interrupted and the new prompt goes to the same agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_watchdog_ended_does_not_wedge_the_thread() {
+    let h = Harness::new().await;
+    let exec = h.execution_full(
+        env!("CARGO_BIN_EXE_fake_acp"),
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        &[],
+    );
+    let thread = h.thread().await;
+    let run = h
+        .run(
+            &exec,
+            &thread,
+            &script(json!([{"text": "busy"}, {"deaf": true}])),
+        )
+        .await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(
+        run.error.as_ref().map(|e| e.error_type.as_str()),
+        Some("provider.stalled")
+    );
+    let next = h.run(&exec, &thread, "again").await;
+    assert_eq!(next.status, RunStatus::Completed, "{:?}", next.error);
+    assert_eq!(h.pids().len(), 1, "the same agent process");
+    let p = h.projection(&thread).await;
+    let old = p
+        .provider_turns
+        .iter()
+        .find(|t| t.run_id == run.id)
+        .unwrap();
+    assert_ne!(old.status, ProviderTurnStatus::Running);
     exec.shutdown(Duration::from_secs(10)).await;
     exec.manager().shutdown().await;
 }

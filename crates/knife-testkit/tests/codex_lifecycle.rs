@@ -287,6 +287,52 @@ async fn codex_interrupt_ends_the_turn_interrupted() {
     assert_eq!(h.sent_methods("initialize").len(), 1);
 }
 
+/// A codex turn that ignores `turn/interrupt`: the run ends interrupted after the
+/// grace (the shared process stays), and the thread's next run is not refused because
+/// the driver still held the abandoned turn; that turn is recorded interrupted.
+#[tokio::test]
+async fn codex_a_turn_deaf_to_interrupt_does_not_wedge_the_thread() {
+    let mut h = harness(Duration::from_secs(60)).await;
+    let (exec, _) = service_with_grace(
+        &h.store,
+        &h.codex_home,
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+    );
+    h.exec = exec;
+    let run = h
+        .exec
+        .start_run(
+            &h.thread.id,
+            script(r#"[{"text":"working on it"},{"deaf":true}]"#),
+        )
+        .await
+        .unwrap();
+    h.until("the streamed text", |p| {
+        p.turn_items.iter().any(|i| {
+            matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "working on it")
+        })
+    })
+    .await;
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    let run = h.finish(&run.id).await;
+    assert_eq!(run.status, RunStatus::Interrupted);
+    let next = h.run("next".into()).await;
+    assert_eq!(next.status, RunStatus::Completed, "{:?}", next.error);
+    assert_eq!(h.sent_methods("initialize").len(), 1, "same process");
+    let p = h.projection().await;
+    let old = p
+        .provider_turns
+        .iter()
+        .find(|t| t.run_id == run.id)
+        .unwrap();
+    assert_eq!(old.status, ProviderTurnStatus::Interrupted);
+    assert_eq!(assistant_texts(&p, &next.id)[0].0, "Hello from fake codex.");
+}
+
 #[tokio::test]
 async fn codex_an_interrupt_while_an_approval_waits_cancels_the_request() {
     let h = harness(Duration::from_secs(60)).await;

@@ -280,12 +280,16 @@ async fn codex_mgr_05_a_cancelled_open_is_stopped_by_closing_its_scope() {
     };
     let input = open_input(&h);
     let open = adapter.open_with_options(input, options);
-    // Dropped mid-handshake (the process runs by then).
+    // Dropped mid-handshake: once codex got `initialize`, which the driver sends after
+    // registering the process on the scope. (Dropping it while the spawn still records
+    // the group would SIGKILL the group at once, so the group would be gone already.)
     let pgid = tokio::select! {
         _ = open => panic!("the handshake cannot complete"),
         pgid = async {
             loop {
-                if let Some(pgid) = h.pgids().await.first().copied() {
+                if let Some(pgid) = h.pgids().await.first().copied()
+                    && !h.sent_methods("initialize").is_empty()
+                {
                     break pgid;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -295,4 +299,122 @@ async fn codex_mgr_05_a_cancelled_open_is_stopped_by_closing_its_scope() {
     assert!(group_alive(u32::try_from(pgid).unwrap()));
     assert!(scope.close_within(Duration::from_secs(5)).await);
     assert!(gone_within(pgid, Duration::from_secs(2)).await);
+}
+
+/// MGR-41 for codex: an approval pending when the app-server dies is not cancelled by
+/// the driver; the release of the failed session expires it (`not_resumable`), and a
+/// late answer is refused with that reason.
+#[tokio::test]
+async fn codex_mgr_41_an_approval_pending_when_codex_dies_expires() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(
+            &h.thread.id,
+            script(r#"[{"approve_command":"make deploy"}]"#),
+        )
+        .await
+        .unwrap();
+    let request = pending_request(&h).await;
+    let pgid = h.pgids().await[0];
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let run = h.finish(&run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let p = h
+        .until("the request settled", |p| {
+            p.runtime_requests
+                .iter()
+                .any(|r| r.id == request.id && r.status != RuntimeRequestStatus::Pending)
+        })
+        .await;
+    let settled = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == request.id)
+        .unwrap();
+    assert_eq!(settled.status, RuntimeRequestStatus::Expired, "{settled:?}");
+    assert!(
+        matches!(&settled.response_capability, ResponseCapability::NotResumable { reason } if !reason.contains("previous server process")),
+        "{settled:?}"
+    );
+    let approval = p
+        .turn_items
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::Approval { .. }))
+        .unwrap();
+    assert_eq!(approval.status, TurnItemStatus::Failed);
+    let late = h
+        .exec
+        .respond_to_request(
+            &h.thread.id,
+            &request.id,
+            RequestAnswer {
+                decision: ApprovalDecision::AllowOnce,
+                message: None,
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(late.contains("expired"), "{late}");
+}
+
+/// An interrupt asked while codex had not named the turn yet, after the `start_turn`
+/// call was dropped (a run cancelled while codex accepted the turn), still reaches
+/// codex once `turn/started` names the turn, and the turn ends interrupted.
+#[tokio::test]
+async fn codex_an_interrupt_before_codex_named_the_turn_is_sent_when_it_does() {
+    use futures::StreamExt;
+    let h = harness(Duration::from_secs(60)).await;
+    let mut config = CodexConfig::new(instance());
+    config.command = env!("CARGO_BIN_EXE_fake_codex").into();
+    config.args = Vec::new();
+    config.env = vec![("CODEX_HOME".into(), h.codex_home.as_os_str().to_owned())];
+    config.eof_grace = Duration::from_millis(300);
+    config.term_grace = Duration::from_millis(300);
+    let adapter = CodexAdapter::new(config);
+    let session = adapter.open(open_input(&h)).await.unwrap();
+    let mut events = session.take_events().unwrap();
+    let run_id = RunId::for_thread(&h.thread.id, 1);
+    let input = StartTurnInput {
+        thread_id: h.thread.id.clone(),
+        run_id: run_id.clone(),
+        run_ordinal: 1,
+        provider_turn_id: ProviderTurnId::for_run(&run_id, 1),
+        attempt: 1,
+        text: script(r#"[{"wait_interrupt":true}]"#),
+        history: Vec::new(),
+        model: None,
+        cwd: None,
+    };
+    // Polled once: the thread is loaded, so `turn/start` is written, then dropped.
+    let dropped = futures::FutureExt::now_or_never(session.start_turn(input));
+    assert!(
+        dropped.is_none(),
+        "codex cannot have answered yet: {dropped:?}"
+    );
+    session
+        .interrupt_turn(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(event) = events.next().await {
+            if let Ok(AdapterEvent::TurnTerminal { outcome, .. }) = event {
+                return Some(outcome);
+            }
+        }
+        None
+    })
+    .await
+    .expect("the turn ended");
+    assert!(
+        matches!(&outcome, Some(TurnOutcome::Interrupted { reason }) if reason == "user"),
+        "{outcome:?}"
+    );
+    assert_eq!(h.sent_methods("turn/interrupt").len(), 1);
+    session.close().await.unwrap();
 }

@@ -158,12 +158,7 @@ impl App {
         );
         let tool_policy = Arc::new(ToolPolicy {
             process_observer: Some(Arc::new(observer)),
-            secret_env_vars: config
-                .providers
-                .values()
-                .filter_map(|p| p.api_key_env.clone())
-                .chain(config.server.api_token_env.clone())
-                .collect(),
+            secret_env_vars: crate::providers::secret_env_vars(config),
             permissions: PermissionRules::new(config.permissions.clone())
                 .context("invalid [[permissions]] in the config")?,
             project_permissions: config.project_permissions()?,
@@ -176,7 +171,9 @@ impl App {
             if p.driver == knife_adapters::acp::DRIVER {
                 let groups =
                     knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
-                let adapter = crate::providers::acp_adapter(id, p, groups, clock.clone())?;
+                let mut adapter = crate::providers::acp_config(id, p, groups, clock.clone())?;
+                adapter.env_remove = crate::providers::agent_env_remove(config, p);
+                let adapter = knife_adapters::acp::AcpAdapter::new(adapter);
                 adapters.insert(ProviderInstanceId::from(id.as_str()), Arc::new(adapter));
                 continue;
             }
@@ -184,6 +181,9 @@ impl App {
                 crate::providers::check_codex_instance(id, p)?;
                 let mut codex = crate::providers::codex_config(id, p);
                 codex.mcp_slots = Some(Arc::clone(&mcp_slots));
+                // Like `bash`, an agent program does not see other instances' API keys
+                // (its own `env` can still set any of them).
+                codex.env_remove = crate::providers::agent_env_remove(config, p);
                 codex.process_groups = Some(knife_runtime::process_groups::ProcessGroups::new(
                     store.clone(),
                     clock.clone(),

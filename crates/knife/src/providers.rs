@@ -1,5 +1,5 @@
 //! Provider instance → streaming LLM client, by `driver` (knife.toml
-//! `[providers.<id>]`; drivers listed in [`crate::config::DRIVERS`]).
+//! `[providers.<id>]`; drivers listed in [`crate::config::providers::DRIVERS`]).
 
 use std::ffi::OsString;
 use std::sync::Arc;
@@ -127,16 +127,43 @@ pub fn llm_client(
     })
 }
 
-/// The `acp` adapter of instance `id`: `command` (required), `args`, `env`; its
-/// process groups are recorded in `groups`.
+/// Names of knife's secret environment variables, which no child process (`bash`
+/// commands, codex / ACP agent programs) inherits: every provider instance's
+/// `api_key_env` and `[server] api_token_env`, sorted, without duplicates. An agent
+/// instance's own `env` may set any of them again for its program.
+pub fn secret_env_vars(config: &crate::config::Config) -> Vec<String> {
+    let mut names: Vec<String> = config
+        .providers
+        .values()
+        .filter_map(|p| p.api_key_env.clone())
+        .chain(config.server.api_token_env.clone())
+        .filter(|n| !n.trim().is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The variables an external runtime instance `p` (codex, ACP) does not inherit:
+/// [`secret_env_vars`] except the instance's own `api_key_env` (its own key; its
+/// `env` table may set any of the others explicitly).
+pub fn agent_env_remove(config: &crate::config::Config, p: &ProviderConfig) -> Vec<String> {
+    secret_env_vars(config)
+        .into_iter()
+        .filter(|name| p.api_key_env.as_ref() != Some(name))
+        .collect()
+}
+
+/// The `acp` adapter config of instance `id`: `command` (required), `args`, `env`;
+/// its process groups are recorded in `groups`.
 ///
 /// Errors: no `command` (a config built in code skips the file check).
-pub fn acp_adapter(
+pub fn acp_config(
     id: &str,
     p: &ProviderConfig,
     groups: knife_runtime::process_groups::ProcessGroups,
     clock: knife_runtime::SharedClock,
-) -> anyhow::Result<knife_adapters::acp::AcpAdapter> {
+) -> anyhow::Result<knife_adapters::acp::AcpConfig> {
     let Some(command) = p.command.as_deref().filter(|c| !c.trim().is_empty()) else {
         bail!("provider `{id}` has driver `acp` but no `command`; set the agent program to run");
     };
@@ -146,7 +173,7 @@ pub fn acp_adapter(
     config.env = p.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
     config.process_groups = Some(groups);
     config.clock = clock;
-    Ok(knife_adapters::acp::AcpAdapter::new(config))
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -224,6 +251,24 @@ mod tests {
         check_codex_instance("cx", &with_home(&missing)).unwrap();
         // No CODEX_HOME: codex uses its own default (~/.codex); nothing to check.
         check_codex_instance("cx", &toml::from_str("driver = 'codex'").unwrap()).unwrap();
+    }
+
+    #[test]
+    fn secret_env_vars_lists_every_api_key_variable_and_the_api_token_once() {
+        let config: crate::config::Config = toml::from_str(
+            "default_provider = 'a'\n[server]\napi_token_env = 'TOKEN_VAR'\n\
+             [providers.a]\ndriver = 'openai-chat'\nmodel = 'm'\napi_key_env = 'B_KEY'\n\
+             [providers.b]\ndriver = 'anthropic'\nmodel = 'm'\napi_key_env = 'B_KEY'\n\
+             [providers.c]\ndriver = 'openai-responses'\nmodel = 'm'\napi_key_env = 'A_KEY'\n\
+             [providers.cx]\ndriver = 'codex'\n",
+        )
+        .unwrap();
+        assert_eq!(secret_env_vars(&config), ["A_KEY", "B_KEY", "TOKEN_VAR"]);
+        // An agent instance keeps its own key variable.
+        let mut own = config.providers["cx"].clone();
+        assert_eq!(agent_env_remove(&config, &own).len(), 3);
+        own.api_key_env = Some("A_KEY".into());
+        assert_eq!(agent_env_remove(&config, &own), ["B_KEY", "TOKEN_VAR"]);
     }
 
     #[test]

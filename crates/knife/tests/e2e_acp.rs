@@ -261,3 +261,113 @@ async fn e2e_acp_an_instance_without_command_is_refused_with_a_hint() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("has no `model`"), "{}", out.stderr);
 }
+
+/// `knife run` (in-process server) from `dir` with `config` written to `dir/knife.toml`
+/// and `env` added to knife's environment.
+async fn run_in_process(
+    dir: &Path,
+    config: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> CliOutput {
+    std::fs::write(dir.join("knife.toml"), config).unwrap();
+    let data = dir.join("data").display().to_string();
+    let mut cmd = knife_command(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut all = vec!["run", "--data-dir", &data];
+    all.extend_from_slice(args);
+    cmd.args(&all)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = tokio::time::timeout(CLI_TIMEOUT, cmd.spawn().unwrap().wait_with_output())
+        .await
+        .expect("knife run finished")
+        .unwrap();
+    let out = CliOutput {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    eprintln!("--- stdout\n{}\n--- stderr\n{}", out.stdout, out.stderr);
+    out
+}
+
+/// The agent program does not inherit knife's secrets: the `api_key_env` variables of
+/// every instance are removed from its environment (like `bash` commands), unless the
+/// agent instance's own `env` sets one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_acp_agent_env_has_no_api_keys_of_other_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("agent-env.txt");
+    let config = format!(
+        "default_provider = \"agent\"\n[server]\nlisten = \"127.0.0.1:9\"\n\n\
+         [providers.other]\ndriver = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         model = \"m\"\napi_key_env = \"OPENAI_LIKE_SECRET\"\n\n\
+         [providers.third]\ndriver = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"THIRD_SECRET_KEY\"\n\n\
+         [providers.agent]\ndriver = \"acp\"\ncommand = \"sh\"\n\
+         args = [\"-c\", \"env > '{}'; exec '{}'\"]\n\
+         env = {{ THIRD_SECRET_KEY = \"given-to-the-agent\" }}\n",
+        env_file.display(),
+        fake_acp().display()
+    );
+    let out = run_in_process(
+        dir.path(),
+        &config,
+        &[
+            ("THIRD_SECRET_KEY", "knife-own-secret"),
+            ("OPENAI_LIKE_SECRET", "s3cret-other"),
+        ],
+        &["--provider", "agent", "hi"],
+    )
+    .await;
+    assert!(out.status.success(), "knife run failed: {}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), "echo #1: hi");
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(
+        !env.contains("s3cret-other"),
+        "another instance's API key leaked:\n{env}"
+    );
+    assert!(!env.contains("OPENAI_LIKE_SECRET="), "{env}");
+    assert!(!env.contains("knife-own-secret"), "{env}");
+    assert!(env.contains("THIRD_SECRET_KEY=given-to-the-agent"), "{env}");
+    assert!(
+        env.contains("PATH="),
+        "the rest of the environment is kept:\n{env}"
+    );
+}
+
+/// A codex or ACP instance whose program does not exist: `knife run` ends at once
+/// with an error that names the program and says how to fix the config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_missing_agent_program_fails_fast_with_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "default_provider = \"cx\"\n[server]\nlisten = \"127.0.0.1:9\"\n\n\
+                  [providers.cx]\ndriver = \"codex\"\ncommand = \"/nonexistent/bin/codex\"\n\n\
+                  [providers.ac]\ndriver = \"acp\"\ncommand = \"no-such-acp-agent-knife-test\"\n";
+    for (provider, program, where_) in [
+        ("cx", "/nonexistent/bin/codex", "was not found;"),
+        (
+            "ac",
+            "no-such-acp-agent-knife-test",
+            "was not found on PATH",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let out = run_in_process(dir.path(), config, &[], &["--provider", provider, "hi"]).await;
+        assert!(!out.status.success());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(out.stderr.contains(program), "{}", out.stderr);
+        assert!(out.stderr.contains(where_), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("`command` in knife.toml"),
+            "{}",
+            out.stderr
+        );
+    }
+}

@@ -667,6 +667,13 @@ impl AcpTurn {
         events
     }
 
+    /// Forgets the pending approvals without settling them, before [`AcpTurn::finish`]
+    /// of a turn whose agent process died: they stay `pending` / `live` and the
+    /// manager's release of the failed session settles them `expired` (MGR-41).
+    pub fn leave_approvals_to_release(&mut self) {
+        self.approvals.clear();
+    }
+
     /// Ends the turn: cancels pending approvals, settles open items, emits the
     /// provider turn's final state, the agent status `idle`, then exactly one
     /// `TurnTerminal`. Later calls return nothing.

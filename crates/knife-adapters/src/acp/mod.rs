@@ -59,6 +59,10 @@ pub struct AcpConfig {
     pub args: Vec<OsString>,
     /// Variables set on top of knife's environment (`KNIFE_*` are removed).
     pub env: Vec<(OsString, OsString)>,
+    /// Variables of knife's environment not passed to the agent (exact names; knife
+    /// fills in every instance's `api_key_env` and the API token's variable). `env`
+    /// still sets a variable named here. Default: none.
+    pub env_remove: Vec<String>,
     /// Records the agent's process group so the next boot kills a leftover.
     pub process_groups: Option<ProcessGroups>,
     /// Wall-clock source of items and turns.
@@ -80,6 +84,7 @@ impl std::fmt::Debug for AcpConfig {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env", &env)
+            .field("env_remove", &self.env_remove)
             .field("handshake_timeout", &self.handshake_timeout)
             .finish_non_exhaustive()
     }
@@ -93,6 +98,7 @@ impl AcpConfig {
             command: command.into(),
             args: Vec::new(),
             env: Vec::new(),
+            env_remove: Vec::new(),
             process_groups: None,
             clock: Arc::new(SystemClock),
             handshake_timeout: HANDSHAKE_TIMEOUT,
@@ -109,6 +115,7 @@ impl AcpConfig {
         );
         spec.args = self.args.clone();
         spec.env = self.env.clone();
+        spec.env_remove = self.env_remove.clone();
         spec.thread = Some(thread.clone());
         spec.eof_grace = self.eof_grace;
         spec.term_grace = self.term_grace;

@@ -419,11 +419,26 @@ impl Actor {
             return Err(AdapterError::Closed);
         }
         if let Some(turn) = &self.turn {
-            return Err(AdapterError::Runtime(format!(
-                "a turn is already running on thread {}; interrupt it or wait for it to end \
-                 before starting another",
-                turn.identity().thread_id
-            )));
+            if turn.identity().provider_turn_id == input.provider_turn_id {
+                return Err(AdapterError::Runtime(format!(
+                    "turn {} is already running on thread {}",
+                    input.provider_turn_id,
+                    turn.identity().thread_id
+                )));
+            }
+            // Execution starts a turn only once the thread's previous run ended, so this
+            // one was given up on (the stuck-turn watchdog ended it while the agent
+            // ignored `session/cancel`). Without this the thread would refuse every
+            // later turn until the session is released.
+            tracing::warn!(
+                agent = %self.label, thread = %input.thread_id,
+                "the agent never ended the previous turn; it is recorded interrupted and a new prompt is sent"
+            );
+            let reason = self
+                .interrupt
+                .clone()
+                .unwrap_or_else(|| "aborted".to_owned());
+            self.finish(TurnEnd::Interrupted(reason));
         }
         let mut turn = AcpTurn::new(
             Arc::clone(&self.config.clock),
@@ -589,6 +604,12 @@ impl Actor {
             }
         };
         tracing::warn!(agent = %self.label, "{message}");
+        // Nobody can answer the agent's open permission requests any more: they stay
+        // pending until the release of the failed session expires them (MGR-41).
+        self.permissions.clear();
+        if let Some(turn) = self.turn.as_mut() {
+            turn.leave_approvals_to_release();
+        }
         self.finish(TurnEnd::Failed(RunError::new(
             "provider.runtime",
             message.clone(),

@@ -68,8 +68,27 @@ impl Inner {
             method::TURN_STARTED => {
                 if let Some(n) = self.parse::<wire::TurnNotification>(method, params) {
                     let mut st = lock(&self.state);
-                    if let Some(turn) = st.turns.get_mut(&n.thread_id) {
-                        turn.native_turn.get_or_insert(n.turn.id);
+                    if let Some(turn) = st.turns.get_mut(&n.thread_id)
+                        && turn.native_turn.is_none()
+                    {
+                        turn.native_turn = Some(n.turn.id.clone());
+                        // knife asked to interrupt before codex named the turn, and the
+                        // `turn/start` call that would have sent it was dropped (the run
+                        // was cancelled while codex accepted the turn): send it now.
+                        if turn.interrupt.is_some() {
+                            let rpc = self.rpc.clone();
+                            let params = wire::TurnInterruptParams {
+                                thread_id: n.thread_id.clone(),
+                                turn_id: n.turn.id,
+                            };
+                            tokio::spawn(async move {
+                                if let Err(e) =
+                                    rpc.call::<_, Value>(method::TURN_INTERRUPT, &params).await
+                                {
+                                    tracing::warn!(error = %e, "codex refused or did not answer turn/interrupt");
+                                }
+                            });
+                        }
                     }
                 }
             }

@@ -73,6 +73,10 @@ pub struct CodexConfig {
     /// Extra environment (e.g. `CODEX_HOME`, the model provider's API key variable).
     /// `CODEX_HOME` must be a persistent directory: resuming a thread needs its rollout.
     pub env: Vec<(OsString, OsString)>,
+    /// Variables of knife's environment not passed to the process (exact names; knife
+    /// fills in every instance's `api_key_env` and the API token's variable). `env`
+    /// still sets a variable named here. Default: none (`KNIFE_*` are always removed).
+    pub env_remove: Vec<String>,
     /// Model passed to `thread/start`; `None` = codex's configured default.
     pub model: Option<String>,
     /// `approvalPolicy` of new threads (`untrusted`, `on-request`, `never`; default
@@ -109,6 +113,7 @@ impl std::fmt::Debug for CodexConfig {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env_names", &env)
+            .field("env_remove", &self.env_remove)
             .field("model", &self.model)
             .field("approval_policy", &self.approval_policy)
             .field("sandbox", &self.sandbox)
@@ -125,6 +130,7 @@ impl CodexConfig {
             command: "codex".into(),
             args: DEFAULT_ARGS.iter().map(OsString::from).collect(),
             env: Vec::new(),
+            env_remove: Vec::new(),
             model: None,
             approval_policy: Some("on-request".into()),
             sandbox: Some("workspace-write".into()),

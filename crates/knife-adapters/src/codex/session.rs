@@ -112,6 +112,7 @@ impl CodexSession {
         let mut spec = ProcessSpec::new(config.command.clone(), &input.cwd, label.clone());
         spec.args = config.args.clone();
         spec.env = config.env.clone();
+        spec.env_remove = config.env_remove.clone();
         spec.thread = Some(input.thread_id.clone());
         spec.eof_grace = config.eof_grace;
         spec.term_grace = config.term_grace;
@@ -259,7 +260,8 @@ impl Inner {
             st.turns.drain().map(|(_, t)| t).collect()
         };
         for mut turn in turns {
-            turn.recorder.finish(TurnOutcome::Failed {
+            // Pending approvals stay pending: the release expires them (MGR-41).
+            turn.recorder.finish_session_lost(TurnOutcome::Failed {
                 error: RunError::new("runtime", text.clone()),
             });
         }
@@ -439,15 +441,43 @@ impl SessionRuntime for CodexSession {
         let native = inner
             .ensure_thread(&input.thread_id, hint, input.cwd.as_deref())
             .await?;
-        {
+        let abandoned = {
             let mut st = lock(&inner.state);
-            if st.turns.contains_key(&native) {
+            if st
+                .turns
+                .get(&native)
+                .is_some_and(|t| t.recorder.ids().provider_turn_id == input.provider_turn_id)
+            {
                 return Err(AdapterError::Runtime(format!(
-                    "a turn is already running on thread {}; interrupt it or wait for it to end \
-                     before starting another",
-                    input.thread_id
+                    "turn {} is already running on thread {}",
+                    input.provider_turn_id, input.thread_id
                 )));
             }
+            // Execution starts a turn only once the thread's previous run ended, so a turn
+            // still registered here is one knife gave up on (codex ignored the interrupt
+            // past the grace, or the stuck-turn watchdog ended it). Without this the
+            // thread would refuse every later turn until the process goes.
+            let abandoned = st.turns.remove(&native);
+            if abandoned.is_some() {
+                st.requests.retain(|_, p| p.native_thread != native);
+            }
+            abandoned
+        };
+        if let Some(mut old) = abandoned {
+            tracing::warn!(
+                thread = %input.thread_id, native = %native,
+                "codex never ended the thread's previous turn; it is recorded interrupted and a new turn starts"
+            );
+            let native_turn = old.native_turn.clone();
+            old.recorder.finish(TurnOutcome::Interrupted {
+                reason: old.interrupt.clone().unwrap_or_else(|| "aborted".into()),
+            });
+            if let Some(native_turn) = native_turn {
+                inner.send_interrupt(native.clone(), native_turn).await;
+            }
+        }
+        {
+            let mut st = lock(&inner.state);
             let baseline = st.usage_totals.get(&native).copied().unwrap_or_default();
             let recorder = TurnRecorder::start(
                 inner.sink.clone(),
@@ -496,8 +526,13 @@ impl SessionRuntime for CodexSession {
                 let interrupt = {
                     let mut st = lock(&inner.state);
                     match st.turns.get_mut(&native) {
-                        Some(turn) if turn.recorder.ids().run_id == input.run_id => {
-                            turn.native_turn.get_or_insert(resp.turn.id.clone());
+                        // Whoever names the turn sends a pending interrupt (here, or
+                        // `turn/started` in dispatch), so it goes out once.
+                        Some(turn)
+                            if turn.recorder.ids().run_id == input.run_id
+                                && turn.native_turn.is_none() =>
+                        {
+                            turn.native_turn = Some(resp.turn.id.clone());
                             turn.interrupt.is_some()
                         }
                         _ => false,

@@ -325,7 +325,12 @@ impl ExecutionService {
         // Whatever the runtime left unfinished ends with the run (a grace expiry, a
         // broken event stream or a failed write means its own settlement never came).
         let mut events = match store.thread_projection(&ctx.thread.id).await? {
-            Some(p) => crate::recovery::settle_unfinished(&p, &run.id, now),
+            Some(p) => crate::recovery::settle_unfinished(
+                &p,
+                &run.id,
+                now,
+                crate::recovery::REQUEST_RUN_ENDED,
+            ),
             None => Vec::new(),
         };
         let reason = *lock(&ctx.reason);

@@ -24,6 +24,7 @@
 //! - `{"usage": [input, output]}`: adds to the thread's token usage;
 //! - `{"sleep_ms": N}`;
 //! - `{"wait_interrupt": true}`: blocks until `turn/interrupt`;
+//! - `{"deaf": true}`: blocks forever and ignores `turn/interrupt` (a wedged turn);
 //! - `{"fail": "message"}`: ends the turn `failed`;
 //! - `{"crash": N}`: writes to stderr and exits with status N at once;
 //! - `{"malformed": true}`: prints a non-JSON line, an answer to an unknown id and a
@@ -299,6 +300,10 @@ async fn run_turn(
     );
     let mut end = End::Completed;
     for command in script_of(&text) {
+        if command.get("deaf").is_some() {
+            // Never ends, and ignores turn/interrupt.
+            std::future::pending::<()>().await;
+        }
         let step = tokio::select! {
             step = run_command(&fake, &thread, &ids, &command) => step,
             _ = interrupt.notified() => Some(End::Interrupted),

@@ -86,11 +86,22 @@ pub async fn harness(idle: Duration) -> Harness {
     }
 }
 
-/// A session manager + execution service with the codex driver on the fake peer.
+/// A session manager + execution service with the codex driver on the fake peer
+/// (interrupt grace 5 s).
 pub fn service(
     store: &Store,
     codex_home: &std::path::Path,
     idle: Duration,
+) -> (ExecutionService, Arc<CredentialRegistry>) {
+    service_with_grace(store, codex_home, idle, Duration::from_secs(5))
+}
+
+/// [`service`] with interrupt grace `grace`.
+pub fn service_with_grace(
+    store: &Store,
+    codex_home: &std::path::Path,
+    idle: Duration,
+    grace: Duration,
 ) -> (ExecutionService, Arc<CredentialRegistry>) {
     let clock: SharedClock = Arc::new(SystemClock);
     let registry = CredentialRegistry::new(Some("http://127.0.0.1:43123/mcp".into()));
@@ -118,8 +129,7 @@ pub fn service(
         adapters,
         options,
     );
-    let exec = ExecutionService::new(store.clone(), clock, manager)
-        .with_interrupt_grace(Duration::from_secs(5));
+    let exec = ExecutionService::new(store.clone(), clock, manager).with_interrupt_grace(grace);
     (exec, registry)
 }
 

@@ -9,7 +9,9 @@
 //!   (default [`MAX_LINE_BYTES`], 16 MiB) and hands each non-blank UTF-8 line to the
 //!   [`ProcessLines`] receiver. A longer line is dropped whole, a line that is not UTF-8
 //!   is dropped; both are logged and counted in [`LineStats`] (and the
-//!   `knife_adapter_bad_lines_total{reason}` counter) and never stop the reader.
+//!   `knife_adapter_bad_lines_total{reason}` counter) and never stop the reader. Lines
+//!   not yet taken are bounded by [`ProcessSpec::max_queued_bytes`] (32 MiB): beyond it
+//!   the reader waits and the child blocks on its stdout (back-pressure).
 //! - **stdin writer**: [`ChildProcess::send_line`] queues a line (never blocks); the
 //!   writer appends `\n` and writes in order. Closing stdin (EOF) drops the queue.
 //! - **stderr logger**: every stderr line goes to the log (target
@@ -49,9 +51,13 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
+
+mod lines;
+pub use lines::strip_ansi;
+use lines::{CappedLines, decode_line};
 
 /// Longest stdout line accepted (bytes, without the newline): 16 MiB.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -69,9 +75,12 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(20);
 /// Lines buffered between the stdout reader and its consumer.
 const LINE_QUEUE: usize = 1024;
+/// Default bound of the bytes of lines read but not yet taken ([`ProcessSpec::max_queued_bytes`]).
+pub const MAX_QUEUED_BYTES: usize = 32 * 1024 * 1024;
 
-/// What to start and how to supervise it.
-#[derive(Clone, Debug)]
+/// What to start and how to supervise it. `Debug` shows the names of `env`, not the
+/// values (they may be API keys).
+#[derive(Clone)]
 pub struct ProcessSpec {
     /// The program (looked up on `PATH` when it has no slash).
     pub program: OsString,
@@ -81,6 +90,10 @@ pub struct ProcessSpec {
     /// Variables of knife's environment starting with one of these prefixes are removed
     /// (default `["KNIFE_"]`: knife's own settings and secrets stay out of the child).
     pub env_remove_prefixes: Vec<String>,
+    /// Variables of knife's environment removed by exact name (default none): knife's
+    /// secrets, e.g. the `api_key_env` variables of every provider instance and the API
+    /// token's variable. A variable also named in [`ProcessSpec::env`] is set to that value.
+    pub env_remove: Vec<String>,
     /// Working directory.
     pub cwd: PathBuf,
     /// Name used in logs and in the store's process-group record (e.g. `codex: app-server`).
@@ -89,6 +102,11 @@ pub struct ProcessSpec {
     pub thread: Option<ThreadId>,
     /// Longest stdout line (bytes); default [`MAX_LINE_BYTES`].
     pub max_line_bytes: usize,
+    /// Bytes of stdout lines read but not yet taken with [`ProcessLines::next`] (at least
+    /// one line is always let through); default [`MAX_QUEUED_BYTES`]. Beyond it knife
+    /// stops reading, so a flooding child blocks on its own stdout instead of knife
+    /// buffering up to 1024 lines of 16 MiB.
+    pub max_queued_bytes: usize,
     /// Stdin EOF → SIGTERM; default [`EOF_GRACE`].
     pub eof_grace: Duration,
     /// SIGTERM → SIGKILL; default [`TERM_GRACE`].
@@ -108,20 +126,54 @@ impl ProcessSpec {
             args: Vec::new(),
             env: Vec::new(),
             env_remove_prefixes: vec!["KNIFE_".to_owned()],
+            env_remove: Vec::new(),
             cwd: cwd.into(),
             label: label.into(),
             thread: None,
             max_line_bytes: MAX_LINE_BYTES,
+            max_queued_bytes: MAX_QUEUED_BYTES,
             eof_grace: EOF_GRACE,
             term_grace: TERM_GRACE,
         }
     }
 }
 
+impl std::fmt::Debug for ProcessSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<_> = self.env.iter().map(|(k, _)| k).collect();
+        f.debug_struct("ProcessSpec")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env_names", &env)
+            .field("env_remove_prefixes", &self.env_remove_prefixes)
+            .field("env_remove", &self.env_remove)
+            .field("cwd", &self.cwd)
+            .field("label", &self.label)
+            .field("thread", &self.thread)
+            .field("max_line_bytes", &self.max_line_bytes)
+            .field("max_queued_bytes", &self.max_queued_bytes)
+            .field("eof_grace", &self.eof_grace)
+            .field("term_grace", &self.term_grace)
+            .finish()
+    }
+}
+
 /// Errors of [`ChildProcess`].
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
-    /// The program could not be started.
+    /// The program was not found (not on `PATH`, or no file at that path).
+    #[error(
+        "could not start {label}: the program `{program}` was not found{where_}; install it or set the provider instance's `command` in knife.toml to its full path{hint}"
+    )]
+    NotFound {
+        label: String,
+        program: String,
+        /// ` on PATH` for a bare name, empty for a path.
+        where_: &'static str,
+        /// Extra advice (a command with spaces: arguments go in `args`), or empty.
+        hint: &'static str,
+    },
+    /// The program could not be started for another reason.
     #[error(
         "could not start {program} in {cwd}: {source}; check the instance's `command` and that the directory exists"
     )]
@@ -220,13 +272,14 @@ impl LineStats {
 /// The child's stdout, one line at a time (see the module docs).
 #[derive(Debug)]
 pub struct ProcessLines {
-    rx: mpsc::Receiver<String>,
+    /// Each line with its share of the byte budget, given back when it is taken.
+    rx: mpsc::Receiver<(String, tokio::sync::OwnedSemaphorePermit)>,
 }
 
 impl ProcessLines {
     /// The next line (without `\n` / `\r\n`); `None` once stdout is closed.
     pub async fn next(&mut self) -> Option<String> {
-        self.rx.recv().await
+        self.rx.recv().await.map(|(line, _budget)| line)
     }
 }
 
@@ -257,10 +310,30 @@ impl ChildProcess {
         spec: ProcessSpec,
         groups: Option<ProcessGroups>,
     ) -> Result<(ChildProcess, ProcessLines), ProcessError> {
-        let spawn_err = |source: io::Error| ProcessError::Spawn {
-            program: spec.program.to_string_lossy().into_owned(),
-            cwd: spec.cwd.display().to_string(),
-            source,
+        let spawn_err = |source: io::Error| {
+            let program = spec.program.to_string_lossy().into_owned();
+            if source.kind() == io::ErrorKind::NotFound && spec.cwd.is_dir() {
+                ProcessError::NotFound {
+                    label: spec.label.clone(),
+                    where_: if program.contains('/') {
+                        ""
+                    } else {
+                        " on PATH"
+                    },
+                    hint: if program.trim().contains(char::is_whitespace) {
+                        " (`command` is one program; put its arguments in `args`)"
+                    } else {
+                        ""
+                    },
+                    program,
+                }
+            } else {
+                ProcessError::Spawn {
+                    program,
+                    cwd: spec.cwd.display().to_string(),
+                    source,
+                }
+            }
         };
         let mut wrap = CommandWrap::with_new(&spec.program, |cmd| {
             cmd.args(&spec.args)
@@ -274,6 +347,7 @@ impl ChildProcess {
                     .env_remove_prefixes
                     .iter()
                     .any(|p| text.starts_with(p.as_str()))
+                    || spec.env_remove.iter().any(|n| *n == text)
                 {
                     cmd.env_remove(&name);
                 }
@@ -308,6 +382,8 @@ impl ChildProcess {
             let stats = Arc::clone(&stats);
             let label = label.clone();
             let cap = spec.max_line_bytes;
+            let budget_bytes = u32::try_from(spec.max_queued_bytes.max(1)).unwrap_or(u32::MAX);
+            let budget = Arc::new(tokio::sync::Semaphore::new(budget_bytes as usize));
             tokio::spawn(async move {
                 let mut lines = CappedLines::new(BufReader::with_capacity(64 * 1024, stdout), cap);
                 let mut receiver_gone = false;
@@ -321,7 +397,19 @@ impl ChildProcess {
                     };
                     // Keep draining stdout when nobody listens, so the child never blocks;
                     // a full queue makes the reader wait (back-pressure on the child).
-                    if !receiver_gone && line_tx.send(text).await.is_err() {
+                    // …and so does an exhausted byte budget (a line larger than the whole
+                    // budget takes all of it).
+                    if receiver_gone {
+                        continue;
+                    }
+                    let want = u32::try_from(text.len())
+                        .unwrap_or(u32::MAX)
+                        .clamp(1, budget_bytes);
+                    let Ok(permit) = Arc::clone(&budget).acquire_many_owned(want).await else {
+                        receiver_gone = true;
+                        continue;
+                    };
+                    if line_tx.send((text, permit)).await.is_err() {
                         receiver_gone = true;
                     }
                 }
@@ -522,7 +610,10 @@ impl Supervisor {
         // Members the leader left behind (a crashed agent's tool commands) go too.
         self.end_group().await;
         let _ = self.child.try_wait();
+        // The record goes only with the group: members that survived SIGKILL (stuck in
+        // the kernel) stay recorded, so the next boot tries again.
         if let (Some(groups), Ok(raw)) = (&self.groups, i32::try_from(self.pgid))
+            && !group_alive(self.pgid)
             && let Err(e) = groups.unregister(raw).await
         {
             tracing::warn!(child = %self.label, error = %e, "could not forget the agent process group");
@@ -600,124 +691,6 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         if self.armed {
             signal_group(self.pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-/// Splits a byte stream into lines of at most `cap` bytes (see [`CappedLines::next`]).
-pub(crate) struct CappedLines<R> {
-    reader: R,
-    cap: usize,
-    buf: Vec<u8>,
-    discarding: bool,
-    done: bool,
-}
-
-impl<R: AsyncBufRead + Unpin> CappedLines<R> {
-    pub(crate) fn new(reader: R, cap: usize) -> Self {
-        Self {
-            reader,
-            cap,
-            buf: Vec::new(),
-            discarding: false,
-            done: false,
-        }
-    }
-
-    /// The next line without its `\n` (and a trailing `\r`) as `Some(Some(bytes))`;
-    /// `Some(None)` once per line longer than `cap`, whose bytes are skipped up to its
-    /// end; `None` at EOF or after a read error (logged). A last line without `\n`
-    /// counts at EOF.
-    pub(crate) async fn next(&mut self) -> Option<Option<Vec<u8>>> {
-        while !self.done {
-            let chunk = match self.reader.fill_buf().await {
-                Ok(chunk) => chunk,
-                Err(e) => {
-                    tracing::debug!(error = %e, "reading an agent process's output failed");
-                    self.done = true;
-                    break;
-                }
-            };
-            if chunk.is_empty() {
-                self.done = true;
-                if !self.discarding && !self.buf.is_empty() {
-                    return Some(Some(std::mem::take(&mut self.buf)));
-                }
-                break;
-            }
-            match chunk.iter().position(|b| *b == b'\n') {
-                Some(i) => {
-                    let result = if self.discarding {
-                        None
-                    } else if self.buf.len() + i > self.cap {
-                        Some(None)
-                    } else {
-                        self.buf.extend_from_slice(&chunk[..i]);
-                        if self.buf.last() == Some(&b'\r') {
-                            self.buf.pop();
-                        }
-                        Some(Some(std::mem::take(&mut self.buf)))
-                    };
-                    self.buf.clear();
-                    self.discarding = false;
-                    self.reader.consume(i + 1);
-                    if result.is_some() {
-                        return result;
-                    }
-                }
-                None => {
-                    let n = chunk.len();
-                    let mut oversized = false;
-                    if !self.discarding {
-                        if self.buf.len() + n > self.cap {
-                            oversized = true;
-                            self.discarding = true;
-                            self.buf = Vec::new();
-                        } else {
-                            self.buf.extend_from_slice(chunk);
-                        }
-                    }
-                    self.reader.consume(n);
-                    if oversized {
-                        return Some(None);
-                    }
-                }
-            }
-        }
-        None
-    }
-}
-
-/// `text` without ANSI escape sequences (colours of a child's log lines): `ESC [`
-/// followed by parameters up to a final byte in `@`..`~`, and lone `ESC x` pairs.
-pub fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c != '\u{1b}' {
-            out.push(c);
-            continue;
-        }
-        if chars.next() == Some('[') {
-            for c in chars.by_ref() {
-                if ('@'..='~').contains(&c) {
-                    break;
-                }
-            }
-        }
-    }
-    out
-}
-
-/// UTF-8 text of a non-blank line; counts and logs a line that is not UTF-8.
-fn decode_line(bytes: Vec<u8>, label: &str, stats: &LineStats) -> Option<String> {
-    match String::from_utf8(bytes) {
-        Ok(text) if text.trim().is_empty() => None,
-        Ok(text) => Some(text),
-        Err(e) => {
-            let lossy = String::from_utf8_lossy(e.as_bytes()).into_owned();
-            stats.record_malformed(label, "not UTF-8", &lossy);
-            None
         }
     }
 }

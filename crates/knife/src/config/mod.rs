@@ -1,0 +1,411 @@
+//! `knife.toml`: provider instances and server settings, with env-var overrides.
+//! Precedence: flags > environment > file > defaults (docs/config.md).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use knife_agent::permissions::{PermissionRule, PermissionRules};
+use serde::Deserialize;
+
+pub mod providers;
+pub use providers::ProviderConfig;
+
+/// Default listen address of `knife serve` (loopback only).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Instance used by threads that name none. Default: the only instance, or `openai`.
+    pub default_provider: Option<String>,
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// `[sessions]`: provider session lifetimes and the stale-session reaper.
+    #[serde(default)]
+    pub sessions: SessionsConfig,
+    /// Provider instances by id (`[providers.openai]`, `[providers.local-ollama]`, …).
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Tool permission rules of the built-in agent (`[[permissions]]` tables of
+    /// `tool`, `pattern` (default `*`) and `action` = `allow` | `ask` | `deny`), in
+    /// order: the last matching rule wins; without a match read-only tools are
+    /// allowed and `write` / `edit` / `bash` ask (docs/tools.md).
+    #[serde(default)]
+    pub permissions: Vec<PermissionRule>,
+    /// Agents get browser (`preview`) MCP tools (default true; SPEC.md MCP-02).
+    pub agent_browser_access: Option<bool>,
+    /// Agents get device MCP tools (default false; SPEC.md MCP-05).
+    pub agent_device_access: Option<bool>,
+    /// Per-project settings (`[[projects]]` with `root`): permission rules that
+    /// come after the global `[[permissions]]` (so they win for sessions in that
+    /// project root) and MCP access overrides (MCP-03, MCP-05).
+    #[serde(default)]
+    pub projects: Vec<ProjectConfig>,
+}
+
+/// `[[projects]]`: settings of the project whose root folder is `root`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// The project's root folder (as given to `knife run` / `POST /api/projects`).
+    /// A relative path is relative to the config file's folder.
+    pub root: PathBuf,
+    /// Rules appended after the global `[[permissions]]` for this project.
+    #[serde(default)]
+    pub permissions: Vec<PermissionRule>,
+    /// Overrides `agent_browser_access`, both ways.
+    pub agent_browser_access: Option<bool>,
+    /// Overrides `agent_device_access`.
+    pub agent_device_access: Option<bool>,
+}
+
+impl ProjectConfig {
+    /// `root` canonicalized when it exists (projects are stored by canonical root),
+    /// else as written.
+    pub fn resolved_root(&self) -> PathBuf {
+        std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone())
+    }
+}
+
+impl Config {
+    /// The MCP access settings (issue 6 item 3); project overrides are keyed by the
+    /// project's canonical root.
+    pub fn access_settings(&self) -> knife_runtime::mcp::AccessSettings {
+        let defaults = knife_runtime::mcp::AccessSettings::default();
+        knife_runtime::mcp::AccessSettings {
+            agent_browser_access: self
+                .agent_browser_access
+                .unwrap_or(defaults.agent_browser_access),
+            agent_device_access: self
+                .agent_device_access
+                .unwrap_or(defaults.agent_device_access),
+            projects: self
+                .projects
+                .iter()
+                .filter(|p| p.agent_browser_access.is_some() || p.agent_device_access.is_some())
+                .map(|p| {
+                    (
+                        p.resolved_root().display().to_string(),
+                        knife_runtime::mcp::ProjectAccessOverride {
+                            agent_browser_access: p.agent_browser_access,
+                            agent_device_access: p.agent_device_access,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address, e.g. `127.0.0.1:7878`.
+    pub listen: Option<String>,
+    /// Data directory (SQLite file lives here).
+    pub data_dir: Option<PathBuf>,
+    /// Env var holding the API token required for non-loopback binds (default `KNIFE_API_TOKEN`).
+    pub api_token_env: Option<String>,
+    /// Resumes after a restart allowed per piece of claimed work before it is ended
+    /// with an `aborted` error (default 10; SPEC.md EXEC-08). Env `KNIFE_MAX_RESUME_ATTEMPTS`.
+    pub max_resume_attempts: Option<u32>,
+}
+
+/// Longest duration any `*_secs` key accepts: 30 days. Larger values are clamped to it
+/// (a timer that far out is "never" in practice, and unbounded values overflow the
+/// monotonic clock).
+pub const MAX_DURATION_SECS: u64 = 30 * 24 * 60 * 60;
+
+/// `secs` seconds, clamped to [`MAX_DURATION_SECS`].
+pub fn clamped_secs(secs: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(secs.min(MAX_DURATION_SECS))
+}
+
+/// `[sessions]`: how long provider sessions live (SPEC.md MGR) and how the reaper
+/// finds stale ones (REAP). Every key is optional; seconds, at most
+/// [`MAX_DURATION_SECS`] (30 days; larger values are clamped).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// An idle session (no turn, no activity) is released after this long (default 1800).
+    pub idle_timeout_secs: Option<u64>,
+    /// Pending background work defers an idle release at most this long (default 14400).
+    pub max_idle_pin_secs: Option<u64>,
+    /// A running turn with no provider event for this long is interrupted and failed
+    /// (default 900; 0 = never).
+    pub turn_stall_timeout_secs: Option<u64>,
+    /// Time between two sweeps of the stale-session reaper (default 60).
+    pub sweep_interval_secs: Option<u64>,
+    /// A session unseen this long, whose thread has no active run, is stopped by the
+    /// reaper (default 1800).
+    pub inactivity_threshold_secs: Option<u64>,
+}
+
+impl SessionsConfig {
+    /// The session manager's options (defaults for unset keys; no MCP).
+    pub fn manager_options(&self) -> knife_runtime::SessionManagerOptions {
+        let mut options = knife_runtime::SessionManagerOptions::default();
+        if let Some(s) = self.idle_timeout_secs {
+            options.idle_timeout = clamped_secs(s);
+        }
+        if let Some(s) = self.max_idle_pin_secs {
+            options.max_idle_pin = clamped_secs(s);
+        }
+        if let Some(s) = self.turn_stall_timeout_secs {
+            options.turn_stall_timeout = clamped_secs(s);
+        }
+        options
+    }
+
+    /// The reaper's options (defaults for unset keys).
+    pub fn reaper_options(&self) -> knife_runtime::reaper::ReaperOptions {
+        let mut options = knife_runtime::reaper::ReaperOptions::default();
+        if let Some(s) = self.sweep_interval_secs {
+            options.sweep_interval = clamped_secs(s.max(1));
+        }
+        if let Some(s) = self.inactivity_threshold_secs {
+            options.inactivity_threshold = clamped_secs(s);
+        }
+        options
+    }
+}
+
+impl Config {
+    /// Loads `path` if given, else `$KNIFE_CONFIG`, else `./knife.toml`, else
+    /// `$XDG_CONFIG_HOME/knife/knife.toml`; a missing default file is an empty config.
+    /// Then applies env overrides and fills the default `openai` instance when none is set.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let explicit = path
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("KNIFE_CONFIG").map(PathBuf::from));
+        let candidate = match explicit {
+            Some(p) => Some(p),
+            None => [
+                Some(PathBuf::from("knife.toml")),
+                config_home().map(|d| d.join("knife/knife.toml")),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|p| p.is_file()),
+        };
+        let mut config = match candidate {
+            Some(p) => Self::parse_file(&p)?,
+            None => Config::default(),
+        };
+        config.apply_env(|k| std::env::var(k).ok());
+        Ok(config)
+    }
+
+    /// A config with one `openai-chat` instance `id` at `base_url` serving `model`
+    /// (no API key): what the demo and the benchmarks point at the mock LLM.
+    pub fn single_instance(id: &str, base_url: String, model: &str) -> Config {
+        let mut config = Config::default();
+        config.providers.insert(
+            id.to_owned(),
+            ProviderConfig {
+                driver: "openai-chat".into(),
+                base_url,
+                model: model.to_owned(),
+                api_key_env: None,
+                system_prompt: None,
+                connect_timeout_secs: None,
+                idle_timeout_secs: None,
+                context_limit: None,
+                output_limit: None,
+                max_retry_attempts: None,
+                reasoning_effort: None,
+                reasoning_summary: None,
+                ..ProviderConfig::default()
+            },
+        );
+        config
+    }
+
+    /// Parses one file. Errors name the file and the offending key.
+    pub fn parse_file(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read config file {}; check the path given to --config",
+                path.display()
+            )
+        })?;
+        let mut config: Config = toml::from_str(&text)
+            .with_context(|| format!("invalid config file {}", path.display()))?;
+        PermissionRules::new(config.permissions.clone())
+            .with_context(|| format!("invalid [[permissions]] in {}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for project in &mut config.projects {
+            if project.root.is_relative() {
+                project.root = base.join(&project.root);
+            }
+            PermissionRules::new(project.permissions.clone()).with_context(|| {
+                format!(
+                    "invalid [[projects.permissions]] of project {} in {}",
+                    project.root.display(),
+                    path.display()
+                )
+            })?;
+        }
+        for (id, p) in config.providers.iter_mut() {
+            p.check(id, path)?;
+        }
+        Ok(config)
+    }
+
+    /// The per-project rule lists for the tool policy: each `[[projects]]` root
+    /// (canonicalized when it exists) with the global rules followed by its own.
+    /// A root that does not exist is kept as written, with a warning.
+    ///
+    /// Errors: an invalid glob (normally caught by [`Config::parse_file`]).
+    pub fn project_permissions(&self) -> anyhow::Result<Vec<(PathBuf, PermissionRules)>> {
+        let global = PermissionRules::new(self.permissions.clone())
+            .context("invalid [[permissions]] in the config")?;
+        self.projects
+            .iter()
+            .filter(|p| !p.permissions.is_empty())
+            .map(|p| {
+                let root = std::fs::canonicalize(&p.root).unwrap_or_else(|e| {
+                    tracing::warn!(
+                        root = %p.root.display(), error = %e,
+                        "a [[projects]] root of the config cannot be resolved; its rules apply \
+                         only to a project at exactly this path"
+                    );
+                    p.root.clone()
+                });
+                let rules = global.then(p.permissions.clone()).with_context(|| {
+                    format!(
+                        "invalid [[projects.permissions]] of project {}",
+                        p.root.display()
+                    )
+                })?;
+                Ok((root, rules))
+            })
+            .collect()
+    }
+
+    /// Env overrides: `KNIFE_DEFAULT_PROVIDER`, `KNIFE_LISTEN`, and per instance
+    /// `KNIFE_PROVIDER_<ID>_BASE_URL` / `_MODEL` (id upper-cased, `-` → `_`). With no
+    /// instance configured, an `openai` instance is made from `OPENAI_BASE_URL`
+    /// (default `https://api.openai.com/v1`), `KNIFE_MODEL` (default `gpt-4o-mini`) and
+    /// the key in `OPENAI_API_KEY`.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if self.providers.is_empty() {
+            self.providers.insert(
+                "openai".into(),
+                ProviderConfig {
+                    driver: "openai-chat".into(),
+                    base_url: var("OPENAI_BASE_URL")
+                        .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+                    model: var("KNIFE_MODEL").unwrap_or_else(|| "gpt-4o-mini".into()),
+                    api_key_env: Some("OPENAI_API_KEY".into()),
+                    system_prompt: None,
+                    connect_timeout_secs: None,
+                    idle_timeout_secs: None,
+                    context_limit: None,
+                    output_limit: None,
+                    max_retry_attempts: None,
+                    reasoning_effort: None,
+                    reasoning_summary: None,
+                    ..ProviderConfig::default()
+                },
+            );
+        }
+        for (id, p) in self.providers.iter_mut() {
+            let key = id.to_uppercase().replace('-', "_");
+            if let Some(v) = var(&format!("KNIFE_PROVIDER_{key}_BASE_URL")) {
+                p.base_url = v;
+            }
+            if let Some(v) = var(&format!("KNIFE_PROVIDER_{key}_MODEL")) {
+                p.model = v;
+            }
+        }
+        if let Some(v) = var("KNIFE_DEFAULT_PROVIDER") {
+            self.default_provider = Some(v);
+        }
+        if let Some(v) = var("KNIFE_LISTEN") {
+            self.server.listen = Some(v);
+        }
+        if let Some(n) = var("KNIFE_MAX_RESUME_ATTEMPTS").and_then(|v| v.trim().parse().ok()) {
+            self.server.max_resume_attempts = Some(n);
+        }
+    }
+
+    /// The default instance id (see [`Config::default_provider`]).
+    pub fn default_instance(&self) -> anyhow::Result<String> {
+        let id = match &self.default_provider {
+            Some(id) => id.clone(),
+            None if self.providers.len() == 1 => {
+                self.providers.keys().next().cloned().unwrap_or_default()
+            }
+            None => "openai".into(),
+        };
+        if !self.providers.contains_key(&id) {
+            let configured = self.providers.keys().cloned().collect::<Vec<_>>();
+            if self.default_provider.is_none() {
+                bail!(
+                    "knife.toml configures several provider instances ({}) and no \
+                     default_provider; add default_provider = \"{}\" at the top of knife.toml \
+                     (before the first [table]): threads that name no provider use it",
+                    configured.join(", "),
+                    configured.first().map(String::as_str).unwrap_or("openai")
+                );
+            }
+            bail!(
+                "default provider `{id}` is not configured; configured: {}. Set default_provider in knife.toml",
+                configured.join(", ")
+            );
+        }
+        Ok(id)
+    }
+
+    /// Makes `provider` the default instance when the config names none and
+    /// `provider` is configured: `knife run --provider X` serving in-process needs
+    /// no `default_provider` when the config has several instances.
+    pub fn default_to(&mut self, provider: Option<&str>) {
+        if self.default_provider.is_none()
+            && let Some(id) = provider.filter(|id| self.providers.contains_key(*id))
+        {
+            self.default_provider = Some(id.to_owned());
+        }
+    }
+
+    /// The listen address: `flag`, else the config, else [`DEFAULT_LISTEN`].
+    pub fn listen(&self, flag: Option<&str>) -> anyhow::Result<SocketAddr> {
+        let text = flag
+            .map(str::to_owned)
+            .or_else(|| self.server.listen.clone())
+            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        text.parse().with_context(|| {
+            format!("invalid listen address `{text}`; use HOST:PORT such as 127.0.0.1:7878")
+        })
+    }
+
+    /// The data directory: `flag`, else the config, else `$XDG_DATA_HOME/knife`
+    /// (`~/.local/share/knife`).
+    pub fn data_dir(&self, flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+        if let Some(p) = flag
+            .map(Path::to_path_buf)
+            .or_else(|| self.server.data_dir.clone())
+        {
+            return Ok(p);
+        }
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+            .context("cannot find a data directory: set --data-dir, XDG_DATA_HOME or HOME")?;
+        Ok(base.join("knife"))
+    }
+}
+
+fn config_home() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+}
+
+#[cfg(test)]
+mod tests;
