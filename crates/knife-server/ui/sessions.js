@@ -116,7 +116,7 @@ export class SessionsView {
       const row = (label, value) => [h('dt', {}, label), h('dd', {}, value)];
       return h('div', { class: 'card session', dataset: { session: s.provider_session_id } },
         h('div', { class: 'card-head' }, h('span', { class: 'tool-name' }, s.provider_session_id),
-          h('span', { class: `badge st-${s.status}` }, s.status), close),
+          this.statusBadge(s), close),
         h('dl', {},
           row('driver', s.driver),
           row('instance', `${s.provider_instance_id}${s.model ? ` / ${s.model}` : ''}`),
@@ -128,6 +128,18 @@ export class SessionsView {
           row('runtime capabilities', capabilities(s.capabilities)),
           row('MCP capabilities', h('span', { class: 'mcp' }, this.mcpText(s)))));
     }));
+  }
+
+  /**
+   * The session's status badge. The record says `ready` between turns and while one
+   * runs (it is the session's, not the turn's), so a session with busy turns shows
+   * "busy · N turn(s) running" instead.
+   */
+  statusBadge(s) {
+    const n = s.busy_turns.length;
+    if (!n) return h('span', { class: `badge session-status st-${s.status}` }, s.status);
+    return h('span', { class: 'badge session-status st-busy', title: `session record: ${s.status}` },
+      `busy · ${n} turn${n === 1 ? '' : 's'} running`);
   }
 
   countdownNode(s) {

@@ -249,8 +249,11 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             None,
         ),
         (
+            // Slow enough (about 3 s) for the sessions view to see the turn running.
             "sessions",
-            "[[response]]\ntext = \"Session ready.\"\n".into(),
+            "[[response]]\ntext = \"Session ready. This answer streams slowly.\"\n\
+             deltas = 10\nstream_deltas_ms = 300\n"
+                .into(),
             sessions,
             None,
         ),

@@ -405,7 +405,13 @@ export const tests = {
       await page.fill('#composer-input', 'hi');
       await page.keyboard.press('Control+Enter');
       await page.keyboard.press('Control+Enter');
-      await assistant(page).locator('.md', { hasText: 'Session ready.' }).waitFor();
+      // While the answer streams (about 3 s), the session is busy, not "ready".
+      await assistant(page).locator('.md', { hasText: 'Session' }).waitFor();
+      assert.equal(await page.locator('#composer-input').inputValue(), ''); // (before the view is left)
+      await page.click('#nav-sessions');
+      await page.locator('.card.session .session-status', { hasText: 'busy · 1 turn running' }).waitFor();
+      await page.locator('.thread-link', { hasText: 'Session thread' }).click();
+      await assistant(page).locator('.md', { hasText: 'streams slowly.' }).waitFor();
       await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
       assert.equal(posts, 1, 'the message was posted twice');
       assert.equal(await page.locator('.item-user_message').count(), 1);
@@ -416,6 +422,7 @@ export const tests = {
       await card.waitFor();
       assert.match(await card.locator('dl').innerText(), /driver\s+builtin/);
       await card.locator('.countdown', { hasText: 'released in' }).waitFor();
+      assert.equal(await card.locator('.session-status').innerText(), 'ready');
       await card.locator('.session-thread', { hasText: 'Session thread' }).waitFor();
       await card.locator('.mcp', { hasText: 'orchestration' }).waitFor();
       // The countdown ticks without rebuilding the card (a rebuilt card between a
