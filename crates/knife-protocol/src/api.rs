@@ -36,6 +36,22 @@ pub struct CreateThreadRequest {
     pub parent_thread_id: Option<ThreadId>,
 }
 
+/// One configured provider instance (`GET /api/providers`), from `knife.toml`'s
+/// `[providers.<id>]`: what the page offers when it starts a thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderInstanceInfo {
+    /// The instance id (`[providers.<id>]`), as `CreateThreadRequest::provider_instance_id` takes it.
+    pub id: ProviderInstanceId,
+    /// The configured driver: `openai-chat`, `anthropic`, `openai-responses`, `codex`, `acp`.
+    pub driver: String,
+    /// The instance's default model; `null` when the config names none (an external
+    /// runtime then uses its own default).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `true` for the instance a new thread gets when it names none (`default_provider`).
+    pub default: bool,
+}
+
 /// One live provider session (`GET /api/sessions`, `knife sessions list`); built by
 /// the session manager's `describe()`. Times are RFC 3339 UTC.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 //! `POST/GET /api/projects` (POST: 201 new, 200 when the folder is already a project), `POST/GET /api/threads`, `GET /api/threads/{id}`,
 //! `POST /api/threads/{id}/messages` (202, starts a run), `POST /api/threads/{id}/interrupt`,
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
-//! `GET /api/events/latest` (the log's highest sequence),
+//! `GET /api/events/latest` (the log's highest sequence), `GET /api/providers` (configured provider instances),
 //! `GET /api/sessions` (live provider sessions), `POST /api/sessions/{id}/close`,
 //! `GET /healthz`, `GET /metrics` (Prometheus text), the web page at `/` (assets
 //! under `/ui/`, embedded; see [`ui`]), `/mcp` (MCP streamable HTTP, see
@@ -31,7 +31,7 @@ pub use routes::router;
 
 use std::sync::Arc;
 
-use knife_protocol::ProviderInstanceId;
+use knife_protocol::{ProviderInstanceId, ProviderInstanceInfo};
 use knife_runtime::{ExecutionService, SharedClock};
 use knife_store::Store;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -48,6 +48,9 @@ pub struct AppState {
     pub clock: SharedClock,
     /// Provider instance used when a new thread names none.
     pub default_instance: ProviderInstanceId,
+    /// The configured provider instances, sorted by id, as `GET /api/providers`
+    /// lists them (its `default` flag is worked out from `default_instance`).
+    pub providers: Arc<[ProviderInstanceInfo]>,
     /// Renders `/metrics`; `None` serves an empty page.
     pub metrics: Option<PrometheusHandle>,
     /// When set, every `/api` and `/metrics` request must carry

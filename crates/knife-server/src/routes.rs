@@ -46,6 +46,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/threads/{id}/events", get(crate::events::sse_events))
         .route("/events/latest", get(latest_sequence))
+        .route("/providers", get(list_providers))
         .route(
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),
@@ -316,6 +317,21 @@ async fn latest_sequence(
     Ok(Json(LatestSequenceResponse {
         sequence: s.store.latest_sequence(None).await?,
     }))
+}
+
+/// `GET /api/providers`: the configured provider instances, sorted by id, with the
+/// default one marked (what `POST /api/threads` takes as `provider_instance_id`).
+async fn list_providers(State(s): State<AppState>) -> Json<Vec<ProviderInstanceInfo>> {
+    let mut out: Vec<_> = s
+        .providers
+        .iter()
+        .map(|p| ProviderInstanceInfo {
+            default: p.id == s.default_instance,
+            ..p.clone()
+        })
+        .collect();
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Json(out)
 }
 
 /// 404 for an unknown thread.

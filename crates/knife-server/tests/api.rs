@@ -44,6 +44,21 @@ async fn serve(token: Option<&str>) -> Server {
         execution,
         clock,
         default_instance: ProviderInstanceId::from("fake"),
+        // As `knife serve` fills it from the config; `default` is set by the route.
+        providers: Arc::from([
+            ProviderInstanceInfo {
+                id: ProviderInstanceId::from("zed"),
+                driver: "codex".into(),
+                model: None,
+                default: false,
+            },
+            ProviderInstanceInfo {
+                id: ProviderInstanceId::from("fake"),
+                driver: "openai-chat".into(),
+                model: Some("m1".into()),
+                default: false,
+            },
+        ]),
         metrics: None,
         api_token: token.map(Arc::from),
         closing: Default::default(),
@@ -640,4 +655,29 @@ async fn without_a_token_only_loopback_host_names_are_answered() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
+}
+
+/// `GET /api/providers` lists the configured instances sorted by id, marks the default
+/// one, and needs the token like every `/api` route.
+#[tokio::test]
+async fn providers_lists_instances_and_marks_the_default() {
+    let s = serve(Some(TOKEN)).await;
+    let denied = s.http.get(s.url("/api/providers")).send().await.unwrap();
+    assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
+    let res = s
+        .http
+        .get(s.url("/api/providers"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!([
+            {"id": "fake", "driver": "openai-chat", "model": "m1", "default": true},
+            {"id": "zed", "driver": "codex", "model": null, "default": false},
+        ])
+    );
 }

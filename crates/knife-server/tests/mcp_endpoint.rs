@@ -48,6 +48,7 @@ async fn serve() -> Server {
         execution,
         clock,
         default_instance: ProviderInstanceId::from("fake"),
+        providers: Arc::from([]),
         metrics: None,
         api_token: None,
         closing: Default::default(),

@@ -41,6 +41,7 @@ export class Sidebar {
     this.error = h('p', { class: 'error', id: 'sidebar-error', hidden: true }); // a form's failure
     this.offline = h('p', { class: 'error', id: 'sidebar-offline', hidden: true }); // the lists' last read failed
     this.forms = new Map(); // project id -> its "new thread" form, kept across redraws
+    this.providers = null; // GET /api/providers once it answered: [{id, driver, model, default}]
     this.loaded = false; // the lists were read once
     this.el = h('aside', { class: 'sidebar' }, this.projectForm(), this.error, this.offline, this.list);
     this.socket = null;
@@ -104,6 +105,11 @@ export class Sidebar {
         }, (err) => this.showError(`Live status updates failed: ${err.message}`));
       }
       const [projects, threads] = await Promise.all([api('/projects'), api('/threads')]);
+      if (!this.providers) {
+        // Configured at start: read once (a failure is retried by the next refresh).
+        this.providers = await api('/providers');
+        for (const form of this.forms.values()) this.fillProviders(form.providerSelect);
+      }
       this.projects = projects;
       this.loaded = true;
       this.offline.hidden = true;
@@ -229,13 +235,18 @@ export class Sidebar {
   threadForm(pid) {
     const title = h('input', { class: 'thread-title', placeholder: 'thread title (optional)' });
     const button = h('button', { type: 'submit', class: 'new-thread-button' }, '+ New thread');
-    const form = h('form', { class: 'new-thread', dataset: { project: pid } }, title, button);
+    const provider = h('select', { class: 'thread-provider', title: 'provider instance of the new thread', hidden: true });
+    const form = h('form', { class: 'new-thread', dataset: { project: pid } }, title, provider, button);
+    form.providerSelect = provider;
+    this.fillProviders(provider);
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       if (button.disabled) return;
       button.disabled = true;
       try {
-        const t = await api('/threads', { method: 'POST', body: { project_id: pid, title: title.value.trim() || null } });
+        const body = { project_id: pid, title: title.value.trim() || null };
+        if (!provider.hidden && provider.value) body.provider_instance_id = provider.value;
+        const t = await api('/threads', { method: 'POST', body });
         title.value = '';
         this.showError(null);
         this.threads.set(t.id, t);
@@ -249,6 +260,20 @@ export class Sidebar {
       }
     });
     return form;
+  }
+
+  /**
+   * Fills a "new thread" form's provider picker: every configured instance, the
+   * default one selected. Hidden with fewer than two (the server's default applies).
+   */
+  fillProviders(select) {
+    const list = this.providers || [];
+    if (select.options.length === list.length) return; // filled already (a redraw keeps the choice)
+    replace(select, list.map((p) => h('option', { value: p.id, selected: p.default },
+      `${p.id} (${p.driver}${p.model ? ` / ${p.model}` : ''})${p.default ? ' · default' : ''}`)));
+    const def = list.find((p) => p.default);
+    if (def) select.value = def.id;
+    select.hidden = list.length < 2;
   }
 
   threadNode(t) {

@@ -198,7 +198,7 @@ export class ThreadView {
       if (run && run.started_at) parts.push(h('span', { class: 'muted' }, ` · run ${run.ordinal} started ${clock(run.started_at)}`));
     }
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
-    parts.push(h('span', { class: 'muted' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
+    parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
     replace(this.statusLine, parts);
     const hide = !t.active_run_id;
     // A hidden button cannot keep the focus: hand it to the composer, not to <body>.

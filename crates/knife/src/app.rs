@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use knife_agent::permissions::PermissionRules;
 use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig, ToolPolicy};
-use knife_protocol::ProviderInstanceId;
+use knife_protocol::{ProviderInstanceId, ProviderInstanceInfo};
 use knife_runtime::process_groups::kill_leftover_process_groups;
 use knife_runtime::reaper::Reaper;
 use knife_runtime::sessions::ManagerStopper;
@@ -282,6 +282,16 @@ impl App {
             store: store.clone(),
             execution: execution.clone(),
             clock,
+            providers: config
+                .providers
+                .iter()
+                .map(|(id, p)| ProviderInstanceInfo {
+                    id: ProviderInstanceId::from(id.as_str()),
+                    driver: p.driver.clone(),
+                    model: Some(p.model.clone()).filter(|m| !m.is_empty()),
+                    default: id.as_str() == default_instance.as_str(),
+                })
+                .collect(),
             default_instance,
             metrics,
             api_token: api_token.map(Arc::from),

@@ -94,7 +94,8 @@ struct Pair {
 async fn pair(script: String, server_toml: &str, token: Option<&'static str>) -> Pair {
     let mock = MockLlm::script(&script, &[]).await;
     let mut config = config_toml(&mock.base_url());
-    config.push_str(server_toml);
+    // `{mock}` in a scenario's TOML: the mock's URL (for more provider instances).
+    config.push_str(&server_toml.replace("{mock}", &mock.base_url()));
     let server = match token {
         None => Server::start_with_config(&config).await,
         Some(t) => start_with_token(&config, t).await,
@@ -304,6 +305,14 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
              usage = { prompt_tokens = 50, completion_tokens = 5 }\n"
                 .into(),
             "context_limit = 8000\noutput_limit = 1000\n",
+            None,
+        ),
+        (
+            // Two instances (both at the mock): the page offers a provider picker.
+            "providers",
+            "[[response]]\ntext = \"Answered by the second instance.\"\n".into(),
+            "\n[providers.second]\ndriver = \"openai-chat\"\nbase_url = \"{mock}\"\n\
+             model = \"second-model\"\n",
             None,
         ),
         (

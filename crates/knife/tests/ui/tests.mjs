@@ -437,6 +437,39 @@ export const tests = {
     },
   },
 
+  // Two provider instances: "+ New thread" offers a picker (the default selected);
+  // a thread made on the other one says so in its header and in the sidebar, and
+  // its message runs there.
+  provider_picker: {
+    server: 'providers',
+    async run({ page, server }) {
+      await page.goto(server.url);
+      await page.fill('#project-root', server.project);
+      await page.click('#project-create');
+      const project = page.locator('section.project').first();
+      const picker = project.locator('select.thread-provider');
+      await picker.waitFor();
+      assert.equal(await picker.inputValue(), 'mock');
+      assert.deepEqual(await picker.locator('option').allInnerTexts(),
+        ['mock (openai-chat / gpt-4o-mini) · default', 'second (openai-chat / second-model)']);
+      await picker.selectOption('second');
+      await project.locator('.thread-title').fill('On the second');
+      await project.locator('.new-thread-button').click();
+      await page.waitForURL(/#\/thread\//);
+      await page.locator('#thread-instance', { hasText: 'second' }).waitFor();
+      await send(page, 'hello second');
+      await assistant(page).locator('.md', { hasText: 'Answered by the second instance.' }).waitFor();
+      // Back to the default for the next one.
+      await project.locator('.thread-title').fill('On the default');
+      assert.equal(await picker.inputValue(), 'second'); // the choice survives redraws
+      await picker.selectOption('mock');
+      await project.locator('.new-thread-button').click();
+      await page.waitForURL(/#\/thread\//);
+      await page.locator('.thread-view .thread-title', { hasText: 'On the default' }).waitFor();
+      await page.locator('#thread-instance', { hasText: 'mock' }).waitFor();
+    },
+  },
+
   // A rate-limited model call: the sidebar and the status line say "retrying" with
   // the attempt and the next try; then the answer comes. A later run that fails
   // shows "failed" and the error's message.
