@@ -201,7 +201,7 @@ export class Sidebar {
     // Redraw only what changed, and give the focus back: the lists are re-read every
     // few seconds and statuses change while someone types a thread title.
     const key = JSON.stringify([this.loaded, this.selected, order.map((pid) => [pid, this.projects.find((p) => p.id === pid)?.name,
-      byProject.get(pid).map((t) => [t.id, t.title, t.updated_at, threadStatus(t, this.pendingCount(t.id))])])]);
+      byProject.get(pid).map((t) => [t.id, t.title, t.updated_at, t.provider_instance_id, threadStatus(t, this.pendingCount(t.id))])])]);
     if (key !== this.drawn) {
       this.drawn = key;
       const focus = document.activeElement;
@@ -281,6 +281,8 @@ export class Sidebar {
     return h('li', { class: t.id === this.selected ? 'selected' : '' },
       h('a', { href: `#/thread/${encodeURIComponent(t.id)}`, class: 'thread-link', title: t.title || t.id, dataset: { thread: t.id } },
         h('span', { class: 'title' }, t.title || t.id),
-        h('span', { class: `status status-${s.key}`, title: s.title || '' }, s.label)));
+        h('span', { class: 'meta' },
+          h('span', { class: `status status-${s.key}`, title: s.title || '' }, s.label),
+          h('span', { class: 'thread-instance muted', title: 'provider instance' }, t.provider_instance_id))));
   }
 }

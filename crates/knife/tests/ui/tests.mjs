@@ -457,6 +457,9 @@ export const tests = {
       await project.locator('.new-thread-button').click();
       await page.waitForURL(/#\/thread\//);
       await page.locator('#thread-instance', { hasText: 'second' }).waitFor();
+      // The sidebar names each thread's instance next to its status.
+      const link = page.locator('.thread-link', { hasText: 'On the second' });
+      assert.equal(await link.locator('.thread-instance').innerText(), 'second');
       await send(page, 'hello second');
       await assistant(page).locator('.md', { hasText: 'Answered by the second instance.' }).waitFor();
       // Back to the default for the next one.
@@ -467,6 +470,8 @@ export const tests = {
       await page.waitForURL(/#\/thread\//);
       await page.locator('.thread-view .thread-title', { hasText: 'On the default' }).waitFor();
       await page.locator('#thread-instance', { hasText: 'mock' }).waitFor();
+      await page.locator('.thread-link', { hasText: 'On the default' }).locator('.thread-instance', { hasText: 'mock' }).waitFor();
+      assert.equal(await link.locator('.thread-instance').innerText(), 'second');
     },
   },
 
