@@ -534,11 +534,6 @@ impl AcpTurn {
             started_at: Some(now),
             completed_at: None,
         };
-        let options: Vec<String> = ask
-            .options
-            .iter()
-            .map(|o| format!("{} ({})", o.name, o.option_id))
-            .collect();
         let request = RuntimeRequest {
             id: request_id.clone(),
             thread_id: self.id.thread_id.clone(),
@@ -559,10 +554,7 @@ impl AcpTurn {
                 tool: tool.clone(),
                 subject: subject.clone(),
                 input,
-                rule: format!(
-                    "the agent asked (ACP session/request_permission; options: {})",
-                    options.join(", ")
-                ),
+                rule: approval_rule(ask),
                 message: None,
             }),
         };
@@ -756,3 +748,20 @@ impl AcpTurn {
 #[cfg(test)]
 #[path = "mapping_tests.rs"]
 mod tests;
+
+/// Why approval was asked, as read after "asked by ": `the agent (choices: Always Allow,
+/// Allow, Reject)` (the option names the agent offered; ids stay internal), or `the
+/// agent` when it offered none with a name.
+pub fn approval_rule(ask: &RequestPermissionRequest) -> String {
+    let names: Vec<&str> = ask
+        .options
+        .iter()
+        .map(|o| o.name.trim())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        "the agent".to_owned()
+    } else {
+        format!("the agent (choices: {})", names.join(", "))
+    }
+}
