@@ -46,11 +46,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use knife_protocol::ThreadId;
-use knife_runtime::process_groups::ProcessGroups;
+/// Whether a process group still has a live member (re-exported from knife-runtime).
+pub use knife_runtime::process_groups::group_alive;
+use knife_runtime::process_groups::{ProcessGroups, signal_group};
 use knife_runtime::scope::SessionScope;
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -693,33 +693,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Sends `signal` to group `pgid` (ignores a group that is gone).
-pub(crate) fn signal_group(pgid: u32, signal: Signal) {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return;
-    };
-    if raw <= 1 {
-        return;
-    }
-    if let Err(e) = killpg(Pid::from_raw(raw), signal)
-        && e != Errno::ESRCH
-    {
-        tracing::debug!(pgid, ?signal, "signalling the process group failed: {e}");
-    }
-}
-
-/// Whether process group `pgid` has a member that is not a zombie (Linux: scans
-/// `/proc`; elsewhere: whether the group exists).
-pub fn group_alive(pgid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return false;
-    };
-    if raw <= 1 || killpg(Pid::from_raw(raw), None) == Err(Errno::ESRCH) {
-        return false;
-    }
-    live_member(pgid).unwrap_or(true)
-}
-
 async fn wait_until_gone(pgid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
@@ -731,35 +704,4 @@ async fn wait_until_gone(pgid: u32, limit: Duration) -> bool {
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-#[cfg(target_os = "linux")]
-fn live_member(pgid: u32) -> Option<bool> {
-    let wanted = pgid.to_string();
-    let entries = std::fs::read_dir("/proc").ok()?;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1);
-        if pgrp == Some(wanted.as_str()) && !matches!(state, Some("Z" | "X")) {
-            return Some(true);
-        }
-    }
-    Some(false)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn live_member(_pgid: u32) -> Option<bool> {
-    None
 }
