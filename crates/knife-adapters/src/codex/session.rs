@@ -153,6 +153,13 @@ impl CodexSession {
                     config.command.to_string_lossy(),
                     config.provider_instance_id
                 ),
+                RpcError::Timeout { .. } => format!(
+                    "{}; if `{}` is not codex's app-server, check `command` and `args` of \
+                     provider instance {} in knife.toml",
+                    failure_text(&child, &e, "the initialize handshake").await,
+                    config.command.to_string_lossy(),
+                    config.provider_instance_id
+                ),
                 _ => failure_text(&child, &e, "the initialize handshake").await,
             };
             stop_in_background(child);
