@@ -21,6 +21,15 @@
 //!   [`RpcConnection::closed`] resolves. The child's exit status is then in
 //!   [`ChildProcess::wait_exit`].
 //!
+//! - **Handshake rule** (when [`RpcOptions::strict_handshake`] is on, as the drivers
+//!   set it): until the child has answered one of our requests (the
+//!   handshake's `initialize`), its output must be that answer. A line that is not
+//!   JSON, not a JSON-RPC message, or a message that is not the answer (a request or
+//!   notification, e.g. knife's own `initialize` echoed back by `cat`) fails every
+//!   waiting request, and every later one, with [`RpcError::NotJsonRpc`] quoting the
+//!   line, and closes the connection: the program is not the agent knife expected, and
+//!   the open fails at once instead of waiting out the timeout.
+//!
 //! Outgoing messages carry `"jsonrpc":"2.0"` unless [`RpcOptions::version_field`] is
 //! false (Codex's app-server omits it and ignores it); incoming messages are accepted
 //! with or without it.
@@ -50,6 +59,12 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
     }
 }
 
+/// Default bound of a driver's first request (`initialize`): 20 s. A real agent answers
+/// it within a few seconds of starting (node start-up included); a program that is
+/// silent on stdout fails the open after this long instead of the generic
+/// [`REQUEST_TIMEOUT`]. Output that is not the answer fails it at once (module docs).
+pub const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Default bound of [`RpcConnection::request`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -67,6 +82,10 @@ pub struct RpcOptions {
     pub request_timeout: Duration,
     /// Whether outgoing messages carry `"jsonrpc":"2.0"` (default true).
     pub version_field: bool,
+    /// Whether the handshake rule applies (module docs): before the first answer, any
+    /// other output closes the connection with [`RpcError::NotJsonRpc`]. Default false
+    /// (everything malformed is counted and skipped); the codex and ACP drivers turn it on.
+    pub strict_handshake: bool,
 }
 
 impl Default for RpcOptions {
@@ -74,6 +93,7 @@ impl Default for RpcOptions {
         Self {
             request_timeout: REQUEST_TIMEOUT,
             version_field: true,
+            strict_handshake: false,
         }
     }
 }
@@ -122,12 +142,37 @@ pub enum RpcError {
     /// The message could not be written (stdin closed).
     #[error(transparent)]
     Send(#[from] ProcessError),
+    /// Before its first answer the child wrote something that is not the answer (see
+    /// the module docs, "Handshake rule"): it does not speak JSON-RPC over stdio.
+    #[error(
+        "{peer} does not speak JSON-RPC over stdio: {what} instead of an answer to {method}; its first output was {line}"
+    )]
+    NotJsonRpc {
+        method: String,
+        peer: String,
+        /// What the line was (`a line that is not JSON`, `a request (initialize), e.g. its input echoed back`, …).
+        what: String,
+        /// The line, quoted and cut to [`QUOTE_CHARS`] characters.
+        line: String,
+    },
     /// The answer did not have the expected shape.
     #[error("{method} answered with an unexpected shape: {error}")]
     Decode { method: String, error: String },
 }
 
-type Waiter = oneshot::Sender<Result<Value, (i64, String, Option<Value>)>>;
+/// Characters of a line quoted in [`RpcError::NotJsonRpc`].
+pub const QUOTE_CHARS: usize = 120;
+
+/// Why a waiting request ended without a result.
+#[derive(Clone, Debug)]
+enum Failure {
+    /// A JSON-RPC error answer: code, message, data.
+    Remote(i64, String, Option<Value>),
+    /// The handshake rule was broken: what the line was, and the quoted line.
+    NotJsonRpc { what: String, line: String },
+}
+
+type Waiter = oneshot::Sender<Result<Value, Failure>>;
 
 /// A JSON-RPC connection to a child; see the module docs. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -140,8 +185,17 @@ struct Inner {
     child: ChildProcess,
     options: RpcOptions,
     next_id: AtomicU64,
-    pending: Mutex<HashMap<u64, Waiter>>,
+    /// The waiters; also holds the handshake-rule violation once there was one
+    /// (checked under the same lock as `closed`).
+    pending: Mutex<Pending>,
     closed: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    waiters: HashMap<u64, Waiter>,
+    /// Set when the child broke the handshake rule (module docs).
+    violation: Option<Failure>,
 }
 
 impl RpcConnection {
@@ -155,7 +209,7 @@ impl RpcConnection {
             child,
             options,
             next_id: AtomicU64::new(1),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Pending::default()),
             closed: CancellationToken::new(),
         });
         let (tx, rx) = mpsc::unbounded_channel();
@@ -221,13 +275,21 @@ impl RpcConnection {
             // Checked under the lock the reader holds while it fails the waiters, so a
             // waiter is never added after that (it would wait out the whole timeout).
             let mut pending = lock_pending(&self.inner);
+            if let Some(Failure::NotJsonRpc { what, line }) = &pending.violation {
+                return Err(RpcError::NotJsonRpc {
+                    method: method.to_owned(),
+                    peer: peer(),
+                    what: what.clone(),
+                    line: line.clone(),
+                });
+            }
             if self.is_closed() {
                 return Err(RpcError::Closed {
                     method: method.to_owned(),
                     peer: peer(),
                 });
             }
-            pending.insert(id, tx);
+            pending.waiters.insert(id, tx);
         }
         // Forgets the waiter whatever happens (timeout, error, or this future dropped).
         let _forget = Forget {
@@ -250,12 +312,18 @@ impl RpcConnection {
                 peer: peer(),
             }),
             Ok(Ok(Ok(value))) => Ok(value),
-            Ok(Ok(Err((code, message, data)))) => Err(RpcError::Remote {
+            Ok(Ok(Err(Failure::Remote(code, message, data)))) => Err(RpcError::Remote {
                 method: method.to_owned(),
                 peer: peer(),
                 code,
                 message,
                 data,
+            }),
+            Ok(Ok(Err(Failure::NotJsonRpc { what, line }))) => Err(RpcError::NotJsonRpc {
+                method: method.to_owned(),
+                peer: peer(),
+                what,
+                line,
             }),
         }
     }
@@ -307,7 +375,7 @@ struct Forget<'a> {
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        lock_pending(self.inner).remove(&self.id);
+        lock_pending(self.inner).waiters.remove(&self.id);
     }
 }
 
@@ -322,6 +390,8 @@ async fn read_loop(
     let exited = child.wait_exit();
     tokio::pin!(exited);
     let mut drain_until: Option<tokio::time::Instant> = None;
+    // The handshake rule holds until the first answer to one of our requests.
+    let mut answered = !inner.options.strict_handshake;
     loop {
         let line = tokio::select! {
             biased;
@@ -341,14 +411,30 @@ async fn read_loop(
         let Some(line) = line else {
             break;
         };
-        match classify(&line) {
+        let message = classify(&line);
+        if !answered && let Some(what) = handshake_violation(&inner, &message) {
+            stats.record_malformed(&label, "not a JSON-RPC answer during the handshake", &line);
+            tracing::warn!(child = %label, "the agent process does not speak JSON-RPC over stdio (its first output was not an answer); closing the connection");
+            let failure = Failure::NotJsonRpc {
+                what,
+                line: quote(&line),
+            };
+            let mut pending = lock_pending(&inner);
+            for (_, waiter) in pending.waiters.drain() {
+                let _ = waiter.send(Err(failure.clone()));
+            }
+            pending.violation = Some(failure);
+            break;
+        }
+        match message {
             Ok(Message::Incoming(message)) => {
                 let _ = incoming.send(message);
             }
             Ok(Message::Answer { id, outcome }) => {
-                let waiter = lock_pending(&inner).remove(&id);
+                let waiter = lock_pending(&inner).waiters.remove(&id);
                 match waiter {
                     Some(waiter) => {
+                        answered = true;
                         let _ = waiter.send(outcome);
                     }
                     None => {
@@ -362,20 +448,56 @@ async fn read_loop(
     // stdout closed: fail every waiter (dropping its sender) and end the stream; under
     // the lock, so no request registers a waiter after this (see `request_with_timeout`).
     let mut pending = lock_pending(&inner);
-    pending.clear();
+    pending.waiters.clear();
     inner.closed.cancel();
 }
 
 /// The waiters, also after a panic elsewhere poisoned the lock.
-fn lock_pending(inner: &Inner) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter>> {
+fn lock_pending(inner: &Inner) -> std::sync::MutexGuard<'_, Pending> {
     inner.pending.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Before the first answer: what is wrong with `message` (module docs, "Handshake
+/// rule"), or `None` when it is the answer to a waiting request.
+fn handshake_violation(inner: &Inner, message: &Result<Message, &'static str>) -> Option<String> {
+    match message {
+        Err("not JSON") => Some("a line that is not JSON".to_owned()),
+        Err(reason) => Some(format!("a line that is not a JSON-RPC message ({reason})")),
+        Ok(Message::Incoming(Incoming::Request { method, .. })) => Some(format!(
+            "a request (`{}`; a program that echoes its input, like `cat`, does this)",
+            cut(method, 60)
+        )),
+        Ok(Message::Incoming(Incoming::Notification { method, .. })) => {
+            Some(format!("a notification (`{}`)", cut(method, 60)))
+        }
+        Ok(Message::Answer { id, .. }) => {
+            if lock_pending(inner).waiters.contains_key(id) {
+                None
+            } else {
+                Some(format!("an answer to request {id}, which knife never sent"))
+            }
+        }
+    }
+}
+
+/// `line` cut to [`QUOTE_CHARS`] characters and quoted (`"…"` marks a cut).
+fn quote(line: &str) -> String {
+    format!("{:?}", cut(line, QUOTE_CHARS))
+}
+
+fn cut(text: &str, chars: usize) -> String {
+    let mut out: String = text.chars().take(chars).collect();
+    if text.chars().nth(chars).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 enum Message {
     Incoming(Incoming),
     Answer {
         id: u64,
-        outcome: Result<Value, (i64, String, Option<Value>)>,
+        outcome: Result<Value, Failure>,
     },
 }
 
@@ -416,7 +538,7 @@ fn classify(line: &str) -> Result<Message, &'static str> {
         let data = error.get("data").cloned();
         return Ok(Message::Answer {
             id,
-            outcome: Err((code, message, data)),
+            outcome: Err(Failure::Remote(code, message, data)),
         });
     }
     Err("an answer without result or error")
@@ -456,7 +578,7 @@ mod tests {
             classify(r#"{"id":8,"error":{"code":-32600,"message":"bad"}}"#),
             Ok(Message::Answer {
                 id: 8,
-                outcome: Err((-32600, _, None))
+                outcome: Err(Failure::Remote(-32600, _, None))
             })
         ));
         assert_eq!(classify("{not json").err(), Some("not JSON"));

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use knife_protocol::*;
-use knife_runtime::sessions::requests::request_item_id;
+use knife_runtime::sessions::requests::{ApprovalOrigin, pending_approval, request_item_id};
 use knife_runtime::{AdapterError, SharedClock};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -426,45 +426,26 @@ impl TurnRecorder {
         if self.finished {
             return;
         }
-        let now = self.clock.now();
-        let root = NodeId::root_of(&self.ids.run_id);
-        let node = Node {
-            id: NodeId(format!("node:{id}")),
-            thread_id: self.ids.thread_id.clone(),
-            run_id: Some(self.ids.run_id.clone()),
-            parent_node_id: Some(root.clone()),
-            root_node_id: root,
-            kind: NodeKind::ApprovalRequest,
-            status: NodeStatus::Waiting,
-            provider_turn_id: Some(self.ids.provider_turn_id.clone()),
-            runtime_request_id: Some(id.clone()),
-            started_at: Some(now),
-            completed_at: None,
+        let origin = ApprovalOrigin {
+            thread_id: &self.ids.thread_id,
+            run_id: &self.ids.run_id,
+            provider_turn_id: &self.ids.provider_turn_id,
+            provider_session_id: &self.ids.provider_session_id,
         };
-        let request = RuntimeRequest {
-            id: id.clone(),
-            thread_id: self.ids.thread_id.clone(),
-            run_id: Some(self.ids.run_id.clone()),
-            node_id: node.id.clone(),
-            provider_turn_id: Some(self.ids.provider_turn_id.clone()),
-            kind: ask.kind,
-            status: RuntimeRequestStatus::Pending,
-            response_capability: ResponseCapability::Live {
-                provider_session_id: self.ids.provider_session_id.clone(),
-            },
-            prompt: Some(format!("{}: {}", ask.tool, ask.subject)),
-            created_at: now,
-            resolved_at: None,
-            decision: None,
-            tool_approval: Some(ToolApproval {
+        let (node, request) = pending_approval(
+            origin,
+            id,
+            ask.kind,
+            ToolApproval {
                 call_id: ask.call_id.clone(),
                 tool: ask.tool.clone(),
                 subject: ask.subject.clone(),
                 input: ask.input.clone(),
                 rule: ask.rule.clone(),
                 message: None,
-            }),
-        };
+            },
+            self.clock.now(),
+        );
         let item_idx = self.new_item(
             None,
             TurnItemKind::Approval {

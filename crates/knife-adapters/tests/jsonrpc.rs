@@ -176,3 +176,89 @@ async fn an_exit_closes_the_connection_even_when_stdout_stays_open() {
     let exit = rpc.child().wait_exit().await;
     assert_eq!(exit.status_text(), "exit status 4");
 }
+
+async fn strict_peer(script: &str) -> RpcConnection {
+    let mut spec = ProcessSpec::new("sh", std::env::temp_dir(), "test: peer");
+    spec.args = vec!["-c".into(), script.into()];
+    spec.eof_grace = Duration::from_millis(200);
+    spec.term_grace = Duration::from_millis(200);
+    let (child, lines) = ChildProcess::spawn(spec, None).await.unwrap();
+    let options = RpcOptions {
+        strict_handshake: true,
+        ..RpcOptions::default()
+    };
+    RpcConnection::start(child, lines, options).0
+}
+
+/// With the handshake rule, output that is not the first answer fails the request at
+/// once (not after its timeout) and quotes the line; the connection is closed.
+#[tokio::test]
+async fn a_peer_that_is_not_json_rpc_fails_the_first_request_at_once() {
+    for (script, what, quoted) in [
+        (
+            "cat",
+            "a request (`initialize`",
+            r#"\"method\":\"initialize\""#,
+        ),
+        ("echo hello; sleep 5", "not JSON", r#""hello""#),
+        (
+            "read a; echo '{\"status\":\"ready\"}'; sleep 5",
+            "not a JSON-RPC message",
+            "ready",
+        ),
+        (
+            "read a; echo '{\"method\":\"note\"}'; sleep 5",
+            "a notification (`note`)",
+            "note",
+        ),
+        (
+            "read a; echo '{\"id\":7,\"result\":1}'; sleep 5",
+            "request 7, which knife never sent",
+            "7",
+        ),
+    ] {
+        let rpc = strict_peer(script).await;
+        let started = std::time::Instant::now();
+        let err = rpc
+            .request_with_timeout("initialize", json!({"x": 1}), Duration::from_secs(4))
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{script}: {:?}",
+            started.elapsed()
+        );
+        let RpcError::NotJsonRpc { what: w, line, .. } = &err else {
+            panic!("{script}: {err:?}");
+        };
+        assert!(w.contains(what), "{script}: {err}");
+        assert!(line.contains(quoted), "{script}: {err}");
+        assert!(err.to_string().contains("its first output was"), "{err}");
+        rpc.closed().await;
+        // Later requests get the same error.
+        let again = rpc.request("again", json!(null)).await.unwrap_err();
+        assert!(matches!(again, RpcError::NotJsonRpc { .. }), "{again:?}");
+    }
+}
+
+/// A long line is quoted cut; after the first answer, the rule no longer applies.
+#[tokio::test]
+async fn the_handshake_rule_ends_with_the_first_answer() {
+    let rpc = strict_peer(&format!("echo {}; sleep 5", "x".repeat(500))).await;
+    let err = rpc.request("initialize", json!(null)).await.unwrap_err();
+    let RpcError::NotJsonRpc { line, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        line.chars().count() < 130 && line.ends_with("…\""),
+        "{line}"
+    );
+
+    let rpc = strict_peer(
+        r#"read a; echo '{"id":1,"result":{}}'; echo 'log line'; read b; echo '{"id":2,"result":2}'; sleep 5"#,
+    )
+    .await;
+    rpc.request("initialize", json!(null)).await.unwrap();
+    assert_eq!(rpc.request("next", json!(null)).await.unwrap(), json!(2));
+    assert_eq!(rpc.stats().malformed(), 1);
+}

@@ -856,3 +856,39 @@ async fn a_turn_the_watchdog_ended_does_not_wedge_the_thread() {
     exec.shutdown(Duration::from_secs(10)).await;
     exec.manager().shutdown().await;
 }
+
+/// A program that prints nothing fails the open after the `initialize` time box (not the
+/// longer handshake bound), with advice to check the instance's `command` / `args`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_program_fails_the_open_after_the_initialize_time_box() {
+    let h = Harness::new().await;
+    let mut config = AcpConfig::new(h.instance.clone(), "sh");
+    config.args = vec!["-c".into(), "sleep 30".into()];
+    config.initialize_timeout = Duration::from_millis(300);
+    config.handshake_timeout = Duration::from_secs(10);
+    config.eof_grace = Duration::from_millis(200);
+    config.term_grace = Duration::from_millis(200);
+    let thread = h.thread().await;
+    let input = OpenSessionInput {
+        provider_session_id: ProviderSessionId::from("provider-session:fake-acp:t"),
+        provider_instance_id: h.instance.clone(),
+        thread_id: thread,
+        cwd: h.dir.path().join("project"),
+        model: None,
+        native_thread_id: None,
+    };
+    let started = std::time::Instant::now();
+    let err = AcpAdapter::new(config).open(input).await.err().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let text = err.to_string();
+    assert!(text.contains("initialize"), "{text}");
+    assert!(text.contains("no answer"), "{text}");
+    assert!(
+        text.contains("check `command` and `args` of provider instance fake-acp"),
+        "{text}"
+    );
+}

@@ -254,7 +254,10 @@ async fn codex_mgr_04_a_handshake_that_times_out_fails_the_open_and_stops_the_pr
         .expect("the open must fail");
     assert!(
         err.to_string().contains("initialize handshake failed")
-            && err.to_string().contains("no answer"),
+            && err.to_string().contains("no answer")
+            && err
+                .to_string()
+                .contains("check `command` and `args` of provider instance"),
         "{err}"
     );
     // The manager closes the scope of a failed open; the process is gone after it.

@@ -371,3 +371,44 @@ async fn e2e_missing_agent_program_fails_fast_with_advice() {
         );
     }
 }
+
+/// A program that is not an agent (`cat` echoes knife's own `initialize` back; `sh`
+/// prints a plain text line and waits): `knife run` fails within seconds, not after the
+/// handshake timeout, quoting the program's first output and naming the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_program_that_is_not_an_agent_fails_the_run_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[server]\nlisten = \"127.0.0.1:9\"\n\n\
+                  [providers.ac]\ndriver = \"acp\"\ncommand = \"cat\"\n\n\
+                  [providers.sh]\ndriver = \"acp\"\ncommand = \"sh\"\n\
+                  args = [\"-c\", \"echo hello; sleep 1000\"]\n\n\
+                  [providers.cx]\ndriver = \"codex\"\ncommand = \"sh\"\nargs = [\"-c\", \"cat\"]\n";
+    for (provider, program, protocol, output) in [
+        ("ac", "`cat`", "does not speak ACP", "\"initialize\""),
+        ("sh", "`sh`", "does not speak ACP", "\"hello\""),
+        (
+            "cx",
+            "`sh`",
+            "does not speak the codex app-server protocol",
+            "initialize",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let out = run_in_process(dir.path(), config, &[], &["--provider", provider, "hi"]).await;
+        assert!(!out.status.success());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "took {:?}",
+            started.elapsed()
+        );
+        for want in [program, protocol, output, "its first output was"] {
+            assert!(out.stderr.contains(want), "{want}: {}", out.stderr);
+        }
+        assert!(
+            out.stderr
+                .contains(&format!("`args` of provider instance {provider}")),
+            "{}",
+            out.stderr
+        );
+    }
+}

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use knife_protocol::*;
 use knife_runtime::SharedClock;
-use knife_runtime::sessions::requests::request_item_id;
+use knife_runtime::sessions::requests::{ApprovalOrigin, pending_approval, request_item_id};
 use serde_json::Value;
 
 use super::types::*;
@@ -519,53 +519,26 @@ impl AcpTurn {
             .clone()
             .filter(|t| !t.is_empty())
             .unwrap_or_else(|| tool.clone());
-        let now = self.clock.now();
-        let root = NodeId::root_of(&self.id.run_id);
-        let node = Node {
-            id: NodeId(format!("node:{request_id}")),
-            thread_id: self.id.thread_id.clone(),
-            run_id: Some(self.id.run_id.clone()),
-            parent_node_id: Some(root.clone()),
-            root_node_id: root,
-            kind: NodeKind::ApprovalRequest,
-            status: NodeStatus::Waiting,
-            provider_turn_id: Some(self.id.provider_turn_id.clone()),
-            runtime_request_id: Some(request_id.clone()),
-            started_at: Some(now),
-            completed_at: None,
+        let origin = ApprovalOrigin {
+            thread_id: &self.id.thread_id,
+            run_id: &self.id.run_id,
+            provider_turn_id: &self.id.provider_turn_id,
+            provider_session_id: &self.id.provider_session_id,
         };
-        let options: Vec<String> = ask
-            .options
-            .iter()
-            .map(|o| format!("{} ({})", o.name, o.option_id))
-            .collect();
-        let request = RuntimeRequest {
-            id: request_id.clone(),
-            thread_id: self.id.thread_id.clone(),
-            run_id: Some(self.id.run_id.clone()),
-            node_id: node.id.clone(),
-            provider_turn_id: Some(self.id.provider_turn_id.clone()),
-            kind: request_kind(kind),
-            status: RuntimeRequestStatus::Pending,
-            response_capability: ResponseCapability::Live {
-                provider_session_id: self.id.provider_session_id.clone(),
-            },
-            prompt: Some(format!("{tool}: {subject}")),
-            created_at: now,
-            resolved_at: None,
-            decision: None,
-            tool_approval: Some(ToolApproval {
+        let (node, request) = pending_approval(
+            origin,
+            request_id,
+            request_kind(kind),
+            ToolApproval {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
                 subject: subject.clone(),
                 input,
-                rule: format!(
-                    "the agent asked (ACP session/request_permission; options: {})",
-                    options.join(", ")
-                ),
+                rule: approval_rule(ask),
                 message: None,
-            }),
-        };
+            },
+            self.clock.now(),
+        );
         let item_idx = self.new_item(
             TurnItemKind::Approval {
                 request_id: request_id.clone(),
@@ -756,3 +729,20 @@ impl AcpTurn {
 #[cfg(test)]
 #[path = "mapping_tests.rs"]
 mod tests;
+
+/// Why approval was asked, as read after "asked by ": `the agent (choices: Always Allow,
+/// Allow, Reject)` (the option names the agent offered; ids stay internal), or `the
+/// agent` when it offered none with a name.
+pub fn approval_rule(ask: &RequestPermissionRequest) -> String {
+    let names: Vec<&str> = ask
+        .options
+        .iter()
+        .map(|o| o.name.trim())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        "the agent".to_owned()
+    } else {
+        format!("the agent (choices: {})", names.join(", "))
+    }
+}

@@ -174,6 +174,11 @@ fn permission_round_trip_emits_request_node_and_items_then_resolves() {
         }
     );
     assert_eq!(request.prompt.as_deref(), Some("execute: rm -rf build"));
+    // Reads well after "asked by "; no protocol names or option ids.
+    assert_eq!(
+        request.tool_approval.as_ref().unwrap().rule,
+        "the agent (choices: Allow, Reject)"
+    );
     let its = items(&events);
     assert_eq!(its[0].id.as_str(), "item:request_1");
     assert_eq!(its[0].status, TurnItemStatus::Waiting);

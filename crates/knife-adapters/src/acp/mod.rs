@@ -45,6 +45,8 @@ use crate::process::{EOF_GRACE, ProcessSpec, TERM_GRACE};
 pub const DRIVER: &str = "acp";
 /// Default bound of the handshake requests (`initialize`, `session/new|load|resume`).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default bound of `initialize`, the first request ([`crate::jsonrpc::INITIALIZE_TIMEOUT`], 20 s).
+pub const INITIALIZE_TIMEOUT: Duration = crate::jsonrpc::INITIALIZE_TIMEOUT;
 /// Name of knife's MCP server in the agent's session.
 pub const MCP_SERVER_NAME: &str = "knife";
 
@@ -67,7 +69,11 @@ pub struct AcpConfig {
     pub process_groups: Option<ProcessGroups>,
     /// Wall-clock source of items and turns.
     pub clock: SharedClock,
-    /// Bound of each handshake request (default [`HANDSHAKE_TIMEOUT`]).
+    /// Bound of `initialize` (default [`INITIALIZE_TIMEOUT`], 20 s; capped by
+    /// `handshake_timeout`).
+    pub initialize_timeout: Duration,
+    /// Bound of the other handshake requests (`session/new|load|resume`; default
+    /// [`HANDSHAKE_TIMEOUT`]).
     pub handshake_timeout: Duration,
     /// Close sequence: stdin EOF → this long → SIGTERM (default 3 s).
     pub eof_grace: Duration,
@@ -85,6 +91,7 @@ impl std::fmt::Debug for AcpConfig {
             .field("args", &self.args)
             .field("env", &env)
             .field("env_remove", &self.env_remove)
+            .field("initialize_timeout", &self.initialize_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .finish_non_exhaustive()
     }
@@ -101,6 +108,7 @@ impl AcpConfig {
             env_remove: Vec::new(),
             process_groups: None,
             clock: Arc::new(SystemClock),
+            initialize_timeout: INITIALIZE_TIMEOUT,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             eof_grace: EOF_GRACE,
             term_grace: TERM_GRACE,

@@ -76,12 +76,29 @@ pub(super) async fn open(
         RpcOptions {
             request_timeout: config.handshake_timeout,
             version_field: true,
+            strict_handshake: true,
         },
     );
-    let (session_id, how) = match handshake(&rpc, &input, options.mcp.as_ref()).await {
+    let initialize_timeout = config.initialize_timeout.min(config.handshake_timeout);
+    let handshake = handshake(&rpc, &input, options.mcp.as_ref(), initialize_timeout);
+    let (session_id, how) = match handshake.await {
         Ok(done) => done,
         Err((step, error)) => {
-            let mut message = format!("the ACP agent failed its {step}: {error}");
+            let mut message = match &error {
+                RpcError::NotJsonRpc { what, line, .. } => format!(
+                    "`{}` does not speak ACP (JSON-RPC over stdio): its first output was {line} \
+                     ({what}); check `command` and `args` of provider instance {} in knife.toml",
+                    config.command.to_string_lossy(),
+                    config.provider_instance_id
+                ),
+                RpcError::Timeout { .. } if step == "initialize" => format!(
+                    "the ACP agent failed its {step}: {error}; if `{}` is not an ACP agent, \
+                     check `command` and `args` of provider instance {} in knife.toml",
+                    config.command.to_string_lossy(),
+                    config.provider_instance_id
+                ),
+                _ => format!("the ACP agent failed its {step}: {error}"),
+            };
             // The agent is gone (its output closed, or its input before we wrote):
             // say how it ended.
             if matches!(error, RpcError::Closed { .. } | RpcError::Send(_))
@@ -152,22 +169,31 @@ async fn handshake(
     rpc: &RpcConnection,
     input: &OpenSessionInput,
     mcp: Option<&McpSessionConfig>,
+    initialize_timeout: Duration,
 ) -> Result<(String, &'static str), (&'static str, RpcError)> {
-    let init: InitializeResponse = rpc
-        .call(
-            methods::INITIALIZE,
-            &InitializeRequest {
-                protocol_version: PROTOCOL_VERSION,
-                client_capabilities: ClientCapabilities::default(),
-                client_info: Some(Implementation {
-                    name: "knife".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    title: None,
-                }),
-            },
-        )
+    let params = InitializeRequest {
+        protocol_version: PROTOCOL_VERSION,
+        client_capabilities: ClientCapabilities::default(),
+        client_info: Some(Implementation {
+            name: "knife".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            title: None,
+        }),
+    };
+    let params = serde_json::to_value(&params).unwrap_or(Value::Null);
+    let init = rpc
+        .request_with_timeout(methods::INITIALIZE, params, initialize_timeout)
         .await
         .map_err(|e| ("initialize", e))?;
+    let init: InitializeResponse = serde_json::from_value(init).map_err(|e| {
+        (
+            "initialize",
+            RpcError::Decode {
+                method: methods::INITIALIZE.into(),
+                error: e.to_string(),
+            },
+        )
+    })?;
     if init.protocol_version != PROTOCOL_VERSION {
         return Err((
             "initialize",

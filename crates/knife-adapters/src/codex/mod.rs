@@ -94,7 +94,8 @@ pub struct CodexConfig {
     pub process_groups: Option<ProcessGroups>,
     /// Wall-clock source of items and turns.
     pub clock: SharedClock,
-    /// Bound of `initialize` (default 30 s).
+    /// Bound of `initialize` (default [`crate::jsonrpc::INITIALIZE_TIMEOUT`], 20 s).
+    /// Output that is not its answer fails the open at once.
     pub handshake_timeout: Duration,
     /// Bound of every other request (default 60 s).
     pub request_timeout: Duration,
@@ -138,7 +139,7 @@ impl CodexConfig {
             mcp_slots: None,
             process_groups: None,
             clock: Arc::new(SystemClock),
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: crate::jsonrpc::INITIALIZE_TIMEOUT,
             request_timeout: Duration::from_secs(60),
             eof_grace: crate::process::EOF_GRACE,
             term_grace: crate::process::TERM_GRACE,

@@ -124,6 +124,7 @@ impl CodexSession {
         let rpc_options = RpcOptions {
             request_timeout: config.request_timeout,
             version_field: false,
+            strict_handshake: true,
         };
         let (rpc, incoming) = RpcConnection::start(child.clone(), lines, rpc_options);
 
@@ -144,7 +145,23 @@ impl CodexSession {
             rpc.notify(method::INITIALIZED, Value::Null)
         };
         if let Err(e) = handshake.await {
-            let message = failure_text(&child, &e, "the initialize handshake").await;
+            let message = match &e {
+                RpcError::NotJsonRpc { what, line, .. } => format!(
+                    "`{}` does not speak the codex app-server protocol (JSON-RPC over stdio): its \
+                     first output was {line} ({what}); check `command` and `args` of provider \
+                     instance {} in knife.toml (default: `codex app-server`)",
+                    config.command.to_string_lossy(),
+                    config.provider_instance_id
+                ),
+                RpcError::Timeout { .. } => format!(
+                    "{}; if `{}` is not codex's app-server, check `command` and `args` of \
+                     provider instance {} in knife.toml",
+                    failure_text(&child, &e, "the initialize handshake").await,
+                    config.command.to_string_lossy(),
+                    config.provider_instance_id
+                ),
+                _ => failure_text(&child, &e, "the initialize handshake").await,
+            };
             stop_in_background(child);
             return Err(AdapterError::Open(message));
         }

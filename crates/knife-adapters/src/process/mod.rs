@@ -16,7 +16,9 @@
 //!   writer appends `\n` and writes in order. Closing stdin (EOF) drops the queue.
 //! - **stderr logger**: every stderr line goes to the log (target
 //!   `knife_adapters::child_stderr`, level info; ANSI colour codes removed); the last
-//!   [`STDERR_TAIL_LINES`] are kept for the exit description ([`ExitInfo::describe`]).
+//!   [`STDERR_TAIL_LINES`] lines that are not backtrace frames, plus the first line
+//!   starting with `Error` / `error:`, are kept for the exit description
+//!   ([`ExitInfo::describe`]).
 //! - **supervisor**: owns the child. It waits for the child to exit on its own, or for
 //!   [`ChildProcess::close`] (or the last handle being dropped), then runs the close
 //!   sequence: stdin EOF → [`ProcessSpec::eof_grace`] (3 s) → SIGTERM to the group →
@@ -35,7 +37,6 @@
 //! // … an unexpected exit: `child.wait_exit().await.describe()` → "exited with status 3 …"
 //! ```
 
-use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
@@ -45,25 +46,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use knife_protocol::ThreadId;
-use knife_runtime::process_groups::ProcessGroups;
+/// Whether a process group still has a live member (re-exported from knife-runtime).
+pub use knife_runtime::process_groups::group_alive;
+use knife_runtime::process_groups::{ProcessGroups, signal_group};
 use knife_runtime::scope::SessionScope;
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 mod lines;
+mod tail;
 pub use lines::strip_ansi;
 use lines::{CappedLines, decode_line};
+use tail::StderrTail;
 
 /// Longest stdout line accepted (bytes, without the newline): 16 MiB.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// Longest stderr line logged (bytes); longer lines are cut.
 pub const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
-/// How many of the last stderr lines an [`ExitInfo`] keeps.
+/// How many of the last stderr lines an [`ExitInfo`] keeps (backtrace frames are not
+/// counted; the first error line is kept on top).
 pub const STDERR_TAIL_LINES: usize = 8;
 /// Default time between stdin EOF and SIGTERM in the close sequence.
 pub const EOF_GRACE: Duration = Duration::from_secs(3);
@@ -195,7 +199,8 @@ pub struct ExitInfo {
     pub status: Option<ExitStatus>,
     /// True when knife asked it to stop ([`ChildProcess::close`] or the last handle dropped).
     pub closed_by_knife: bool,
-    /// The last stderr lines (at most [`STDERR_TAIL_LINES`]).
+    /// The first stderr line starting with `Error` / `error:` when later lines pushed
+    /// it out, then the last [`STDERR_TAIL_LINES`] lines that are not backtrace lines.
     pub stderr_tail: Vec<String>,
 }
 
@@ -375,7 +380,7 @@ impl ChildProcess {
         }
 
         let stats = Arc::new(LineStats::default());
-        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL_LINES)));
+        let tail = Arc::new(Mutex::new(StderrTail::default()));
 
         let (line_tx, line_rx) = mpsc::channel(LINE_QUEUE);
         if let Some(stdout) = stdout {
@@ -451,10 +456,7 @@ impl ChildProcess {
                     }
                     tracing::info!(target: "knife_adapters::child_stderr", child = %label, "{text}");
                     if let Ok(mut tail) = tail.lock() {
-                        if tail.len() == STDERR_TAIL_LINES {
-                            tail.pop_front();
-                        }
-                        tail.push_back(text.chars().take(500).collect());
+                        tail.push(text);
                     }
                 }
             });
@@ -580,7 +582,7 @@ struct Supervisor {
     label: String,
     killer: KillOnDrop,
     groups: Option<ProcessGroups>,
-    tail: Arc<Mutex<VecDeque<String>>>,
+    tail: Arc<Mutex<StderrTail>>,
     eof_grace: Duration,
     term_grace: Duration,
     stdin: std::sync::Weak<Shared>,
@@ -619,11 +621,7 @@ impl Supervisor {
             tracing::warn!(child = %self.label, error = %e, "could not forget the agent process group");
         }
         self.killer.armed = false;
-        let stderr_tail = self
-            .tail
-            .lock()
-            .map(|t| t.iter().cloned().collect())
-            .unwrap_or_default();
+        let stderr_tail = self.tail.lock().map(|t| t.lines()).unwrap_or_default();
         let info = ExitInfo {
             status,
             closed_by_knife,
@@ -695,33 +693,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Sends `signal` to group `pgid` (ignores a group that is gone).
-pub(crate) fn signal_group(pgid: u32, signal: Signal) {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return;
-    };
-    if raw <= 1 {
-        return;
-    }
-    if let Err(e) = killpg(Pid::from_raw(raw), signal)
-        && e != Errno::ESRCH
-    {
-        tracing::debug!(pgid, ?signal, "signalling the process group failed: {e}");
-    }
-}
-
-/// Whether process group `pgid` has a member that is not a zombie (Linux: scans
-/// `/proc`; elsewhere: whether the group exists).
-pub fn group_alive(pgid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return false;
-    };
-    if raw <= 1 || killpg(Pid::from_raw(raw), None) == Err(Errno::ESRCH) {
-        return false;
-    }
-    live_member(pgid).unwrap_or(true)
-}
-
 async fn wait_until_gone(pgid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
@@ -733,35 +704,4 @@ async fn wait_until_gone(pgid: u32, limit: Duration) -> bool {
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-#[cfg(target_os = "linux")]
-fn live_member(pgid: u32) -> Option<bool> {
-    let wanted = pgid.to_string();
-    let entries = std::fs::read_dir("/proc").ok()?;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1);
-        if pgrp == Some(wanted.as_str()) && !matches!(state, Some("Z" | "X")) {
-            return Some(true);
-        }
-    }
-    Some(false)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn live_member(_pgid: u32) -> Option<bool> {
-    None
 }
