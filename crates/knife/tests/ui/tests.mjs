@@ -115,7 +115,7 @@ export const tests = {
   // The events view of the same thread: sequence numbers and JSON, in order.
   events_view: {
     server: 'chat',
-    async run({ page, server }) {
+    async run({ page, server, shot }) {
       await page.goto(server.url);
       await page.locator('.thread-link', { hasText: 'First thread' }).click();
       await page.click('#events-link');
@@ -128,6 +128,7 @@ export const tests = {
       const json = JSON.parse(await first.locator('pre.json').innerText());
       assert.equal(json.sequence, seqs[0]);
       assert.equal(json.type, 'thread.created');
+      await page.screenshot({ path: shot.replace(/\.png$/, '-log.png') });
       // A thread that does not exist (a stale link): said so, and no composer.
       await page.goto(`${server.url}#/thread/thread_gone`);
       await page.locator('#thread-error', { hasText: 'thread thread_gone does not exist' }).waitFor();
