@@ -17,3 +17,4 @@ pub mod codex;
 pub mod jsonrpc;
 pub mod process;
 pub mod record;
+mod sink;

@@ -17,77 +17,21 @@
 //! [`TurnRecorder::flush`] within [`FLUSH_INTERVAL`] ([`TurnRecorder::is_dirty`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use knife_protocol::*;
+use knife_runtime::SharedClock;
 use knife_runtime::sessions::requests::{ApprovalOrigin, pending_approval, request_item_id};
-use knife_runtime::{AdapterError, SharedClock};
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+pub use crate::sink::{EventReceiver, EventSink};
 
 /// Persistence window of streaming text: a text item is emitted at most this long after
 /// its text changed ([`TurnRecorder::flush`] must run by then when deltas pause).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Unsent streaming text (bytes) that forces a snapshot at once.
 pub const FLUSH_BYTES: usize = 4096;
-
-/// Sender of a session's adapter event stream; cheap to clone. [`EventSink::close`]
-/// ends the stream (for every clone).
-#[derive(Clone, Debug)]
-pub struct EventSink {
-    tx: Arc<Mutex<Option<EventSender>>>,
-}
-
-type EventSender = mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>;
-
-/// The receiving end of an [`EventSink`].
-pub type EventReceiver = mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>;
-
-impl EventSink {
-    /// A sink and the receiver of its stream.
-    pub fn new() -> (EventSink, EventReceiver) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (
-            EventSink {
-                tx: Arc::new(Mutex::new(Some(tx))),
-            },
-            rx,
-        )
-    }
-
-    /// Emits `event`; a no-op once closed.
-    pub fn send(&self, event: AdapterEvent) {
-        if let Ok(tx) = self.tx.lock()
-            && let Some(tx) = tx.as_ref()
-        {
-            let _ = tx.send(Ok(event));
-        }
-    }
-
-    /// Ends the stream with `error` (the manager releases the session with
-    /// `runtime_error` and the error text in `lastError`).
-    pub fn fail(&self, error: AdapterError) {
-        if let Ok(mut tx) = self.tx.lock()
-            && let Some(tx) = tx.take()
-        {
-            let _ = tx.send(Err(error));
-        }
-    }
-
-    /// Ends the stream without error. Idempotent.
-    pub fn close(&self) {
-        if let Ok(mut tx) = self.tx.lock() {
-            tx.take();
-        }
-    }
-
-    /// True once closed or failed.
-    pub fn is_closed(&self) -> bool {
-        self.tx.lock().map(|tx| tx.is_none()).unwrap_or(true)
-    }
-}
 
 /// Identity of the turn being recorded.
 #[derive(Clone, Debug)]
@@ -126,6 +70,41 @@ pub struct ApprovalAsk {
     pub rule: String,
 }
 
+/// Per-runtime differences of recording, for [`TurnRecorder::start_with`]; the
+/// default is the codex driver's.
+#[derive(Clone, Debug)]
+pub struct RecorderStyle {
+    /// Persistence window of streaming text ([`FLUSH_INTERVAL`]); zero emits every delta.
+    pub flush_interval: Duration,
+    /// Status of a guarded tool item once its approval is answered (`running` when the
+    /// runtime runs it at once, `pending` when it reports the run itself).
+    pub tool_after_approval: TurnItemStatus,
+    /// Error of a tool item still open when the turn completes.
+    pub unfinished_tool_error: &'static str,
+}
+
+impl Default for RecorderStyle {
+    fn default() -> Self {
+        Self {
+            flush_interval: FLUSH_INTERVAL,
+            tool_after_approval: TurnItemStatus::Running,
+            unfinished_tool_error: "the turn ended before this tool call finished",
+        }
+    }
+}
+
+/// The changeable fields of a tool item, for [`TurnRecorder::tool_state`] /
+/// [`TurnRecorder::set_tool_state`] (a runtime that reports calls field by field).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolState {
+    pub tool: String,
+    pub input: Value,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    /// `completed` / `failed` settle the item.
+    pub status: TurnItemStatus,
+}
+
 struct PendingApproval {
     request: RuntimeRequest,
     node: Node,
@@ -137,6 +116,7 @@ pub struct TurnRecorder {
     sink: EventSink,
     clock: SharedClock,
     ids: TurnIds,
+    style: RecorderStyle,
     turn: ProviderTurn,
     items: Vec<(TurnItem, bool)>,
     by_key: HashMap<String, usize>,
@@ -161,6 +141,16 @@ impl std::fmt::Debug for TurnRecorder {
 impl TurnRecorder {
     /// Starts recording: emits the provider turn `running` and the status `busy`.
     pub fn start(sink: EventSink, clock: SharedClock, ids: TurnIds) -> Self {
+        Self::start_with(sink, clock, ids, RecorderStyle::default())
+    }
+
+    /// [`TurnRecorder::start`] with a runtime's own [`RecorderStyle`].
+    pub fn start_with(
+        sink: EventSink,
+        clock: SharedClock,
+        ids: TurnIds,
+        style: RecorderStyle,
+    ) -> Self {
         let now = clock.now();
         let turn = ProviderTurn {
             id: ids.provider_turn_id.clone(),
@@ -180,6 +170,7 @@ impl TurnRecorder {
             sink,
             clock,
             ids,
+            style,
             turn,
             items: Vec::new(),
             by_key: HashMap::new(),
@@ -300,7 +291,8 @@ impl TurnRecorder {
         }
         let (last, unsent) = self.text_meta.entry(idx).or_insert((None, 0));
         *unsent += delta.len();
-        if last.is_none_or(|at| at.elapsed() >= FLUSH_INTERVAL) || *unsent >= FLUSH_BYTES {
+        if last.is_none_or(|at| at.elapsed() >= self.style.flush_interval) || *unsent >= FLUSH_BYTES
+        {
             self.emit(idx);
         } else {
             self.dirty.insert(idx);
@@ -333,6 +325,18 @@ impl TurnRecorder {
             return;
         }
         let idx = self.text_item(key, kind);
+        self.settle_text(idx, full, TurnItemStatus::Completed);
+    }
+
+    /// Ends text item `key` (when open) with `status`, streaming off; unknown keys are
+    /// ignored.
+    pub fn text_ended(&mut self, key: &str, status: TurnItemStatus) {
+        if let Some(&idx) = self.by_key.get(key) {
+            self.settle_text(idx, None, status);
+        }
+    }
+
+    fn settle_text(&mut self, idx: usize, full: Option<&str>, status: TurnItemStatus) {
         let Some((item, open)) = self.items.get_mut(idx) else {
             return;
         };
@@ -347,7 +351,7 @@ impl TurnRecorder {
             }
             *streaming = false;
         }
-        item.status = TurnItemStatus::Completed;
+        item.status = status;
         *open = false;
         self.emit(idx);
     }
@@ -374,35 +378,114 @@ impl TurnRecorder {
     /// Settles tool item `key`: `completed` with `output`, or `failed` with `error`.
     /// Unknown keys are ignored.
     pub fn tool_finished(&mut self, key: &str, output: Option<String>, error: Option<String>) {
-        if self.finished {
-            return;
-        }
-        let Some(&idx) = self.by_key.get(key) else {
+        let Some(mut state) = self.tool_state(key) else {
             return;
         };
-        let Some((item, open)) = self.items.get_mut(idx) else {
-            return;
-        };
-        if !*open {
-            return;
-        }
-        let failed = error.is_some();
-        if let TurnItemKind::ToolCall {
-            output: out,
-            error: err,
-            ..
-        } = &mut item.kind
-        {
-            *out = output;
-            *err = error;
-        }
-        item.status = if failed {
+        state.status = if error.is_some() {
             TurnItemStatus::Failed
         } else {
             TurnItemStatus::Completed
         };
-        *open = false;
+        state.output = output;
+        state.error = error;
+        self.set_tool_state(key, state);
+    }
+
+    /// Opens tool item `key` for call `call_id` in `state` (settled at once when
+    /// `completed` / `failed`) unless it exists.
+    pub fn tool_opened(&mut self, key: &str, call_id: &str, state: ToolState) {
+        if self.finished || self.by_key.contains_key(key) {
+            return;
+        }
+        let idx = self.new_item(
+            Some(key),
+            TurnItemKind::ToolCall {
+                call_id: call_id.to_owned(),
+                tool: String::new(),
+                input: Value::Null,
+                output: None,
+                error: None,
+            },
+            TurnItemStatus::Pending,
+        );
+        self.put_tool_state(idx, state);
+    }
+
+    /// The fields of tool item `key` while it is open.
+    pub fn tool_state(&self, key: &str) -> Option<ToolState> {
+        let idx = *self.by_key.get(key)?;
+        match self.items.get(idx)? {
+            (
+                TurnItem {
+                    kind:
+                        TurnItemKind::ToolCall {
+                            tool,
+                            input,
+                            output,
+                            error,
+                            ..
+                        },
+                    status,
+                    ..
+                },
+                true,
+            ) => Some(ToolState {
+                tool: tool.clone(),
+                input: input.clone(),
+                output: output.clone(),
+                error: error.clone(),
+                status: *status,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Replaces the fields of open tool item `key` and emits it (settled when `state`
+    /// is `completed` / `failed`). Unknown or settled items are ignored.
+    pub fn set_tool_state(&mut self, key: &str, state: ToolState) {
+        if self.finished {
+            return;
+        }
+        if let Some(&idx) = self.by_key.get(key)
+            && let Some((_, true)) = self.items.get(idx)
+        {
+            self.put_tool_state(idx, state);
+        }
+    }
+
+    fn put_tool_state(&mut self, idx: usize, state: ToolState) {
+        let Some((item, open)) = self.items.get_mut(idx) else {
+            return;
+        };
+        if let TurnItemKind::ToolCall {
+            tool,
+            input,
+            output,
+            error,
+            ..
+        } = &mut item.kind
+        {
+            *tool = state.tool;
+            *input = state.input;
+            *output = state.output;
+            *error = state.error;
+        }
+        item.status = state.status;
+        *open = !matches!(
+            state.status,
+            TurnItemStatus::Completed | TurnItemStatus::Failed
+        );
         self.emit(idx);
+    }
+
+    /// The snapshot of item `key` (text or tool), settled or not.
+    pub fn item(&self, key: &str) -> Option<&TurnItem> {
+        self.items.get(*self.by_key.get(key)?).map(|(item, _)| item)
+    }
+
+    /// How many items the turn has (the latest one is number `item_count()`).
+    pub fn item_count(&self) -> usize {
+        self.items.len()
     }
 
     /// Whether tool item `key` exists.
@@ -564,7 +647,7 @@ impl TurnRecorder {
             && let Some((tool, true)) = self.items.get_mut(tool_idx)
             && tool.status == TurnItemStatus::Waiting
         {
-            tool.status = TurnItemStatus::Running;
+            tool.status = self.style.tool_after_approval;
             self.emit(tool_idx);
         }
     }
@@ -605,8 +688,23 @@ impl TurnRecorder {
     /// `pending` and `live` — the manager's release of the failed session settles them
     /// `expired` / `not_resumable` (MGR-41), which tells whoever answers later why.
     pub fn finish_session_lost(&mut self, outcome: TurnOutcome) {
-        self.approvals.clear();
+        self.forget_approvals();
         self.finish(outcome);
+    }
+
+    /// Forgets the pending approvals without settling them (see
+    /// [`TurnRecorder::finish_session_lost`]), for a driver that finishes later.
+    pub fn forget_approvals(&mut self) {
+        self.approvals.clear();
+    }
+
+    /// Cancels every pending approval ([`TurnRecorder::approval_cancelled`]).
+    pub fn cancel_approvals(&mut self) {
+        let mut pending: Vec<_> = self.approvals.keys().cloned().collect();
+        pending.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        for id in pending {
+            self.approval_cancelled(&id);
+        }
     }
 
     /// Ends the turn with `outcome`: settles open items (text `completed`, or
@@ -617,16 +715,13 @@ impl TurnRecorder {
         if self.finished {
             return;
         }
-        let pending: Vec<_> = self.approvals.keys().cloned().collect();
-        for id in pending {
-            self.approval_cancelled(&id);
-        }
+        self.cancel_approvals();
         self.finished = true;
         let (item_status, turn_status, tool_error) = match &outcome {
             TurnOutcome::Completed => (
                 TurnItemStatus::Completed,
                 ProviderTurnStatus::Completed,
-                "the turn ended before this tool call finished".to_owned(),
+                self.style.unfinished_tool_error.to_owned(),
             ),
             TurnOutcome::Interrupted { .. } => (
                 TurnItemStatus::Interrupted,

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use knife_runtime::SystemClock;
+use std::sync::Arc;
 
 fn recorder() -> (TurnRecorder, EventReceiver) {
     let (sink, rx) = EventSink::new();

@@ -1,14 +1,17 @@
 //! Pure mapping of one ACP prompt turn to knife's adapter events: `session/update`
 //! notifications become turn items, `session/request_permission` becomes a runtime
 //! request (with its node and approval item), the `session/prompt` result ends the
-//! turn. [`AcpTurn`] keeps the turn's items and returns the events to emit from each
-//! call; it does no I/O, so every rule here is unit-tested.
+//! turn. [`AcpTurn`] maps them onto the shared [`TurnRecorder`] (item ids, ordinals,
+//! approvals and the turn's end are recorded as for every driver) with the ACP
+//! [`RecorderStyle`], and returns the events recorded by each call; it does no I/O, so
+//! every rule here is unit-tested.
 //!
 //! Item rules (one knife provider turn = one `session/prompt`):
 //! - `agent_message_chunk` / `agent_thought_chunk` text appends to the open
 //!   assistant / reasoning item when it is the turn's latest item (and the chunk's
 //!   `messageId`, when given, matches); otherwise a new item starts. Every chunk
-//!   emits a snapshot (the manager's pump coalesces snapshots of one item per batch).
+//!   with text emits a snapshot (the manager's pump coalesces snapshots of one item per
+//!   batch); an empty chunk adds nothing.
 //! - `tool_call` creates a tool item (`call_id` = the agent's `toolCallId`, `tool` =
 //!   its `name` or else its `kind`, `input` = `rawInput` or else the title) and
 //!   completes the open text items before it; `tool_call_update` changes the fields
@@ -19,31 +22,23 @@
 //! - Ending the turn settles whatever is still open: text items take the turn's
 //!   outcome, unfinished tool calls fail, a pending approval is cancelled.
 
-use std::collections::HashMap;
+use std::time::Duration;
 
 use knife_protocol::*;
 use knife_runtime::SharedClock;
-use knife_runtime::sessions::requests::{ApprovalOrigin, pending_approval, request_item_id};
 use serde_json::Value;
 
 use super::types::*;
+use crate::record::{
+    ApprovalAsk, EventReceiver, EventSink, RecorderStyle, TextKind, ToolState, TurnRecorder,
+};
 
 /// Name of the error recorded on an interrupted turn (as the built-in agent does).
 pub const MESSAGE_ABORTED: &str = "MessageAbortedError";
 
-/// Which turn the events belong to.
-#[derive(Clone, Debug)]
-pub struct TurnIdentity {
-    pub thread_id: ThreadId,
-    pub run_id: RunId,
-    pub run_ordinal: u32,
-    pub provider_turn_id: ProviderTurnId,
-    pub provider_session_id: ProviderSessionId,
-    /// The provider thread of the ACP session (`provider-thread:acp:<sessionId>`).
-    pub provider_thread_id: Option<ProviderThreadId>,
-    /// 1-based attempt of the run.
-    pub attempt: u32,
-}
+/// Which turn the events belong to (the provider thread is the ACP session's,
+/// `provider-thread:acp:<sessionId>`).
+pub type TurnIdentity = crate::record::TurnIds;
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -144,221 +139,139 @@ pub fn content_text(content: &[ToolCallContent]) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("\n"))
 }
 
-struct ItemState {
-    item: TurnItem,
-    open: bool,
-    /// The agent's `messageId` of a text item, when it gave one.
+/// The open text item: its recorder key, whether it is reasoning, the agent's
+/// `messageId` and its number (it continues only while it is the turn's latest item).
+struct OpenText {
+    key: String,
+    kind: TextKind,
     message_id: Option<String>,
+    n: usize,
 }
 
-/// An approval the turn waits on.
-struct PendingApproval {
-    request: RuntimeRequest,
-    node: Node,
-    item_idx: usize,
-    tool_idx: usize,
-}
-
-/// One ACP prompt turn being mapped; see the module docs.
+/// One ACP prompt turn being mapped onto a [`TurnRecorder`]; see the module docs.
 pub struct AcpTurn {
-    clock: SharedClock,
-    id: TurnIdentity,
-    turn: ProviderTurn,
-    items: Vec<ItemState>,
-    /// Tool items by the agent's `toolCallId`.
-    tools: HashMap<String, usize>,
-    approvals: HashMap<RuntimeRequestId, PendingApproval>,
-    finished: bool,
+    recorder: TurnRecorder,
+    events: EventReceiver,
+    text: Option<OpenText>,
+}
+
+/// How the ACP driver's recording differs from the default: every chunk is emitted,
+/// an answered approval's tool waits for the agent's report (`pending`).
+fn acp_style() -> RecorderStyle {
+    RecorderStyle {
+        flush_interval: Duration::ZERO,
+        tool_after_approval: TurnItemStatus::Pending,
+        unfinished_tool_error: "the turn ended before the agent reported this tool call finished",
+    }
 }
 
 impl AcpTurn {
-    /// A turn that has not emitted anything yet; call [`AcpTurn::start`] first.
+    /// A turn whose first events (turn `running`, status `busy`) [`AcpTurn::start`]
+    /// returns.
     pub fn new(clock: SharedClock, id: TurnIdentity) -> Self {
-        let now = clock.now();
-        let turn = ProviderTurn {
-            id: id.provider_turn_id.clone(),
-            thread_id: id.thread_id.clone(),
-            run_id: id.run_id.clone(),
-            provider_thread_id: id.provider_thread_id.clone(),
-            provider_session_id: id.provider_session_id.clone(),
-            node_id: NodeId::root_of(&id.run_id),
-            ordinal: id.attempt,
-            status: ProviderTurnStatus::Running,
-            started_at: now,
-            completed_at: None,
-            usage: None,
-            error: None,
-        };
+        let (sink, events) = EventSink::new();
         Self {
-            clock,
-            id,
-            turn,
-            items: Vec::new(),
-            tools: HashMap::new(),
-            approvals: HashMap::new(),
-            finished: false,
+            recorder: TurnRecorder::start_with(sink, clock, id, acp_style()),
+            events,
+            text: None,
         }
+    }
+
+    /// The events recorded since the last call.
+    fn drain(&mut self) -> Vec<AdapterEvent> {
+        let mut out = Vec::new();
+        while let Ok(Ok(event)) = self.events.try_recv() {
+            out.push(event);
+        }
+        out
     }
 
     /// The turn's identity.
     pub fn identity(&self) -> &TurnIdentity {
-        &self.id
+        self.recorder.ids()
     }
 
     /// True once [`AcpTurn::finish`] ran.
     pub fn is_finished(&self) -> bool {
-        self.finished
+        self.recorder.is_finished()
     }
 
     /// Records the turn's token usage (from the `session/prompt` result), sent with
     /// the turn's final state and its terminal.
     pub fn set_usage(&mut self, usage: TokenUsage) {
-        self.turn.usage = Some(usage);
+        self.recorder.set_usage(usage);
     }
 
     /// The provider turn as running and the agent status `busy`.
     pub fn start(&mut self) -> Vec<AdapterEvent> {
-        vec![
-            AdapterEvent::ProviderTurnUpdated(self.turn.clone()),
-            self.status(AgentStatus::Busy),
-        ]
-    }
-
-    fn status(&self, status: AgentStatus) -> AdapterEvent {
-        AdapterEvent::AgentStatusChanged {
-            thread_id: self.id.thread_id.clone(),
-            run_id: Some(self.id.run_id.clone()),
-            status,
-        }
-    }
-
-    fn new_item(&mut self, kind: TurnItemKind, status: TurnItemStatus) -> usize {
-        let n = self.items.len() as u64 + 1;
-        let now = self.clock.now();
-        self.items.push(ItemState {
-            item: TurnItem {
-                id: TurnItemId::of_turn(&self.id.provider_turn_id, n as u32),
-                thread_id: self.id.thread_id.clone(),
-                run_id: Some(self.id.run_id.clone()),
-                provider_turn_id: Some(self.id.provider_turn_id.clone()),
-                ordinal: TurnItem::ordinal_in_run(self.id.run_ordinal, n),
-                status,
-                started_at: Some(now),
-                completed_at: None,
-                updated_at: now,
-                kind,
-            },
-            open: true,
-            message_id: None,
-        });
-        self.items.len() - 1
-    }
-
-    /// Snapshot of item `idx` (stamping `updated_at`, and `completed_at` once closed).
-    fn emit(&mut self, idx: usize) -> Option<AdapterEvent> {
-        let now = self.clock.now();
-        let state = self.items.get_mut(idx)?;
-        state.item.updated_at = now;
-        if !state.open && state.item.completed_at.is_none() {
-            state.item.completed_at = Some(now);
-        }
-        Some(AdapterEvent::TurnItemUpdated(state.item.clone()))
+        self.drain()
     }
 
     /// Maps one `session/update` of this turn's session.
     pub fn apply(&mut self, update: SessionUpdate) -> Vec<AdapterEvent> {
-        if self.finished {
+        if self.recorder.is_finished() {
             return Vec::new();
         }
         match update {
-            SessionUpdate::AgentMessageChunk(chunk) => self.text_chunk(false, chunk),
-            SessionUpdate::AgentThoughtChunk(chunk) => self.text_chunk(true, chunk),
+            SessionUpdate::AgentMessageChunk(chunk) => self.text_chunk(TextKind::Assistant, chunk),
+            SessionUpdate::AgentThoughtChunk(chunk) => self.text_chunk(TextKind::Reasoning, chunk),
             SessionUpdate::ToolCall(mut call) => {
                 if call.name.is_none() {
                     call.name = agent_tool_name(call.meta.as_ref());
                 }
-                self.tool_call(call)
+                self.tool_call(call);
             }
             SessionUpdate::ToolCallUpdate(mut update) => {
                 if update.name.is_none() {
                     update.name = agent_tool_name(update.meta.as_ref());
                 }
-                self.tool_update(update)
+                self.tool_update(update);
             }
-            SessionUpdate::UserMessageChunk(_) | SessionUpdate::Other => Vec::new(),
+            SessionUpdate::UserMessageChunk(_) | SessionUpdate::Other => {}
         }
+        self.drain()
     }
 
-    fn text_chunk(&mut self, reasoning: bool, chunk: ContentChunk) -> Vec<AdapterEvent> {
+    fn text_chunk(&mut self, kind: TextKind, chunk: ContentChunk) {
         let Some(delta) = chunk.content.as_text() else {
-            return Vec::new();
+            return;
         };
-        let mut events = Vec::new();
-        let continues = self.items.last().is_some_and(|last| {
-            last.open
-                && (chunk.message_id.is_none() || last.message_id == chunk.message_id)
-                && match last.item.kind {
-                    TurnItemKind::AssistantMessage { .. } => !reasoning,
-                    TurnItemKind::Reasoning { .. } => reasoning,
-                    _ => false,
-                }
+        let count = self.recorder.item_count();
+        let continues = self.text.as_ref().is_some_and(|open| {
+            open.n == count
+                && open.kind == kind
+                && (chunk.message_id.is_none() || open.message_id == chunk.message_id)
         });
-        if delta.is_empty() && !continues {
+        if delta.is_empty() {
             // claude-agent-acp opens each message with an empty chunk: no empty item.
-            return events;
+            return;
         }
-        let idx = if continues {
-            self.items.len() - 1
-        } else {
-            events.extend(self.close_texts(TurnItemStatus::Completed));
-            let kind = if reasoning {
-                TurnItemKind::Reasoning {
-                    text: String::new(),
-                    streaming: true,
-                }
-            } else {
-                TurnItemKind::AssistantMessage {
-                    text: String::new(),
-                    streaming: true,
-                }
-            };
-            let idx = self.new_item(kind, TurnItemStatus::Running);
-            self.items[idx].message_id = chunk.message_id.clone();
-            idx
-        };
-        if let TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } =
-            &mut self.items[idx].item.kind
-        {
-            text.push_str(delta);
+        if !continues {
+            self.close_text(TurnItemStatus::Completed);
+            // Created by its first delta (emitted at once); the NUL keeps text keys
+            // apart from the agent's `toolCallId`s, the tool items' keys.
+            let key = format!("\u{0}text:{}", count + 1);
+            self.text = Some(OpenText {
+                key,
+                kind,
+                message_id: chunk.message_id.clone(),
+                n: count + 1,
+            });
         }
-        events.extend(self.emit(idx));
-        events
+        if let Some(open) = &self.text {
+            self.recorder.text_delta(&open.key, kind, delta);
+        }
     }
 
-    /// Closes every open text item with `status` (streaming off).
-    fn close_texts(&mut self, status: TurnItemStatus) -> Vec<AdapterEvent> {
-        let mut events = Vec::new();
-        for idx in 0..self.items.len() {
-            let state = &mut self.items[idx];
-            if !state.open {
-                continue;
-            }
-            match &mut state.item.kind {
-                TurnItemKind::AssistantMessage { streaming, .. }
-                | TurnItemKind::Reasoning { streaming, .. } => {
-                    *streaming = false;
-                    state.open = false;
-                    state.item.status = status;
-                }
-                _ => continue,
-            }
-            events.extend(self.emit(idx));
+    /// Ends the open text item with `status` (streaming off).
+    fn close_text(&mut self, status: TurnItemStatus) {
+        if let Some(open) = self.text.take() {
+            self.recorder.text_ended(&open.key, status);
         }
-        events
     }
 
-    fn tool_call(&mut self, call: ToolCall) -> Vec<AdapterEvent> {
-        if self.tools.contains_key(&call.tool_call_id) {
+    fn tool_call(&mut self, call: ToolCall) {
+        if self.recorder.has_item(&call.tool_call_id) {
             // A repeated announcement is an update of the same call.
             return self.tool_update(ToolCallUpdate {
                 tool_call_id: call.tool_call_id,
@@ -372,38 +285,36 @@ impl AcpTurn {
                 meta: call.meta,
             });
         }
-        let mut events = self.close_texts(TurnItemStatus::Completed);
-        let tool = call
-            .name
-            .clone()
-            .unwrap_or_else(|| call.kind.as_str().to_owned());
-        let input = call
-            .raw_input
-            .clone()
-            .unwrap_or_else(|| Value::String(call.title.clone()));
-        let idx = self.new_item(
-            TurnItemKind::ToolCall {
-                call_id: call.tool_call_id.clone(),
-                tool,
-                input,
-                output: None,
-                error: None,
+        self.close_text(TurnItemStatus::Completed);
+        let mut state = ToolState {
+            tool: call
+                .name
+                .clone()
+                .unwrap_or_else(|| call.kind.as_str().to_owned()),
+            input: call
+                .raw_input
+                .clone()
+                .unwrap_or_else(|| Value::String(call.title.clone())),
+            output: None,
+            error: None,
+            status: TurnItemStatus::Pending,
+        };
+        apply_tool_update(
+            &mut state,
+            ToolCallUpdate {
+                tool_call_id: call.tool_call_id.clone(),
+                status: Some(call.status),
+                content: (!call.content.is_empty()).then_some(call.content),
+                raw_output: call.raw_output,
+                ..ToolCallUpdate::default()
             },
-            TurnItemStatus::Pending,
         );
-        self.tools.insert(call.tool_call_id.clone(), idx);
-        events.extend(self.tool_update(ToolCallUpdate {
-            tool_call_id: call.tool_call_id,
-            status: Some(call.status),
-            content: (!call.content.is_empty()).then_some(call.content),
-            raw_output: call.raw_output,
-            ..ToolCallUpdate::default()
-        }));
-        events
+        self.recorder
+            .tool_opened(&call.tool_call_id, &call.tool_call_id, state);
     }
 
-    fn tool_update(&mut self, update: ToolCallUpdate) -> Vec<AdapterEvent> {
-        let Some(&idx) = self.tools.get(&update.tool_call_id) else {
+    fn tool_update(&mut self, update: ToolCallUpdate) {
+        if !self.recorder.has_item(&update.tool_call_id) {
             // An update of a call never announced: announce it now.
             let call = ToolCall {
                 tool_call_id: update.tool_call_id.clone(),
@@ -416,70 +327,18 @@ impl AcpTurn {
                 raw_output: None,
                 meta: None,
             };
-            let mut events = self.tool_call(call);
+            self.tool_call(call);
             if update.status.is_some() || update.content.is_some() || update.raw_output.is_some() {
-                events.extend(self.tool_update(update));
+                self.tool_update(update);
             }
-            return events;
+            return;
+        }
+        let key = update.tool_call_id.clone();
+        let Some(mut state) = self.recorder.tool_state(&key) else {
+            return;
         };
-        let state = &mut self.items[idx];
-        if !state.open {
-            return Vec::new();
-        }
-        let TurnItemKind::ToolCall {
-            tool,
-            input,
-            output,
-            error,
-            ..
-        } = &mut state.item.kind
-        else {
-            return Vec::new();
-        };
-        if let Some(name) = update.name {
-            *tool = name;
-        } else if let Some(kind) = update.kind.filter(|_| tool.is_empty()) {
-            *tool = kind.as_str().to_owned();
-        }
-        if let Some(raw) = update.raw_input {
-            *input = raw;
-        }
-        let text = update
-            .content
-            .as_deref()
-            .and_then(content_text)
-            .or_else(|| {
-                update.raw_output.as_ref().map(|v| match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
-            });
-        match update.status {
-            Some(ToolCallStatus::Completed) => {
-                state.open = false;
-                state.item.status = TurnItemStatus::Completed;
-                *output = text.or_else(|| output.take()).or(Some(String::new()));
-            }
-            Some(ToolCallStatus::Failed) => {
-                state.open = false;
-                state.item.status = TurnItemStatus::Failed;
-                *error = text
-                    .or_else(|| output.take())
-                    .or_else(|| Some("the agent reported the tool call as failed".to_owned()));
-            }
-            Some(ToolCallStatus::InProgress) => {
-                state.item.status = TurnItemStatus::Running;
-                if text.is_some() {
-                    *output = text;
-                }
-            }
-            Some(ToolCallStatus::Pending) | None => {
-                if text.is_some() {
-                    *output = text;
-                }
-            }
-        }
-        self.emit(idx).into_iter().collect()
+        apply_tool_update(&mut state, update);
+        self.recorder.set_tool_state(&key, state);
     }
 
     /// The agent asks to allow a tool call (`session/request_permission`): emits the
@@ -492,85 +351,46 @@ impl AcpTurn {
         request_id: &RuntimeRequestId,
         ask: &RequestPermissionRequest,
     ) -> Vec<AdapterEvent> {
-        if self.finished {
+        if self.recorder.is_finished() {
             return Vec::new();
         }
-        let mut events = Vec::new();
         let call_id = ask.tool_call.tool_call_id.clone();
-        if !self.tools.contains_key(&call_id) {
-            events.extend(self.tool_update(ToolCallUpdate {
+        if !self.recorder.has_item(&call_id) {
+            self.tool_update(ToolCallUpdate {
                 status: None,
                 content: None,
                 raw_output: None,
                 ..ask.tool_call.clone()
-            }));
+            });
         }
-        let Some(&tool_idx) = self.tools.get(&call_id) else {
-            return events;
+        let (tool, input) = match self.recorder.item(&call_id).map(|i| &i.kind) {
+            Some(TurnItemKind::ToolCall { tool, input, .. }) => (tool.clone(), input.clone()),
+            Some(_) => (String::new(), Value::Null),
+            None => return self.drain(),
         };
-        let (tool, input) = match &self.items[tool_idx].item.kind {
-            TurnItemKind::ToolCall { tool, input, .. } => (tool.clone(), input.clone()),
-            _ => (String::new(), Value::Null),
-        };
-        let kind = ask.tool_call.kind.unwrap_or_default();
         let subject = ask
             .tool_call
             .title
             .clone()
             .filter(|t| !t.is_empty())
             .unwrap_or_else(|| tool.clone());
-        let origin = ApprovalOrigin {
-            thread_id: &self.id.thread_id,
-            run_id: &self.id.run_id,
-            provider_turn_id: &self.id.provider_turn_id,
-            provider_session_id: &self.id.provider_session_id,
-        };
-        let (node, request) = pending_approval(
-            origin,
+        self.recorder.approval_requested(
             request_id,
-            request_kind(kind),
-            ToolApproval {
-                call_id: call_id.clone(),
-                tool: tool.clone(),
-                subject: subject.clone(),
-                input,
-                rule: approval_rule(ask),
-                message: None,
-            },
-            self.clock.now(),
-        );
-        let item_idx = self.new_item(
-            TurnItemKind::Approval {
-                request_id: request_id.clone(),
+            ApprovalAsk {
+                kind: request_kind(ask.tool_call.kind.unwrap_or_default()),
                 call_id,
                 tool,
                 subject,
-                decision: None,
-                message: None,
-            },
-            TurnItemStatus::Waiting,
-        );
-        self.items[item_idx].item.id = request_item_id(request_id);
-        events.push(AdapterEvent::NodeUpdated(node.clone()));
-        events.extend(self.emit(item_idx));
-        self.items[tool_idx].item.status = TurnItemStatus::Waiting;
-        events.extend(self.emit(tool_idx));
-        events.push(AdapterEvent::RuntimeRequestUpdated(request.clone()));
-        self.approvals.insert(
-            request_id.clone(),
-            PendingApproval {
-                request,
-                node,
-                item_idx,
-                tool_idx,
+                input,
+                rule: approval_rule(ask),
             },
         );
-        events
+        self.drain()
     }
 
     /// Whether the turn waits on approval `request_id`.
     pub fn is_waiting_on(&self, request_id: &RuntimeRequestId) -> bool {
-        self.approvals.contains_key(request_id)
+        self.recorder.has_approval(request_id)
     }
 
     /// Settles approval `request_id`: with `Some(answer)` the request is `resolved`
@@ -582,147 +402,92 @@ impl AcpTurn {
         request_id: &RuntimeRequestId,
         answer: Option<&RequestAnswer>,
     ) -> Vec<AdapterEvent> {
-        let Some(PendingApproval {
-            mut request,
-            mut node,
-            item_idx,
-            tool_idx,
-        }) = self.approvals.remove(request_id)
-        else {
-            return Vec::new();
-        };
-        let now = self.clock.now();
-        let mut events = Vec::new();
-        if let Some(state) = self.items.get_mut(item_idx) {
-            state.open = false;
-            state.item.status = match answer {
-                Some(_) => TurnItemStatus::Completed,
-                None => TurnItemStatus::Cancelled,
-            };
-            if let (
-                TurnItemKind::Approval {
-                    decision, message, ..
-                },
-                Some(answer),
-            ) = (&mut state.item.kind, answer)
-            {
-                *decision = Some(answer.decision);
-                message.clone_from(&answer.message);
-            }
-        }
-        events.extend(self.emit(item_idx));
-        if answer.is_some()
-            && let Some(state) = self.items.get_mut(tool_idx)
-            && state.open
-            && state.item.status == TurnItemStatus::Waiting
-        {
-            state.item.status = TurnItemStatus::Pending;
-            events.extend(self.emit(tool_idx));
-        }
-        node.status = match answer {
-            Some(_) => NodeStatus::Completed,
-            None => NodeStatus::Cancelled,
-        };
-        node.completed_at = Some(now);
-        events.push(AdapterEvent::NodeUpdated(node));
-        request.resolved_at = Some(now);
         match answer {
-            Some(answer) => {
-                request.status = RuntimeRequestStatus::Resolved;
-                request.decision = Some(answer.decision);
-                if let Some(detail) = request.tool_approval.as_mut() {
-                    detail.message.clone_from(&answer.message);
-                }
-            }
-            None => request.status = RuntimeRequestStatus::Cancelled,
+            Some(answer) => self.recorder.approval_answered(request_id, answer),
+            None => self.recorder.approval_cancelled(request_id),
         }
-        events.push(AdapterEvent::RuntimeRequestUpdated(request));
-        events
+        self.drain()
     }
 
     /// Forgets the pending approvals without settling them, before [`AcpTurn::finish`]
     /// of a turn whose agent process died: they stay `pending` / `live` and the
     /// manager's release of the failed session settles them `expired` (MGR-41).
     pub fn leave_approvals_to_release(&mut self) {
-        self.approvals.clear();
+        self.recorder.forget_approvals();
     }
 
     /// Ends the turn: cancels pending approvals, settles open items, emits the
     /// provider turn's final state, the agent status `idle`, then exactly one
     /// `TurnTerminal`. Later calls return nothing.
     pub fn finish(&mut self, end: TurnEnd) -> Vec<AdapterEvent> {
-        if self.finished {
+        if self.recorder.is_finished() {
             return Vec::new();
         }
-        self.finished = true;
-        let mut events = Vec::new();
-        let pending: Vec<RuntimeRequestId> = self.approvals.keys().cloned().collect();
-        for id in pending {
-            events.extend(self.permission_settled(&id, None));
-        }
-        let (text_status, tool_error, turn_status, outcome) = match end {
-            TurnEnd::Completed => (
-                TurnItemStatus::Completed,
-                "the turn ended before the agent reported this tool call finished".to_owned(),
-                ProviderTurnStatus::Completed,
-                TurnOutcome::Completed,
-            ),
+        self.recorder.cancel_approvals();
+        let (text_status, outcome) = match end {
+            TurnEnd::Completed => (TurnItemStatus::Completed, TurnOutcome::Completed),
             TurnEnd::Interrupted(reason) => {
-                let error = AgentError {
+                self.recorder.set_error(AgentError {
                     name: MESSAGE_ABORTED.to_owned(),
                     message: format!("the turn was aborted ({reason})"),
-                };
-                self.turn.error = Some(error.clone());
-                events.push(AdapterEvent::AgentErrorRaised {
-                    thread_id: self.id.thread_id.clone(),
-                    run_id: Some(self.id.run_id.clone()),
-                    error,
                 });
                 (
                     TurnItemStatus::Interrupted,
-                    "Tool execution aborted".to_owned(),
-                    ProviderTurnStatus::Interrupted,
                     TurnOutcome::Interrupted { reason },
                 )
             }
-            TurnEnd::Failed(error) => (
-                TurnItemStatus::Failed,
-                format!(
-                    "the turn failed before this tool call finished: {}",
-                    error.message
-                ),
-                ProviderTurnStatus::Failed,
-                TurnOutcome::Failed { error },
-            ),
+            TurnEnd::Failed(error) => (TurnItemStatus::Failed, TurnOutcome::Failed { error }),
         };
-        events.extend(self.close_texts(text_status));
-        for idx in 0..self.items.len() {
-            let state = &mut self.items[idx];
-            if !state.open {
-                continue;
-            }
-            state.open = false;
-            if let TurnItemKind::ToolCall { error, .. } = &mut state.item.kind {
-                state.item.status = TurnItemStatus::Failed;
-                *error = Some(tool_error.clone());
-            } else {
-                state.item.status = text_status;
-            }
-            events.extend(self.emit(idx));
-        }
-        let now = self.clock.now();
-        self.turn.status = turn_status;
-        self.turn.completed_at = Some(now);
-        events.push(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
-        events.push(self.status(AgentStatus::Idle));
-        events.push(AdapterEvent::TurnTerminal {
-            thread_id: self.id.thread_id.clone(),
-            run_id: self.id.run_id.clone(),
-            provider_turn_id: self.id.provider_turn_id.clone(),
-            outcome,
-            usage: self.turn.usage.clone(),
+        self.close_text(text_status);
+        self.recorder.finish(outcome);
+        self.drain()
+    }
+}
+
+/// Applies the fields present in `update` to a tool item: the name (or the kind when
+/// it has none), the input, and the content's text (or `rawOutput`) as output while
+/// running, as output on `completed`, as error on `failed`.
+fn apply_tool_update(state: &mut ToolState, update: ToolCallUpdate) {
+    if let Some(name) = update.name {
+        state.tool = name;
+    } else if let Some(kind) = update.kind.filter(|_| state.tool.is_empty()) {
+        state.tool = kind.as_str().to_owned();
+    }
+    if let Some(raw) = update.raw_input {
+        state.input = raw;
+    }
+    let text = update
+        .content
+        .as_deref()
+        .and_then(content_text)
+        .or_else(|| {
+            update.raw_output.as_ref().map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
         });
-        events
+    match update.status {
+        Some(ToolCallStatus::Completed) => {
+            state.status = TurnItemStatus::Completed;
+            state.output = text.or_else(|| state.output.take()).or(Some(String::new()));
+        }
+        Some(ToolCallStatus::Failed) => {
+            state.status = TurnItemStatus::Failed;
+            state.error = text
+                .or_else(|| state.output.take())
+                .or_else(|| Some("the agent reported the tool call as failed".to_owned()));
+        }
+        Some(ToolCallStatus::InProgress) => {
+            state.status = TurnItemStatus::Running;
+            if text.is_some() {
+                state.output = text;
+            }
+        }
+        Some(ToolCallStatus::Pending) | None => {
+            if text.is_some() {
+                state.output = text;
+            }
+        }
     }
 }
 

@@ -375,3 +375,56 @@ fn claude_tool_names_from_meta_name_the_tool_item() {
         }
     );
 }
+
+#[test]
+fn acp_style_every_chunk_emits_and_an_answered_tool_waits_for_the_agent() {
+    let mut t = turn();
+    t.start();
+    // No persistence window: each chunk is a snapshot, even back to back.
+    let mut snapshots = Vec::new();
+    for part in ["a", "b", "c"] {
+        snapshots.extend(items(&t.apply(update(
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": part}}),
+        ))));
+    }
+    let texts: Vec<&str> = snapshots.iter().map(text_of).collect();
+    assert_eq!(texts, ["a", "ab", "abc"]);
+
+    t.apply(update(
+        json!({"sessionUpdate": "tool_call", "toolCallId": "c3", "title": "ls", "kind": "execute"}),
+    ));
+    let ask: RequestPermissionRequest = serde_json::from_value(json!({
+        "sessionId": "sess-1",
+        "toolCall": {"toolCallId": "c3", "title": "ls", "kind": "execute"},
+        "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]
+    }))
+    .unwrap();
+    let id = RuntimeRequestId::from("request_3");
+    t.permission_requested(&id, &ask);
+    let answer = RequestAnswer {
+        decision: ApprovalDecision::AllowOnce,
+        message: None,
+    };
+    let settled = items(&t.permission_settled(&id, Some(&answer)));
+    let tool = settled
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::ToolCall { .. }))
+        .unwrap();
+    assert_eq!(
+        tool.status,
+        TurnItemStatus::Pending,
+        "until the agent reports it"
+    );
+
+    let end = items(&t.finish(TurnEnd::Completed));
+    let tool = end
+        .iter()
+        .find(|i| matches!(i.kind, TurnItemKind::ToolCall { .. }))
+        .unwrap();
+    assert_eq!(tool.status, TurnItemStatus::Failed);
+    assert!(
+        matches!(&tool.kind, TurnItemKind::ToolCall { error: Some(e), .. }
+        if e == "the turn ended before the agent reported this tool call finished")
+    );
+    assert!(end.iter().all(|i| i.status != TurnItemStatus::Running));
+}
