@@ -160,6 +160,13 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
                 });
                 return Err(error);
             }
+            if just_compacted && !had_calls {
+                // The answer given right after a compaction overflows by itself:
+                // compacting and asking again would only buy the same answer again
+                // (each one paid). The turn ends with it; the next message's first
+                // step compacts if the history still does not fit.
+                return Ok(());
+            }
             messages = compact(llm.as_ref(), retry, &model, rec, &messages, &pending).await?;
             just_compacted = true;
             continue;

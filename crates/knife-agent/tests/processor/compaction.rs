@@ -230,6 +230,52 @@ async fn proc_07_overflow_again_right_after_compaction_fails_the_turn() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_answer_that_overflows_right_after_compaction_ends_the_turn_instead_of_compacting_again()
+{
+    // Every answer alone is over the usable context (800 of 1000 - 200): without the
+    // guard the agent would compact and ask again until max_steps, paying each time.
+    let big_answer = |text: &str| {
+        vec![
+            Ok(LlmEvent::TextStart { id: "t".into() }),
+            Ok(LlmEvent::TextDelta {
+                id: "t".into(),
+                text: text.into(),
+            }),
+            Ok(LlmEvent::TextEnd { id: "t".into() }),
+            Ok(finish(FinishReason::Stop, 100, 700)),
+        ]
+    };
+    let llm = FakeLlm::new(vec![
+        big_answer("first long answer"),
+        text_step(&["the summary"]),
+        big_answer("second long answer"),
+        text_step(&["must not be asked for"]),
+        big_answer("must not be asked for"),
+    ]);
+    let mut h = open(
+        llm.clone(),
+        |c| {
+            c.context_limit = 1000;
+            c.output_limit = 200;
+        },
+        None,
+    )
+    .await;
+    h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    // Answer, summary, answer: one compaction, then the turn ended with the answer.
+    assert_eq!(llm.requests().len(), 3);
+    let items = final_items(&events);
+    let compactions = items
+        .iter()
+        .filter(|i| matches!(i.kind, TurnItemKind::Compaction { .. }))
+        .count();
+    assert_eq!(compactions, 1);
+    assert_eq!(text_of(items.last().unwrap()), "second long answer");
+}
+
+#[tokio::test(start_paused = true)]
 async fn compaction_retries_its_summary_request_and_fails_when_even_that_overflows() {
     let overflow =
         || provider_error(json!({"type": "error", "error": {"code": "context_length_exceeded"}}));
