@@ -124,15 +124,7 @@ async fn codex_command_approval_round_trip_runs_the_command() {
         .unwrap();
     assert_eq!(waiting.status, TurnItemStatus::Waiting);
     let answered = h
-        .exec
-        .respond_to_request(
-            &h.thread.id,
-            &request.id,
-            RequestAnswer {
-                decision: ApprovalDecision::AllowOnce,
-                message: None,
-            },
-        )
+        .answer(&request.id, ApprovalDecision::AllowOnce)
         .await
         .unwrap();
     assert_eq!(answered.status, RuntimeRequestStatus::Resolved);
@@ -152,17 +144,7 @@ async fn codex_command_approval_round_trip_runs_the_command() {
             if tool == "command" && out == "ran: touch approved.txt (accept)"
     ));
     // A second answer is refused: the request is no longer pending.
-    let again = h
-        .exec
-        .respond_to_request(
-            &h.thread.id,
-            &request.id,
-            RequestAnswer {
-                decision: ApprovalDecision::Deny,
-                message: None,
-            },
-        )
-        .await;
+    let again = h.answer(&request.id, ApprovalDecision::Deny).await;
     assert!(again.is_err());
 }
 
@@ -195,15 +177,7 @@ async fn codex_denied_command_and_always_allowed_mcp_tool_call() {
         mcp.tool_approval.as_ref().unwrap().tool,
         "mcp__knife__whoami"
     );
-    h.exec
-        .respond_to_request(
-            &h.thread.id,
-            &mcp.id,
-            RequestAnswer {
-                decision: ApprovalDecision::AllowAlways,
-                message: None,
-            },
-        )
+    h.answer(&mcp.id, ApprovalDecision::AllowAlways)
         .await
         .unwrap();
     let run = h.finish(&run.id).await;
@@ -365,17 +339,7 @@ async fn codex_an_interrupt_while_an_approval_waits_cancels_the_request() {
         .unwrap();
     assert_eq!(approval.status, TurnItemStatus::Cancelled);
     // A late answer is refused.
-    let late = h
-        .exec
-        .respond_to_request(
-            &h.thread.id,
-            &request.id,
-            RequestAnswer {
-                decision: ApprovalDecision::AllowOnce,
-                message: None,
-            },
-        )
-        .await;
+    let late = h.answer(&request.id, ApprovalDecision::AllowOnce).await;
     assert!(late.is_err());
 }
 
@@ -532,15 +496,7 @@ async fn codex_file_change_approval_names_the_paths() {
     let request = pending_request(&h).await;
     assert_eq!(request.kind, RuntimeRequestKind::FileChange);
     assert_eq!(request.prompt.as_deref(), Some("file_change: src/lib.rs"));
-    h.exec
-        .respond_to_request(
-            &h.thread.id,
-            &request.id,
-            RequestAnswer {
-                decision: ApprovalDecision::AllowAlways,
-                message: None,
-            },
-        )
+    h.answer(&request.id, ApprovalDecision::AllowAlways)
         .await
         .unwrap();
     let run = h.finish(&run.id).await;

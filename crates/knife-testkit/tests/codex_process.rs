@@ -351,15 +351,7 @@ async fn codex_mgr_41_an_approval_pending_when_codex_dies_expires() {
         .unwrap();
     assert_eq!(approval.status, TurnItemStatus::Failed);
     let late = h
-        .exec
-        .respond_to_request(
-            &h.thread.id,
-            &request.id,
-            RequestAnswer {
-                decision: ApprovalDecision::AllowOnce,
-                message: None,
-            },
-        )
+        .answer(&request.id, ApprovalDecision::AllowOnce)
         .await
         .unwrap_err()
         .to_string();

@@ -138,6 +138,25 @@ pub fn script(commands: &str) -> String {
 }
 
 impl Harness {
+    /// Answers runtime request `request` of the harness thread with `decision`
+    /// (no message) through the execution service, as the approvals API does.
+    pub async fn answer(
+        &self,
+        request: &RuntimeRequestId,
+        decision: ApprovalDecision,
+    ) -> Result<RuntimeRequest, RuntimeError> {
+        self.exec
+            .respond_to_request(
+                &self.thread.id,
+                request,
+                RequestAnswer {
+                    decision,
+                    message: None,
+                },
+            )
+            .await
+    }
+
     pub async fn projection(&self) -> ThreadProjection {
         self.store
             .thread_projection(&self.thread.id)
