@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::approvals::ApprovalBroker;
 use crate::compaction::compact;
 use crate::messages::wire_tool_call;
-use crate::permissions::{ApprovalDecision, ApprovalRequest};
+use crate::permissions::{ApprovalRequest, ApprovalVerdict};
 use crate::processor::{Call, ContextLimits, ProcessResult, Processor};
 use crate::recorder::{TurnRecorder, TurnStop};
 use crate::tools::{Permission, ToolContext, ToolError, ToolSet};
@@ -261,8 +261,8 @@ async fn approve(
     let tool = ask.tool.clone();
     if let Some(gate) = tool_ctx.policy().approvals.as_ref() {
         return match gate.request(ask).await {
-            ApprovalDecision::Allow => Ok(()),
-            ApprovalDecision::Deny { message } => Err(ToolError::Rejected { tool, message }),
+            ApprovalVerdict::Allow => Ok(()),
+            ApprovalVerdict::Deny { message } => Err(ToolError::Rejected { tool, message }),
         };
     }
     let id = knife_protocol::RuntimeRequestId::new();

@@ -269,9 +269,11 @@ pub struct ApprovalRequest {
     pub rule: String,
 }
 
-/// The answer to an [`ApprovalRequest`].
+/// What an [`ApprovalGate`] tells the agent loop to do with one call: run it or not.
+/// (The user's recorded answer, with its once/always scope, is
+/// `knife_protocol::ApprovalDecision`; this is its effect on the call.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ApprovalDecision {
+pub enum ApprovalVerdict {
     /// Run the tool.
     Allow,
     /// Do not run it; `message` (the user's words, if any) is passed to the model.
@@ -289,7 +291,7 @@ pub enum ApprovalDecision {
 #[async_trait::async_trait]
 pub trait ApprovalGate: Send + Sync + 'static {
     /// Asks for permission to run one call and waits for the answer.
-    async fn request(&self, request: ApprovalRequest) -> ApprovalDecision;
+    async fn request(&self, request: ApprovalRequest) -> ApprovalVerdict;
 }
 
 /// An automatic gate that allows every `ask` at once (tests, unattended use:
@@ -300,8 +302,8 @@ pub struct AllowAll;
 
 #[async_trait::async_trait]
 impl ApprovalGate for AllowAll {
-    async fn request(&self, _request: ApprovalRequest) -> ApprovalDecision {
-        ApprovalDecision::Allow
+    async fn request(&self, _request: ApprovalRequest) -> ApprovalVerdict {
+        ApprovalVerdict::Allow
     }
 }
 
@@ -529,6 +531,6 @@ mod tests {
                 rule: "the default rule".into(),
             })
             .await;
-        assert_eq!(d, ApprovalDecision::Allow);
+        assert_eq!(d, ApprovalVerdict::Allow);
     }
 }

@@ -36,7 +36,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::permissions::{ApprovalDecision, ApprovalRequest, DecisionSource, PermissionAction};
+use crate::permissions::{ApprovalRequest, ApprovalVerdict, DecisionSource, PermissionAction};
 
 pub use bash::BashTool;
 pub use edit::EditTool;
@@ -454,10 +454,8 @@ impl ToolSet {
                     });
                 };
                 match gate.request(request).await {
-                    ApprovalDecision::Allow => Ok(()),
-                    ApprovalDecision::Deny { message } => {
-                        Err(ToolError::Rejected { tool, message })
-                    }
+                    ApprovalVerdict::Allow => Ok(()),
+                    ApprovalVerdict::Deny { message } => Err(ToolError::Rejected { tool, message }),
                 }
             }
         }
