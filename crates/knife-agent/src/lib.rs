@@ -27,4 +27,4 @@ pub use adapter::{
     MAX_FLUSH_INTERVAL,
 };
 pub use agent::run_error;
-pub use tools::{ProcessObserver, Tool, ToolContext, ToolError, ToolPolicy, ToolSet};
+pub use tools::{Tool, ToolContext, ToolError, ToolPolicy, ToolSet};

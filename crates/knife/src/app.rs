@@ -153,11 +153,10 @@ impl App {
         // environment (KNIFE_* always is).
         // Every `bash` process group is recorded, so the next boot kills the ones a
         // crash leaves running (the kill above).
-        let observer = crate::process_registry::RegistryObserver::start(
-            knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone()),
-        );
+        let recorder =
+            knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
         let tool_policy = Arc::new(ToolPolicy {
-            process_observer: Some(Arc::new(observer)),
+            process_recorder: Some(Arc::new(recorder)),
             secret_env_vars: crate::providers::secret_env_vars(config),
             permissions: PermissionRules::new(config.permissions.clone())
                 .context("invalid [[permissions]] in the config")?,

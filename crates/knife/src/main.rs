@@ -9,7 +9,6 @@ mod config;
 mod demo;
 mod lock;
 mod pipe;
-mod process_registry;
 mod providers;
 mod render;
 mod run;

@@ -43,7 +43,7 @@ pub use edit::EditTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListTool;
-pub use policy::{KNIFE_ENV_PREFIX, ProcessGroupRecord, ProcessObserver, ToolPolicy};
+pub use policy::{KNIFE_ENV_PREFIX, ToolPolicy};
 pub use read::ReadTool;
 pub use write::WriteTool;
 
