@@ -84,6 +84,7 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use axum::extract::ConnectInfo;
     use axum::routing::get;
