@@ -7,8 +7,7 @@ use knife_llm::retry::{CONTEXT_OVERFLOW_ERROR, RetryDecision, RetryPolicy};
 use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 
-use crate::agent::run_error;
-use crate::processor::wait_for_retry;
+use crate::llm_failures::{run_error, wait_for_retry};
 use crate::recorder::TurnRecorder;
 
 /// The instruction appended to the conversation to get its summary.

@@ -14,7 +14,7 @@ use knife_llm::{FinishReason, LlmClient, LlmError, LlmEvent, LlmRequest, Usage};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 use serde_json::Value;
 
-use crate::agent::run_error;
+use crate::llm_failures::{run_error, wait_for_retry};
 use crate::messages::parse_arguments;
 use crate::recorder::{PartKind, TurnRecorder};
 
@@ -302,27 +302,6 @@ impl Processor<'_> {
             }
         }
     }
-}
-
-/// Publishes `retry{attempt, message, next}` (next = now + `delay`, wall clock)
-/// and sleeps `delay` (PROC-06, PROC-10). Cancellable: dropping it stops the wait.
-pub(crate) async fn wait_for_retry(
-    rec: &mut TurnRecorder,
-    attempt: u32,
-    delay: std::time::Duration,
-    message: String,
-) {
-    let now = rec.now();
-    let next = chrono::TimeDelta::from_std(delay)
-        .ok()
-        .and_then(|d| now.checked_add_signed(d))
-        .unwrap_or(now);
-    rec.set_status(AgentStatus::Retry {
-        attempt,
-        message,
-        next,
-    });
-    tokio::time::sleep(delay).await;
 }
 
 #[cfg(test)]

@@ -124,7 +124,7 @@ impl App {
         // Boot order (issue 4): reconcile what died with the previous process, kill
         // the process groups it left running, then (below, once execution exists) the
         // restart sweep resumes claimed work; only then does the server accept requests.
-        let report = knife_runtime::recovery::reconcile_after_restart(&store, clock.as_ref())
+        let report = knife_runtime::boot::recovery::reconcile_after_restart(&store, clock.as_ref())
             .await
             .context("cannot reconcile the state left by the previous process")?;
         if !report.runs_interrupted.is_empty()
