@@ -11,6 +11,22 @@ use crate::agent::run_error;
 use crate::processor::wait_for_retry;
 use crate::recorder::TurnRecorder;
 
+/// Whether the built-in agent compacts the history when the context is full
+/// (`compaction = "auto" | "off"` of a provider instance, TURN-03).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompactionMode {
+    /// Summarise the history and continue (PROC-02, PROC-07). The default.
+    #[default]
+    Auto,
+    /// Never send a summary request: a context overflow ends the run with a
+    /// `provider.context_overflow` error.
+    Off,
+}
+
+/// Default bound of compactions in a row (TURN-04): a third compaction without a
+/// step in between that fits the context is not tried; the run fails instead.
+pub const DEFAULT_MAX_COMPACTIONS: u32 = 2;
+
 /// The instruction appended to the conversation to get its summary.
 pub const COMPACTION_PROMPT: &str = "The conversation above no longer fits the model's context. \
 Write a summary that lets another agent continue the work without it: the user's goal and \

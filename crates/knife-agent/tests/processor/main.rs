@@ -7,6 +7,7 @@ mod common;
 
 mod cancel;
 mod compaction;
+mod context_control;
 mod retries;
 mod stream;
 mod support;
