@@ -8,7 +8,7 @@ use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 
 use crate::agent::run_error;
-use crate::processor::wait_for_retry;
+use crate::processor::{gave_up, wait_for_retry};
 use crate::recorder::TurnRecorder;
 
 /// Whether the built-in agent compacts the history when the context is full
@@ -68,6 +68,7 @@ pub(crate) async fn compact(
     let mut truncated = false;
     let mut request = summary_request(model, &history);
     let mut calls_made = 0;
+    let mut started = tokio::time::Instant::now();
     let summary = loop {
         rec.set_status(AgentStatus::Busy);
         calls_made += 1;
@@ -89,6 +90,7 @@ pub(crate) async fn compact(
                     history = smaller;
                     request = summary_request(model, &history);
                     calls_made = 0;
+                    started = tokio::time::Instant::now();
                     continue;
                 }
                 (
@@ -104,7 +106,7 @@ pub(crate) async fn compact(
                     },
                 )
             }
-            RetryDecision::Stop { name } => (name, run_error(&error)),
+            RetryDecision::Stop { name } => (name, gave_up(run_error(&error), calls_made, started)),
         };
         rec.compaction_finished(idx, None);
         rec.set_error(AgentError {

@@ -186,6 +186,7 @@ impl Processor<'_> {
         request: &LlmRequest,
     ) -> (ProcessResult, AssistantMessage) {
         let mark = rec.mark();
+        let started = tokio::time::Instant::now();
         let mut calls_made = 0;
         loop {
             rec.set_status(AgentStatus::Busy);
@@ -225,11 +226,12 @@ impl Processor<'_> {
                     return (ProcessResult::Compact, AssistantMessage::default());
                 }
                 RetryDecision::Stop { name } => {
+                    let failure = gave_up(run_error(&error), calls_made, started);
                     rec.set_error(AgentError {
                         name: name.to_owned(),
-                        message: error.to_string(),
+                        message: failure.message.clone(),
                     });
-                    message.error = Some(run_error(&error));
+                    message.error = Some(failure);
                     return (ProcessResult::Stop, message);
                 }
             }
@@ -324,6 +326,24 @@ impl Processor<'_> {
             }
         }
     }
+}
+
+/// `failure` of a step that made `calls_made` model calls since `started`: after
+/// more than one, its message ends with how many over how long (TURN-09), e.g.
+/// `… HTTP 503: Service Unavailable (gave up after 8 attempts over 2m 0s)`.
+pub(crate) fn gave_up(
+    mut failure: RunError,
+    calls_made: u32,
+    started: tokio::time::Instant,
+) -> RunError {
+    if calls_made > 1 {
+        failure.message = format!(
+            "{} (gave up {})",
+            failure.message,
+            knife_llm::retry::attempts_note(calls_made, started.elapsed())
+        );
+    }
+    failure
 }
 
 /// Publishes `retry{attempt, message, next}` (next = now + `delay`, wall clock)

@@ -9,5 +9,6 @@ mod cancel;
 mod compaction;
 mod context_control;
 mod retries;
+mod retry_reports;
 mod stream;
 mod support;
