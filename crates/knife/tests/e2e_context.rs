@@ -1,5 +1,6 @@
-// Process tests of context control through the real binary (SPEC.md TURN-03,
-// TURN-05): knife.toml's compaction and limits, checked on the model requests.
+// Process tests of turn controls through the real binary (SPEC.md TURN-03, TURN-05,
+// TURN-10): knife.toml's compaction and limits, the model per run, checked on the
+// model requests the mock received.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -128,4 +129,96 @@ async fn turn_05_a_reserve_that_leaves_no_context_stops_the_server_at_load() {
         "{}",
         out.stderr
     );
+}
+
+/// The `model` field of each chat request the mock received, in order.
+fn requested_models(mock: &MockLlmHandle) -> Vec<String> {
+    mock.chat_requests()
+        .iter()
+        .map(|r| {
+            r.body.as_ref().unwrap()["model"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_10_the_model_changes_between_runs_and_is_recorded_on_each() {
+    let mock = mock(
+        r#"
+repeat_last = true
+[[response]]
+text = "Done."
+"#,
+    )
+    .await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+
+    // Run 1: the message names a model.
+    let (status, body) = server
+        .api
+        .post(
+            &format!("/api/threads/{thread}/messages"),
+            &serde_json::json!({"text": "one", "model": "model-b"}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let (_, done) = server.api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.model.as_deref(), Some("model-b"));
+
+    // Run 2: `knife run --thread --model`.
+    let cwd = server.path().to_owned();
+    let out = run_cli(
+        &cwd,
+        &[
+            "run", "--server", &url, "--thread", &thread, "--model", "model-c", "two",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+
+    // Run 3: no model: the thread's (here the instance's default).
+    let run = server.api.post_message(&thread, "three").await;
+    let (_, done) = server.api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.model, None);
+
+    assert_eq!(
+        requested_models(&mock),
+        ["model-b", "model-c", "gpt-4o-mini"]
+    );
+    let projection = server.api.projection(&thread).await;
+    let models: Vec<Option<&str>> = projection.runs.iter().map(|r| r.model.as_deref()).collect();
+    assert_eq!(models, [Some("model-b"), Some("model-c"), None]);
+    assert_eq!(
+        projection.thread.model, None,
+        "the thread's own model stays"
+    );
+
+    let show = run_cli(&cwd, &["threads", "show", &thread, "--server", &url]).await;
+    assert!(show.status.success(), "{}", show.stderr);
+    assert!(
+        show.stdout.contains("run 1 · completed · model-b")
+            && show.stdout.contains("run 2 · completed · model-c")
+            && show.stdout.contains("run 3 · completed"),
+        "{}",
+        show.stdout
+    );
+
+    // A blank model is bad input, answered 400 with what to do.
+    let (status, body) = server
+        .api
+        .post(
+            &format!("/api/threads/{thread}/messages"),
+            &serde_json::json!({"text": "four", "model": " "}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("leave `model` out"), "{body}");
 }
