@@ -1,5 +1,5 @@
 //! What a failed model call does to a turn: the typed run error it records
-//! ([`run_error`]) and the `retry` status shown while waiting to call again.
+//! ([`run_error`], [`gave_up`]) and the `retry` status shown while waiting to call again.
 
 use knife_llm::LlmError;
 use knife_protocol::{AgentStatus, RunError};
@@ -33,6 +33,24 @@ pub fn run_error(error: &LlmError) -> RunError {
             detail: body.clone(),
         },
     }
+}
+
+/// `failure` of a step that made `calls_made` model calls since `started`: after
+/// more than one, its message ends with how many over how long (TURN-09), e.g.
+/// `… HTTP 503: Service Unavailable (gave up after 8 attempts over 2m 0s)`.
+pub(crate) fn gave_up(
+    mut failure: RunError,
+    calls_made: u32,
+    started: tokio::time::Instant,
+) -> RunError {
+    if calls_made > 1 {
+        failure.message = format!(
+            "{} (gave up {})",
+            failure.message,
+            knife_llm::retry::attempts_note(calls_made, started.elapsed())
+        );
+    }
+    failure
 }
 
 /// Publishes `retry{attempt, message, next}` (next = now + `delay`, wall clock)
