@@ -459,6 +459,12 @@ pub struct ToolApproval {
     /// The user's words given with the answer (e.g. why it was denied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The proposed change as a unified diff (`--- a/path`, `+++ b/path`, hunks), for
+    /// `write` / `edit` calls of the built-in agent and codex file changes (CHG-05):
+    /// what clients show instead of the raw arguments. `None` when the call changes no
+    /// file or its change cannot be worked out (the tool then reports why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
 }
 
 /// Kind of an execution node.
