@@ -91,6 +91,7 @@ pub fn unified_diff(path: &str, old: Option<&str>, new: &str) -> Option<String> 
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
