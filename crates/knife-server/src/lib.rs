@@ -22,6 +22,7 @@
 
 mod error;
 mod events;
+pub mod listen;
 pub mod mcp;
 mod origin;
 mod routes;
@@ -30,6 +31,7 @@ mod threads;
 pub mod ui;
 
 pub use error::ApiErr;
+pub use listen::{ApiListener, ConnectionInfo, serve};
 pub use routes::router;
 
 use std::sync::Arc;
