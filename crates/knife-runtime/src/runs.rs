@@ -185,7 +185,7 @@ pub(crate) async fn create_run(
     thread.last_error = None;
     thread.updated_at = now;
     thread.claim(now);
-    if let RunStart::User(text) = start {
+    if let RunStart::User { text, .. } = start {
         // CHG-08: the first message names an untitled thread, in this same
         // transaction; a message to an archived thread brings it back.
         if thread.untitled
