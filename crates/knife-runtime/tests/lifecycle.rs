@@ -27,7 +27,9 @@ async fn rows_of(store: &knife_store::Store, thread: &ThreadId) -> Vec<String> {
     out
 }
 
-#[tokio::test(start_paused = true)]
+// Real time: the forced delete waits (time-boxed) for the stopped run's terminal,
+// which the store's writer thread commits; paused time would race that box.
+#[tokio::test]
 async fn chg_08_delete_refuses_while_a_run_is_active_and_force_stops_it_first() {
     let h = common::Harness::new(common::Drain::Hang).await;
     let exec = h.execution();
