@@ -267,6 +267,9 @@ pub struct ApprovalRequest {
     pub input: Value,
     /// Which rule asked: `permission rule N` (0-based) or `the default rule`.
     pub rule: String,
+    /// The proposed change of a `write` / `edit` call as a unified diff (CHG-05), filled
+    /// in before the user is asked ([`crate::tools::diff::proposed_diff`]); `None` otherwise.
+    pub diff: Option<String>,
 }
 
 /// What an [`ApprovalGate`] tells the agent loop to do with one call: run it or not.
@@ -529,6 +532,7 @@ mod tests {
                 subject: "ls".into(),
                 input: serde_json::json!({"command": "ls"}),
                 rule: "the default rule".into(),
+                diff: None,
             })
             .await;
         assert_eq!(d, ApprovalVerdict::Allow);

@@ -95,6 +95,13 @@ event_bodies! {
         "project.updated" => ProjectUpdated(Project),
         "thread.created" => ThreadCreated(Thread),
         "thread.updated" => ThreadUpdated(Thread),
+        /// The tombstone of a deleted thread (CHG-08): the fold drops the thread and every
+        /// row of it from the projections, and ignores the thread's later events;
+        /// `knife db purge` removes the thread's events for good.
+        "thread.deleted" => ThreadDeleted {
+            thread_id: ThreadId,
+            deleted_at: Timestamp,
+        },
         "run.created" => RunCreated(Run),
         "run.updated" => RunUpdated(Run),
         "node.updated" => NodeUpdated(Node),
@@ -136,6 +143,7 @@ impl EventBody {
         match self {
             EventBody::ProjectCreated(_) | EventBody::ProjectUpdated(_) => (None, None),
             EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => (Some(t.id.clone()), None),
+            EventBody::ThreadDeleted { thread_id, .. } => (Some(thread_id.clone()), None),
             EventBody::RunCreated(r) | EventBody::RunUpdated(r) => {
                 (Some(r.thread_id.clone()), Some(r.id.clone()))
             }

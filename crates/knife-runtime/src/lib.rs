@@ -12,6 +12,7 @@ pub mod commands;
 pub mod error;
 pub mod execution;
 pub mod ingest;
+pub mod lifecycle;
 pub mod mcp;
 pub mod process_groups;
 pub mod reaper;
@@ -26,6 +27,7 @@ pub use execution::terminal::*;
 pub use execution::{
     DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome,
 };
+pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
 pub use sessions::{
     OpenRequest, SessionError, SessionHandle, SessionManager, SessionManagerOptions,
 };
