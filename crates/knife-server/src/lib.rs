@@ -20,14 +20,17 @@
 
 mod error;
 mod events;
+mod limits;
 pub mod mcp;
 mod origin;
 mod routes;
+pub mod serve;
 mod sessions;
 pub mod ui;
 
 pub use error::ApiErr;
 pub use routes::router;
+pub use serve::{ServerLimits, serve};
 
 use std::sync::Arc;
 

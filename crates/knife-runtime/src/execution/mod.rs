@@ -162,6 +162,13 @@ impl ExecutionService {
                 "the message text is empty; write what the agent should do".into(),
             ));
         }
+        if let Some(m) = knife_protocol::limits::over_bytes(
+            "text",
+            &text,
+            knife_protocol::limits::MESSAGE_MAX_BYTES,
+        ) {
+            return Err(RuntimeError::Invalid(m));
+        }
         self.wait_if_finishing(thread_id).await;
         match self.begin(thread_id, RunStart::User(text)).await? {
             Begun::Started { run, .. } => Ok(*run),
@@ -361,6 +368,15 @@ impl ExecutionService {
         answer: RequestAnswer,
     ) -> Result<RuntimeRequest, RuntimeError> {
         use crate::answers::{check_pending, no_live_turn, refused, wait_resolved};
+        if let Some(m) = answer.message.as_deref().and_then(|m| {
+            knife_protocol::limits::over_bytes(
+                "message",
+                m,
+                knife_protocol::limits::ANSWER_MESSAGE_MAX_BYTES,
+            )
+        }) {
+            return Err(RuntimeError::Invalid(m));
+        }
         check_pending(&self.inner.store, thread, request).await?;
         let Some(handle) = self.session_of(thread) else {
             return Err(no_live_turn(request));
