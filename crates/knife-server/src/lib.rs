@@ -21,16 +21,16 @@
 mod error;
 mod events;
 mod limits;
+pub mod listen;
 pub mod mcp;
 mod origin;
 mod routes;
-pub mod serve;
 mod sessions;
 pub mod ui;
 
 pub use error::ApiErr;
+pub use listen::{ApiListener, ConnectionInfo, ServerLimits, serve, serve_with};
 pub use routes::router;
-pub use serve::{ServerLimits, serve};
 
 use std::sync::Arc;
 

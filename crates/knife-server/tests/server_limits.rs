@@ -48,7 +48,7 @@ async fn serve(limits: ServerLimits) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(knife_server::serve(
+    tokio::spawn(knife_server::serve_with(
         listener,
         knife_server::router(state),
         limits,

@@ -351,7 +351,9 @@ impl App {
                 closing.cancel();
             });
         };
-        let served = knife_server::serve(listener, router, self.limits.clone(), graceful)
+        // Accepted sockets get TCP_NODELAY (LIVE-04); connection cap and header
+        // timeout (SEC-04).
+        let served = knife_server::serve_with(listener, router, self.limits.clone(), graceful)
             .await
             .context("the HTTP server failed");
         // Idempotent; covers a server that stopped for another reason.
