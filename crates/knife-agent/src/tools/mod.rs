@@ -21,6 +21,7 @@
 
 pub mod bash;
 mod beneath;
+pub mod diff;
 mod edit;
 mod glob;
 mod grep;
@@ -469,6 +470,7 @@ impl ToolSet {
                 subject,
                 input: args.clone(),
                 rule,
+                diff: None,
             }),
         }
     }
