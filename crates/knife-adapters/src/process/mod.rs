@@ -53,7 +53,7 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 
-mod lines;
+pub(crate) mod lines;
 mod tail;
 pub use lines::strip_ansi;
 use lines::{CappedLines, decode_line};
