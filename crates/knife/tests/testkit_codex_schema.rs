@@ -1,4 +1,5 @@
-// The Codex app-server schema check against the real `codex` binary: messages
+// The Codex app-server schema check (knife_testkit::peers) against the real `codex` binary
+// (here, not in knife-testkit, so the knife_has_codex cfg rebuilds only this crate): messages
 // captured from codex 0.169.0 (docs in /tmp/coord/codex-wire.md at the time)
 // must match the schema it generates, and wrong ones must not.
 // Gated on `knife_has_codex`: ignored without codex, unless KNIFE_PEERS selects it
