@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use knife_agent::permissions::{PermissionRule, PermissionRules};
 use serde::Deserialize;
 
+pub mod keys;
 pub mod providers;
 pub use providers::ProviderConfig;
 
@@ -16,7 +17,7 @@ pub use providers::ProviderConfig;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// The whole configuration file.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Instance used by threads that name none. Default: the only instance, or `openai`.
@@ -47,7 +48,7 @@ pub struct Config {
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectConfig {
     /// The project's root folder (as given to `knife run` / `POST /api/projects`).
@@ -101,7 +102,7 @@ impl Config {
 }
 
 /// `[server]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Listen address, e.g. `127.0.0.1:7878`.
@@ -128,7 +129,7 @@ pub fn clamped_secs(secs: u64) -> std::time::Duration {
 /// `[sessions]`: how long provider sessions live (SPEC.md MGR) and how the reaper
 /// finds stale ones (REAP). Every key is optional; seconds, at most
 /// [`MAX_DURATION_SECS`] (30 days; larger values are clamped).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsConfig {
     /// An idle session (no turn, no activity) is released after this long (default 1800).
@@ -233,6 +234,8 @@ impl Config {
                 path.display()
             )
         })?;
+        keys::check(&text)
+            .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
         let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
         PermissionRules::new(config.permissions.clone())

@@ -24,7 +24,7 @@ pub const DRIVERS: &[(&str, &str)] = &[
 pub const EXTERNAL_DRIVERS: &[&str] = &["acp", "codex"];
 
 /// One provider instance (`[providers.<id>]`).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// `openai-chat` (OpenAI Chat Completions and compatible servers: Ollama, vLLM,
