@@ -180,10 +180,21 @@ impl Config {
     /// `$XDG_CONFIG_HOME/knife/knife.toml`; a missing default file is an empty config.
     /// Then applies env overrides and fills the default `openai` instance when none is set.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let mut config = match Self::locate(path) {
+            Some(p) => Self::parse_file(&p)?,
+            None => Config::default(),
+        };
+        config.apply_env(|k| std::env::var(k).ok());
+        Ok(config)
+    }
+
+    /// The file [`Config::load`] reads: `path`, else `$KNIFE_CONFIG`, else the first of
+    /// `./knife.toml` and `$XDG_CONFIG_HOME/knife/knife.toml` that exists; `None`: no file.
+    pub fn locate(path: Option<&Path>) -> Option<PathBuf> {
         let explicit = path
             .map(Path::to_path_buf)
             .or_else(|| std::env::var_os("KNIFE_CONFIG").map(PathBuf::from));
-        let candidate = match explicit {
+        match explicit {
             Some(p) => Some(p),
             None => [
                 Some(PathBuf::from("knife.toml")),
@@ -192,13 +203,7 @@ impl Config {
             .into_iter()
             .flatten()
             .find(|p| p.is_file()),
-        };
-        let mut config = match candidate {
-            Some(p) => Self::parse_file(&p)?,
-            None => Config::default(),
-        };
-        config.apply_env(|k| std::env::var(k).ok());
-        Ok(config)
+        }
     }
 
     /// A config with one `openai-chat` instance `id` at `base_url` serving `model`
