@@ -102,7 +102,8 @@ pub struct ProviderConfig {
 }
 
 /// `compaction = "auto" | "off"` of a provider instance (TURN-03).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename_all = "lowercase")]
 pub enum Compaction {
     /// Summarise the history when the context is full (the default).
     Auto,
