@@ -16,6 +16,7 @@ mod render;
 mod run;
 mod serve;
 mod sessions;
+mod thread_lifecycle;
 mod threads;
 
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ enum Command {
     /// Answer a tool approval of a running turn from another terminal (or list a
     /// thread's pending approvals).
     Approve(approve::ApproveArgs),
-    /// List threads or show one.
+    /// Threads: list, show, interrupt, rename, archive, unarchive, delete, fork.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
@@ -60,7 +61,8 @@ enum Command {
     /// Check the config, data dir, provider instances, peer programs, git, sandbox and
     /// database, and say what to fix (exit 1 when something is broken).
     Doctor(doctor::DoctorArgs),
-    /// Database maintenance: `db rebuild` recomputes every projection from the event log.
+    /// Database maintenance: `db rebuild` recomputes every projection from the event
+    /// log; `db purge` removes deleted threads' events for good.
     #[command(subcommand)]
     Db(threads::DbCommand),
     /// Benchmarks: `bench store`, `bench stream`, `bench processor`, `bench restart`.
