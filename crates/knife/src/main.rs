@@ -7,6 +7,7 @@ mod bench;
 mod client;
 mod config;
 mod demo;
+mod doctor;
 mod lock;
 mod pipe;
 mod providers;
@@ -57,6 +58,9 @@ enum Command {
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,
+    /// Check the config, data dir, provider instances, peer programs, git, sandbox and
+    /// database, and say what to fix (exit 1 when something is broken).
+    Doctor(doctor::DoctorArgs),
     /// Database maintenance: `db rebuild` recomputes every projection from the event
     /// log; `db purge` removes deleted threads' events for good.
     #[command(subcommand)]
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
             Command::Demo => demo::demo().await,
+            Command::Doctor(args) => doctor::doctor(config, args).await,
             Command::Db(cmd) => threads::db(config, cmd).await,
             Command::Bench(cmd) => bench::bench(cmd).await,
             Command::Token(cmd) => token::token(cmd),
