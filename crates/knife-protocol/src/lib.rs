@@ -10,6 +10,7 @@ pub mod api;
 pub mod entities;
 pub mod events;
 pub mod ids;
+pub mod live;
 pub mod mcp;
 
 pub use adapter::*;
@@ -17,6 +18,7 @@ pub use api::*;
 pub use entities::*;
 pub use events::*;
 pub use ids::*;
+pub use live::*;
 pub use mcp::*;
 
 /// Wall-clock timestamps (UTC). Durations never use this type; see ARCHITECTURE.md "Runtime rules".

@@ -21,6 +21,7 @@
 mod error;
 mod events;
 pub mod listen;
+mod live;
 pub mod mcp;
 mod origin;
 mod routes;
