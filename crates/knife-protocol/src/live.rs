@@ -34,10 +34,13 @@ impl DeltaField {
         match (self, &item.kind) {
             (DeltaField::Text, TurnItemKind::AssistantMessage { text, .. })
             | (DeltaField::Reasoning, TurnItemKind::Reasoning { text, .. }) => Some(text),
-            (DeltaField::Input, TurnItemKind::ToolCall { input, .. }) => match input {
-                Value::String(s) => Some(s),
-                _ => None,
-            },
+            (
+                DeltaField::Input,
+                TurnItemKind::ToolCall {
+                    input: Value::String(s),
+                    ..
+                },
+            ) => Some(s),
             (DeltaField::Output, TurnItemKind::ToolCall { output, .. }) => {
                 Some(output.as_deref().unwrap_or(""))
             }
