@@ -324,3 +324,93 @@ async fn live_02_a_sequence_from_the_future_is_refused_clearly() {
         .await;
     assert_eq!(status, 400, "{body}");
 }
+
+/// Subscribes to a new thread, sends `prompt`, follows the run on the WebSocket with
+/// the checking [`Client`] and returns it.
+async fn watch_run(server: &Server, prompt: &str) -> Client {
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let mut ws = subscribe(server, &thread, 0).await;
+    assert!(matches!(
+        next(&mut ws).await,
+        WsServerMessage::Subscribed { .. }
+    ));
+    let run = server.api.post_message(&thread, prompt).await;
+    let mut client = Client::default();
+    assert!(follow(&mut ws, &mut client, &run, |_| false).await);
+    client
+}
+
+/// What every driver must show (LIVE-05 → LIVE-01/02): deltas whose offsets continue
+/// the text held, most of them ahead of their snapshot, adding up to the answer.
+fn assert_live(client: &Client, answer: &str, words: usize) {
+    assert!(client.deltas >= words, "deltas: {}", client.deltas);
+    assert!(
+        client.ahead * 2 > client.deltas,
+        "{} of {} deltas were ahead of their snapshot",
+        client.ahead,
+        client.deltas
+    );
+    assert_eq!(client.text_of(DeltaField::Text), vec![answer.to_owned()]);
+}
+
+fn fake_bin(name: &str) -> std::path::PathBuf {
+    let path = knife_bin().with_file_name(name);
+    if !path.is_file() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-p", "knife-testkit", "--bin", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build for a fake peer");
+        assert!(status.success(), "building {name} failed");
+    }
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_05_builtin_agent_streams_live_deltas() {
+    let answer = words("b", 40);
+    let script = format!("[[response]]\ntext = \"{answer}\"\nstream_deltas_ms = 5\n");
+    let mock = MockLlm::script(&script, &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let client = watch_run(&server, "go").await;
+    assert_live(&client, &answer, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_05_codex_driver_streams_live_deltas() {
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        "default_provider = \"codex\"\n\n[providers.codex]\ndriver = \"codex\"\n\
+         command = \"{}\"\nargs = []\nmodel = \"mock-model\"\n\n[providers.codex.env]\n\
+         CODEX_HOME = \"{}\"\n",
+        fake_bin("fake_codex").display(),
+        home.path().display()
+    );
+    let server = Server::start_with_config(&config).await;
+    let answer = words("c", 40);
+    let prompt = format!("FAKE_CODEX: {}", json!([{ "text": answer }]));
+    let client = watch_run(&server, &prompt).await;
+    assert_live(&client, &answer, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_05_acp_driver_streams_live_deltas() {
+    let state = tempfile::tempdir().unwrap();
+    let config = format!(
+        "default_provider = \"agent\"\n\n[providers.agent]\ndriver = \"acp\"\n\
+         command = \"{}\"\nenv = {{ FAKE_ACP_STATE_DIR = \"{}\" }}\n",
+        fake_bin("fake_acp").display(),
+        state.path().display()
+    );
+    let server = Server::start_with_config(&config).await;
+    let answer = words("a", 40);
+    let steps: Vec<serde_json::Value> = answer
+        .split_inclusive(' ')
+        .flat_map(|w| [json!({ "text": w }), json!({ "sleep_ms": 3 })])
+        .collect();
+    let prompt = json!({ "steps": steps }).to_string();
+    let client = watch_run(&server, &prompt).await;
+    assert_live(&client, &answer, 40);
+}
