@@ -344,7 +344,9 @@ async fn watch_run(server: &Server, prompt: &str) -> Client {
 /// What every driver must show (LIVE-05 → LIVE-01/02): deltas whose offsets continue
 /// the text held, most of them ahead of their snapshot, adding up to the answer.
 fn assert_live(client: &Client, answer: &str, words: usize) {
-    assert!(client.deltas >= words, "deltas: {}", client.deltas);
+    // The server may merge deltas (gap fill) or drop the last ones once the settled
+    // snapshot has delivered their text, so not every adapter delta is a message.
+    assert!(client.deltas * 2 >= words, "deltas: {}", client.deltas);
     assert!(
         client.ahead * 2 > client.deltas,
         "{} of {} deltas were ahead of their snapshot",
