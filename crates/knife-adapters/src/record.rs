@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use knife_protocol::*;
 use knife_runtime::SharedClock;
+use knife_runtime::recording;
 use knife_runtime::sessions::requests::{ApprovalOrigin, pending_approval, request_item_id};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -278,18 +279,24 @@ impl TurnRecorder {
             return;
         }
         let idx = self.text_item(key, kind);
-        if let Some((
-            TurnItem {
-                kind:
-                    TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. },
-                ..
-            },
-            true,
-        )) = self.items.get_mut(idx)
-        {
-            text.push_str(delta);
-        } else {
+        let Some((item, true)) = self.items.get_mut(idx) else {
             return;
+        };
+        let Some(field) = recording::text_field(&item.kind) else {
+            return;
+        };
+        let offset = match &mut item.kind {
+            TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => {
+                let offset = text.len();
+                text.push_str(delta);
+                offset
+            }
+            _ => return,
+        };
+        let live = Some(recording::delta(item, field, offset, delta));
+        // Live at once (LIVE-01); the snapshot below follows the persistence window.
+        if let Some(live) = live {
+            self.sink.send(live);
         }
         let (last, unsent) = self.text_meta.entry(idx).or_insert((None, 0));
         *unsent += delta.len();

@@ -11,6 +11,7 @@ pub mod entities;
 pub mod events;
 pub mod ids;
 pub mod limits;
+pub mod live;
 pub mod mcp;
 
 pub use adapter::*;
@@ -18,6 +19,7 @@ pub use api::*;
 pub use entities::*;
 pub use events::*;
 pub use ids::*;
+pub use live::*;
 pub use mcp::*;
 
 /// Wall-clock timestamps (UTC). Durations never use this type; see ARCHITECTURE.md "Runtime rules".

@@ -14,9 +14,11 @@ pub mod error;
 pub mod execution;
 pub mod ingest;
 pub mod lifecycle;
+pub mod live;
 pub mod mcp;
 pub mod process_groups;
 pub mod reaper;
+pub mod recording;
 pub mod scope;
 pub mod sessions;
 

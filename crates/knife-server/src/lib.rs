@@ -24,6 +24,7 @@ mod error;
 mod events;
 mod limits;
 pub mod listen;
+mod live;
 pub mod mcp;
 mod origin;
 mod routes;

@@ -19,6 +19,30 @@ import { threadStatus } from './sidebar.js';
  * <details> (reasoning, summaries) and opened "show more" outputs, matched by their
  * order. Without it every streamed update would fold them shut again.
  */
+/** The growing fields a live delta extends (knife-protocol `DeltaField`). */
+const LIVE_FIELDS = ['text', 'reasoning', 'input', 'output'];
+const UTF8 = new TextEncoder();
+const UTF8_DECODER = new TextDecoder();
+const byteLength = (s) => UTF8.encode(s).length;
+
+/** The durable text of `field` in `item`, or null when it has none (a parsed input: complete). */
+function durableText(item, field) {
+  if (!item) return null;
+  if (field === 'text' && item.type === 'assistant_message') return item.text;
+  if (field === 'reasoning' && item.type === 'reasoning') return item.text;
+  if (field === 'input' && item.type === 'tool_call') return typeof item.input === 'string' ? item.input : null;
+  if (field === 'output' && item.type === 'tool_call') return item.output || '';
+  return null;
+}
+
+/** An item known only from its deltas so far; any durable copy replaces it. */
+function placeholder(m) {
+  const base = { id: m.item_id, thread_id: m.thread_id, run_id: m.run_id, ordinal: m.ordinal, status: 'running', updated_at: '' };
+  if (m.field === 'reasoning') return { ...base, type: 'reasoning', text: '', streaming: true };
+  if (m.field === 'text') return { ...base, type: 'assistant_message', text: '', streaming: true };
+  return { ...base, type: 'tool_call', call_id: '', tool: '', input: '', output: null, error: null, status: 'pending' };
+}
+
 function keepOpen(old, el) {
   const pairs = (sel) => {
     const a = [...(old.matches(sel) ? [old] : []), ...old.querySelectorAll(sel)];
@@ -46,6 +70,8 @@ export class ThreadView {
     this.transcript = h('div', { class: 'transcript', id: 'transcript' });
     this.scroller = h('div', { class: 'transcript-scroll', id: 'transcript-scroll' }, this.transcript);
     this.dirty = new Set(); // item ids to re-render at the next frame
+    this.reopened = new Set(); // items reset (a retried attempt) whose durable copy is still the voided one
+    this.live = new Map(); // `${item id}\u0000${field}` -> {text, bytes}: live text past the durable copy (LIVE-01)
     this.sending = false;
     this.error = h('p', { class: 'error', id: 'thread-error', hidden: true });
     this.input = h('textarea', { id: 'composer-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter to send)' });
@@ -78,7 +104,7 @@ export class ThreadView {
       this.drawStatus();
       this.scrollDown();
       this.showError(null);
-      this.socket.subscribe(this.id, p.latest_sequence, (ev) => this.apply(ev));
+      this.socket.subscribe(this.id, p.latest_sequence, (ev) => this.apply(ev), (m) => this.applyLive(m));
       const fresh = this.sidebar && this.sidebar.created === this.id;
       if (fresh || !document.activeElement || document.activeElement === document.body) this.input.focus();
       if (fresh) this.sidebar.created = null;
@@ -130,11 +156,73 @@ export class ThreadView {
     this.drawStatus();
   }
 
+  /**
+   * A live message (LIVE-01): a `delta` continues an item's field at a UTF-8 byte
+   * offset, a `reset` voids the item's live text, `reconnect` drops every live tail
+   * (the server's catch-up delta sends it again). Offsets are bytes, JS strings
+   * count UTF-16 units: the text is re-encoded only when a delta overlaps.
+   */
+  applyLive(m) {
+    if (m.type === 'reconnect') {
+      for (const key of this.live.keys()) this.dirty.add(key.split('\u0000')[0]);
+      this.live.clear();
+    } else if (m.type === 'reset') {
+      for (const field of LIVE_FIELDS) this.live.delete(`${m.item_id}\u0000${field}`);
+      this.reopened.add(m.item_id); // the retry's deltas follow its voided copy
+      this.dirty.add(m.item_id);
+    } else if (m.type === 'delta') {
+      const known = this.items.get(m.item_id);
+      if (known && !this.reopened.has(m.item_id) && !['pending', 'running', 'waiting'].includes(known.status)) return; // settled: its durable copy is final
+      const key = `${m.item_id}\u0000${m.field}`;
+      let cur = this.live.get(key);
+      if (!cur) {
+        const base = durableText(this.items.get(m.item_id), m.field) || '';
+        cur = { text: base, bytes: byteLength(base) };
+      }
+      const end = m.offset + byteLength(m.text);
+      // A gap (the next durable snapshot fills it) or text already shown: nothing to add.
+      if (m.offset > cur.bytes || end <= cur.bytes) return;
+      cur.text = m.offset === cur.bytes
+        ? cur.text + m.text
+        : UTF8_DECODER.decode(UTF8.encode(cur.text).slice(0, m.offset)) + m.text;
+      cur.bytes = end;
+      this.live.set(key, cur);
+      if (!this.items.has(m.item_id)) this.items.set(m.item_id, placeholder(m));
+      this.dirty.add(m.item_id);
+    } else {
+      return;
+    }
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  /** `item` with the live text of its fields laid over its durable state. */
+  shown(item) {
+    let out = item;
+    for (const field of LIVE_FIELDS) {
+      const cur = this.live.get(`${item.id}\u0000${field}`);
+      if (!cur) continue;
+      if (out === item) out = { ...item };
+      if (field === 'text' || field === 'reasoning') out.text = cur.text;
+      else out[field] = cur.text;
+    }
+    return out;
+  }
+
   /** Records `item` (newest copy wins) and schedules its element's redraw. */
   upsert(item, force = false) {
     const old = this.items.get(item.id);
     if (old && !force && old.updated_at > item.updated_at) return; // an older copy
     this.items.set(item.id, item);
+    if (['pending', 'running', 'waiting'].includes(item.status)) this.reopened.delete(item.id);
+    // Live text the durable copy has caught up with (or that a settled item ends) goes.
+    const settled = !['pending', 'running', 'waiting'].includes(item.status);
+    for (const field of LIVE_FIELDS) {
+      const key = `${item.id}\u0000${field}`;
+      const cur = this.live.get(key);
+      if (!cur) continue;
+      const durable = durableText(item, field);
+      if (settled || durable === null || byteLength(durable) >= cur.bytes) this.live.delete(key);
+    }
     this.dirty.add(item.id);
     if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
   }
@@ -147,7 +235,8 @@ export class ThreadView {
     const stick = this.nearBottom();
     const ctx = { requests: this.requests, answer: (r, d, m) => this.answer(r, d, m) };
     for (const id of this.dirty) {
-      const item = this.items.get(id);
+      if (!this.items.has(id)) continue;
+      const item = this.shown(this.items.get(id));
       const el = renderItem(item, ctx);
       el.dataset.ordinal = item.ordinal;
       const existing = this.nodes.get(id);

@@ -83,7 +83,11 @@ async fn tool_call_event(api: &Api, base: &str, thread: &str, tool: &str) -> Mcp
     let mut sse = Box::pin(knife_llm::sse::decode_stream(resp.bytes_stream()));
     let found = async {
         while let Some(item) = sse.next().await {
-            let event: StoredEvent = serde_json::from_str(&item.unwrap().data).unwrap();
+            let item = item.unwrap();
+            if item.event == "delta" || item.event == "reset" {
+                continue; // live text, not an event
+            }
+            let event: StoredEvent = serde_json::from_str(&item.data).unwrap();
             if let EventBody::McpToolCalled(call) = event.event.body
                 && call.tool == tool
             {

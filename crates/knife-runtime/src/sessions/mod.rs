@@ -96,6 +96,8 @@ pub struct SessionManagerOptions {
     /// Decides each thread's MCP capabilities when its credential is prepared
     /// (MCP-02..05); `None` = [`crate::mcp::AgentAccess::default`] for every thread.
     pub mcp_access: Option<Arc<dyn McpAccessPolicy>>,
+    /// Where the pumps hand live deltas (LIVE-01); the server's event streams read it.
+    pub live: crate::live::LiveHub,
 }
 
 impl Default for SessionManagerOptions {
@@ -108,6 +110,7 @@ impl Default for SessionManagerOptions {
             turn_stall_timeout: DEFAULT_TURN_STALL_TIMEOUT,
             mcp: None,
             mcp_access: None,
+            live: crate::live::LiveHub::new(),
         }
     }
 }
@@ -205,6 +208,11 @@ impl SessionManager {
                 health: AgentHealth::default(),
             }),
         }
+    }
+
+    /// The live hub the pumps hand deltas to (LIVE-01).
+    pub fn live(&self) -> &crate::live::LiveHub {
+        &self.inner.options.live
     }
 
     /// Agent health marks (OOM kills) the supervisor records and `open` clears (MGR-03).

@@ -422,6 +422,9 @@ impl Rig {
             .expect("event replay stalled")
         {
             let item = item.unwrap();
+            if item.event == "delta" || item.event == "reset" {
+                continue; // live text, not an event
+            }
             let event: StoredEvent = serde_json::from_str(&item.data).unwrap();
             let last = event.sequence >= latest;
             events.push(event);
