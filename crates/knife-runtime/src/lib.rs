@@ -11,6 +11,7 @@ pub mod clock;
 pub mod commands;
 pub mod error;
 pub mod execution;
+pub mod fork;
 pub mod ingest;
 pub mod lifecycle;
 pub mod mcp;
