@@ -391,8 +391,11 @@ async fn chg_09_a_fork_replays_the_source_history_up_to_the_run_and_leaves_the_s
             .iter()
             .all(|r| r.thread_id == fork.id && r.status == RunStatus::Completed)
     );
+    // The source is untouched (its session may be released meanwhile: not compared).
     let after = h.projection(&source).await;
-    assert_eq!(after, before, "the source is untouched");
+    assert_eq!(after.thread, before.thread);
+    assert_eq!(after.runs, before.runs);
+    assert_eq!(after.turn_items, before.turn_items);
 
     // The next run of the fork is run 3 and replays exactly the forked history.
     let run = exec.start_run(&fork.id, "fourth".into()).await.unwrap();
