@@ -703,5 +703,8 @@ async fn chg_09_an_acp_thread_refuses_to_fork_with_a_clear_message() {
     // Nothing was written: no new thread, the source as it was.
     assert_eq!(h.store.list_threads(None).await.unwrap().len(), 1);
     let after = h.projection(&thread).await;
-    assert_eq!((after.runs, after.turn_items), (before.runs, before.turn_items));
+    assert_eq!(
+        (after.runs, after.turn_items),
+        (before.runs, before.turn_items)
+    );
 }
