@@ -152,6 +152,8 @@ export class ThreadView {
         this.requests.set(p.id, p);
         for (const item of this.items.values()) {
           if (item.type === 'approval' && item.request_id === p.id) this.upsert(item, true);
+          // The guarded tool item folds its arguments once the diff is known (CHG-05).
+          if (item.type === 'tool_call' && p.tool_approval && item.call_id === p.tool_approval.call_id) this.upsert(item, true);
         }
         break;
       case 'thread.created':

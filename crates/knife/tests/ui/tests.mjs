@@ -262,6 +262,9 @@ export const tests = {
       assert.match(await diff.locator('.diff-file').nth(1).textContent(), /\+\+\+ b\/notes\.md/);
       assert.deepEqual(await diff.locator('.diff-add').allTextContents(), ['+hello <b>knife</b>\n', '+second line\n']);
       assert.equal(await diff.locator('b').count(), 0, 'model text was parsed as HTML');
+      // The write's raw arguments fold away behind the diff.
+      await page.locator('.item-tool_call details.tool-args').waitFor();
+      assert.equal(await page.locator('.item-tool_call details.tool-args').evaluate((d) => d.open), false);
       await page.screenshot({ path: shot.replace(/\.png$/, '-approval-diff.png') });
       await page.locator('.transcript .approval-pending .decide-allow_once').click();
       await assistant(page).locator('.md', { hasText: 'Written.' }).waitFor();
