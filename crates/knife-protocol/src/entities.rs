@@ -373,6 +373,10 @@ pub struct ProviderTurn {
     /// built-in agent; `None` for a turn that completed or for other runtimes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<AgentError>,
+    /// The runtime's own id of this turn, when it has one (codex's turn id): what a
+    /// native fork after this run names as its last turn (CHG-09).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_turn_id: Option<String>,
 }
 
 /// Kind of a runtime request.

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod commands;
 pub mod error;
 pub mod execution;
+pub mod fork;
 pub mod ingest;
 pub mod lifecycle;
 pub mod live;

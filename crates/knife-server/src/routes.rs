@@ -43,6 +43,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(crate::threads::delete_thread),
         )
         .route("/threads/{id}/messages", post(post_message))
+        .route("/threads/{id}/fork", post(crate::threads::fork_thread))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/requests", get(list_requests))
         .route(

@@ -83,12 +83,58 @@ export class ThreadView {
     });
     this.el = h('section', { class: 'view thread-view', dataset: { thread: id } },
       h('header', { class: 'thread-head' }, this.title,
+        this.actions(),
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
       this.statusLine, this.scroller, this.error, composer);
     this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
     this.load();
+  }
+
+  /** Rename, archive / unarchive, fork and delete buttons (CHG-08, CHG-09). */
+  actions() {
+    const path = `/threads/${encodeURIComponent(this.id)}`;
+    const act = (id, label, fn, cls = '') => h('button', {
+      type: 'button', id, class: `thread-action ${cls}`,
+      on: {
+        click: async () => {
+          try {
+            await fn();
+            this.showError(null);
+          } catch (e) {
+            this.showError(e.message);
+          }
+        },
+      },
+    }, label);
+    this.archiveButton = act('thread-archive', 'Archive', async () => {
+      const archived = !(this.thread && this.thread.archived_at);
+      this.thread = await api(path, { method: 'PATCH', body: { archived } });
+      this.drawStatus();
+    });
+    return h('span', { class: 'thread-actions' },
+      act('thread-rename', 'Rename', async () => {
+        const title = window.prompt('New title (at most 200 characters)', this.thread ? this.thread.title : '');
+        if (title === null || !title.trim()) return;
+        this.thread = await api(path, { method: 'PATCH', body: { title } });
+        this.drawStatus();
+      }),
+      this.archiveButton,
+      act('thread-fork', 'Fork', async () => {
+        const t = await api(`${path}/fork`, { method: 'POST', body: {} });
+        location.hash = `#/thread/${encodeURIComponent(t.id)}`;
+      }),
+      act('thread-delete', 'Delete', async () => {
+        if (!window.confirm('Delete this thread? It disappears from every list; `knife db purge` removes its events for good.')) return;
+        try {
+          await api(path, { method: 'DELETE' });
+        } catch (e) {
+          if (e.code !== 'run_in_progress' || !window.confirm(`${e.message}\n\nStop the run and delete the thread?`)) throw e;
+          await api(`${path}?force=true`, { method: 'DELETE' });
+        }
+        location.hash = '#/';
+      }, 'danger'));
   }
 
   async load() {
@@ -132,11 +178,16 @@ export class ThreadView {
         this.requests.set(p.id, p);
         for (const item of this.items.values()) {
           if (item.type === 'approval' && item.request_id === p.id) this.upsert(item, true);
+          // The guarded tool item folds its arguments once the diff is known (CHG-05).
+          if (item.type === 'tool_call' && p.tool_approval && item.call_id === p.tool_approval.call_id) this.upsert(item, true);
         }
         break;
       case 'thread.created':
       case 'thread.updated':
         this.thread = p;
+        break;
+      case 'thread.deleted':
+        this.showError('This thread was deleted.');
         break;
       case 'thread.status':
         if (this.thread) this.thread.agent_status = p.status;
@@ -276,6 +327,7 @@ export class ThreadView {
     const t = this.thread;
     if (!t) return;
     this.title.textContent = t.title || t.id;
+    if (this.archiveButton) this.archiveButton.textContent = t.archived_at ? 'Unarchive' : 'Archive';
     const pending = [...this.requests.values()].filter((r) => r.status === 'pending').length;
     const s = threadStatus(t, pending);
     const parts = [h('span', { class: `status status-${s.key}`, id: 'thread-status-label', title: s.title || '' }, s.label)];

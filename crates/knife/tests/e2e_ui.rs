@@ -178,6 +178,15 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             None,
         ),
         (
+            // A `write` asks for approval; its card shows the diff (CHG-05).
+            "diff",
+            "[[response]]\ntool_calls = [{ name = \"write\", arguments = { path = \"notes.md\", content = \"hello <b>knife</b>\\nsecond line\\n\" } }]\n\n\
+             [[response]]\ntext = \"Written.\"\n"
+                .into(),
+            "",
+            None,
+        ),
+        (
             "slow",
             format!(
                 "[[response]]\ntext = \"{} THE END\"\nstream_deltas_ms = 100\n",

@@ -35,8 +35,8 @@ use knife_protocol::*;
 use knife_runtime::mcp::McpSlots;
 use knife_runtime::process_groups::ProcessGroups;
 use knife_runtime::{
-    AdapterError, OpenSessionInput, OpenSessionOptions, ProviderAdapter, SessionRuntime,
-    SharedClock, SystemClock,
+    AdapterError, ForkSupport, OpenSessionInput, OpenSessionOptions, ProviderAdapter,
+    SessionRuntime, SharedClock, SystemClock,
 };
 
 mod diff;
@@ -185,6 +185,11 @@ impl ProviderAdapter for CodexAdapter {
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
         self.open_with_options(input, OpenSessionOptions::default())
             .await
+    }
+
+    /// codex forks its own history (`thread/fork`, CHG-09).
+    fn fork_support(&self) -> ForkSupport {
+        ForkSupport::Native
     }
 
     /// Spawns the app-server, runs the handshake and loads the first thread (module

@@ -12,8 +12,8 @@ use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::mcp::McpSessionConfig;
 use knife_runtime::{
-    AdapterError, InterruptReason, OpenSessionInput, OpenSessionOptions, SessionRuntime,
-    StartTurnInput,
+    AdapterError, ForkThreadInput, InterruptReason, OpenSessionInput, OpenSessionOptions,
+    SessionRuntime, StartTurnInput,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -550,6 +550,7 @@ impl SessionRuntime for CodexSession {
                                 && turn.native_turn.is_none() =>
                         {
                             turn.native_turn = Some(resp.turn.id.clone());
+                            turn.recorder.set_native_turn_id(&resp.turn.id);
                             turn.interrupt.is_some()
                         }
                         _ => false,
@@ -741,6 +742,63 @@ impl SessionRuntime for CodexSession {
 
     fn can_unload_threads(&self) -> bool {
         true
+    }
+
+    /// `thread/fork` of the source's codex thread through `last_native_turn_id`
+    /// (CHG-09), then `thread/unsubscribe` of the new one: the target's first turn
+    /// resumes it with its own settings (its MCP credential). Returns the target's
+    /// provider thread (`not_loaded`). Errors: [`AdapterError::Closed`] after close;
+    /// [`AdapterError::Runtime`] with codex's answer when it refuses.
+    async fn fork_thread(&self, input: ForkThreadInput) -> Result<ProviderThread, AdapterError> {
+        let inner = &self.inner;
+        if inner.closing.load(Ordering::SeqCst) || inner.sink.is_closed() {
+            return Err(AdapterError::Closed);
+        }
+        let params = wire::ThreadForkParams {
+            thread_id: input.source_native_thread_id.clone(),
+            last_turn_id: input.last_native_turn_id.clone(),
+            cwd: input.cwd.display().to_string(),
+            approval_policy: inner.config.approval_policy.clone(),
+            sandbox: inner.config.sandbox.clone(),
+            model: input.model.clone().or_else(|| inner.model.clone()),
+        };
+        let forked = match inner
+            .rpc
+            .call::<_, wire::ThreadResponse>(method::THREAD_FORK, &params)
+            .await
+        {
+            Ok(resp) => resp.thread.id,
+            Err(e) => {
+                return Err(AdapterError::Runtime(
+                    failure_text(inner.rpc.child(), &e, "forking the codex thread").await,
+                ));
+            }
+        };
+        // Best effort: a loaded fork only costs memory until the idle unload.
+        let unsubscribe = wire::ThreadUnsubscribeParams {
+            thread_id: forked.clone(),
+        };
+        if let Err(e) = inner
+            .rpc
+            .call::<_, Value>(method::THREAD_UNSUBSCRIBE, &unsubscribe)
+            .await
+        {
+            tracing::debug!(error = %e, native = %forked, "could not unsubscribe the forked codex thread");
+        }
+        let now = inner.config.clock.now();
+        Ok(ProviderThread {
+            id: ProviderThreadId::native(DRIVER, &forked),
+            driver: DRIVER.to_owned(),
+            provider_instance_id: inner.config.provider_instance_id.clone(),
+            provider_session_id: Some(inner.provider_session_id.clone()),
+            app_thread_id: Some(input.target_thread_id.clone()),
+            native_id: Some(forked),
+            status: ProviderThreadStatus::NotLoaded,
+            last_run_ordinal: None,
+            pending_background_tasks: Vec::new(),
+            created_at: now,
+            updated_at: now,
+        })
     }
 
     /// `thread/unsubscribe` of `native_thread_id`; the thread is forgotten by this

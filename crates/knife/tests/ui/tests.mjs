@@ -248,6 +248,54 @@ export const tests = {
     },
   },
 
+  // A `write` asks for approval: its card shows the proposed change as a diff (text
+  // only: the model's `<b>` stays text), CHG-05. Then the thread's header buttons:
+  // rename, archive (gone from the sidebar) / unarchive, fork, delete (CHG-08, CHG-09).
+  approve_write_diff_and_thread_lifecycle: {
+    server: 'diff',
+    async run({ page, server, shot }) {
+      await newThread(page, server, 'Diff thread');
+      await send(page, 'write the notes');
+      const diff = page.locator('.transcript .approval-pending .diff');
+      await diff.waitFor();
+      assert.equal(await diff.locator('.diff-file').first().textContent(), '--- /dev/null\n');
+      assert.match(await diff.locator('.diff-file').nth(1).textContent(), /\+\+\+ b\/notes\.md/);
+      assert.deepEqual(await diff.locator('.diff-add').allTextContents(), ['+hello <b>knife</b>\n', '+second line\n']);
+      assert.equal(await diff.locator('b').count(), 0, 'model text was parsed as HTML');
+      // The write's raw arguments fold away behind the diff.
+      await page.locator('.item-tool_call details.tool-args').waitFor();
+      assert.equal(await page.locator('.item-tool_call details.tool-args').evaluate((d) => d.open), false);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-approval-diff.png') });
+      await page.locator('.transcript .approval-pending .decide-allow_once').click();
+      await assistant(page).locator('.md', { hasText: 'Written.' }).waitFor();
+      await page.locator('.thread-link .status-idle').waitFor();
+
+      page.once('dialog', (d) => d.accept('Renamed thread'));
+      await page.click('#thread-rename');
+      await page.locator('.thread-view .thread-title', { hasText: 'Renamed thread' }).waitFor();
+      await page.locator('.thread-link', { hasText: 'Renamed thread' }).waitFor();
+
+      await page.click('#thread-archive');
+      await page.locator('#thread-archive', { hasText: 'Unarchive' }).waitFor();
+      await eventually('the archived thread to leave the sidebar',
+        async () => (await page.locator('.thread-link', { hasText: 'Renamed thread' }).count()) === 0);
+      await page.click('#thread-archive');
+      await page.locator('.thread-link', { hasText: 'Renamed thread' }).waitFor();
+
+      await page.click('#thread-fork');
+      await page.locator('.thread-view .thread-title', { hasText: 'Renamed thread (fork)' }).waitFor();
+      await page.locator('.item-user_message .user-text', { hasText: 'write the notes' }).waitFor();
+      await page.screenshot({ path: shot.replace(/\.png$/, '-fork.png') });
+
+      page.once('dialog', (d) => d.accept());
+      await page.click('#thread-delete');
+      await page.waitForURL((u) => !u.hash.includes('thread'));
+      await eventually('the deleted fork to leave the sidebar',
+        async () => (await page.locator('.thread-link', { hasText: 'Renamed thread (fork)' }).count()) === 0);
+      await page.locator('.thread-link', { hasText: 'Renamed thread' }).waitFor();
+    },
+  },
+
   // A `bash` call asks for approval: the sidebar says so, the Approvals view lists
   // it, "Allow once" runs it and its output appears.
   approve_bash: {
