@@ -310,6 +310,7 @@ impl App {
                 access: mcp_access,
                 debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
             }),
+            prices: Arc::new(crate::config::prices::price_table(&config.prices)),
         };
         Ok(App {
             lock,

@@ -16,6 +16,7 @@ mod run;
 mod serve;
 mod sessions;
 mod threads;
+mod usage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,9 @@ enum Command {
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Tokens and cost of runs per provider instance and model (`--project`,
+    /// `--thread`, `--since`), priced with knife.toml's `[prices]`.
+    Usage(usage::UsageArgs),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages, OpenAI
     /// Responses and Gemini streamGenerateContent from one script), for tests, demos,
     /// benchmarks and external agents (codex, Claude, Gemini CLI, opencode). Script
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
             Command::Approve(args) => approve::approve(config, args).await,
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
+            Command::Usage(args) => usage::usage(config, args).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
             Command::Demo => demo::demo().await,
             Command::Db(cmd) => threads::db(config, cmd).await,
