@@ -17,6 +17,7 @@ mod serve;
 mod sessions;
 mod threads;
 mod usage;
+mod usage_metrics;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

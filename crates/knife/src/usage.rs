@@ -41,7 +41,9 @@ pub async fn usage(config_path: Option<&Path>, args: UsageArgs) -> anyhow::Resul
     let config = Config::load(config_path)?;
     let Some(api) = find_server(&config, args.server.as_deref(), args.data_dir.as_deref()).await?
     else {
-        bail!("no knife server is running; `knife usage` asks it (its knife.toml has the prices): start `knife serve` first");
+        bail!(
+            "no knife server is running; `knife usage` asks it (its knife.toml has the prices): start `knife serve` first"
+        );
     };
     let mut query = Vec::new();
     if let Some(project) = &args.project {

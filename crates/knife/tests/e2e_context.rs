@@ -314,4 +314,54 @@ usage = { prompt_tokens = 1000, completion_tokens = 500 }
         out.stdout
     );
     assert!(out.stdout.contains("without a price"), "{}", out.stdout);
+
+    // Prometheus counters per instance and model, in integer units.
+    let metrics = server
+        .api
+        .http
+        .get(format!("{}/metrics", server.api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str, labels: &[&str]| -> Option<u64> {
+        metrics.lines().find_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            (series.starts_with(&format!("{name}{{")) && labels.iter().all(|p| series.contains(p)))
+                .then(|| value.parse().unwrap())
+        })
+    };
+    let priced = [r#"instance="mock""#, r#"model="gpt-4o-mini""#];
+    assert_eq!(
+        value(
+            "knife_tokens_total",
+            &[priced[0], priced[1], r#"kind="input""#]
+        ),
+        Some(2000),
+        "{metrics}"
+    );
+    assert_eq!(
+        value(
+            "knife_tokens_total",
+            &[priced[0], priced[1], r#"kind="output""#]
+        ),
+        Some(1000)
+    );
+    assert_eq!(
+        value(
+            "knife_tokens_total",
+            &[r#"model="unpriced-model""#, r#"kind="input""#]
+        ),
+        Some(1000)
+    );
+    assert_eq!(value("knife_cost_microdollars_total", &priced), Some(4000));
+    assert_eq!(
+        value(
+            "knife_cost_microdollars_total",
+            &[r#"model="unpriced-model""#]
+        ),
+        None
+    );
 }
