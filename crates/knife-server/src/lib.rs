@@ -22,6 +22,7 @@
 
 mod error;
 mod events;
+mod limits;
 pub mod listen;
 pub mod mcp;
 mod origin;
@@ -32,7 +33,7 @@ pub mod ui;
 mod usage;
 
 pub use error::ApiErr;
-pub use listen::{ApiListener, ConnectionInfo, serve};
+pub use listen::{ApiListener, ConnectionInfo, ServerLimits, serve, serve_with};
 pub use routes::router;
 
 use std::sync::Arc;
