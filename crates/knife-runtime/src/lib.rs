@@ -29,7 +29,7 @@ pub use clock::*;
 pub use error::*;
 pub use execution::terminal::*;
 pub use execution::{
-    DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome,
+    DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome, RunObserver,
 };
 pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
 pub use sessions::{

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer};
 
 /// One model's prices in USD per million tokens, e.g.
 /// `[prices."gpt-4o"] input = 2.5, cached_input = 1.25, output = 10`.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     /// Uncached input tokens, USD per million.

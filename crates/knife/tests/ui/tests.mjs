@@ -267,8 +267,11 @@ export const tests = {
           depth: markdown(`${'>'.repeat(50)} deep`).querySelectorAll('blockquote').length,
         };
       });
+      // Each hostile 1 MB input must finish parsing without throwing. The bound only
+      // separates linear from quadratic work (a quadratic parse of 1 MB takes minutes), so it
+      // is set far above any machine's load: 30 s, not a speed target.
       for (const [name, ms] of Object.entries(result.times)) {
-        assert.ok(typeof ms === 'number' && ms < 2000, `${name}: ${ms}`);
+        assert.ok(typeof ms === 'number' && ms < 30000, `${name}: ${ms}`);
       }
       assert.equal(result.js, '<p>[x](javascript:alert(1)) [y](data:text/html,hi) <a href="https://example.com/a" target="_blank" rel="noopener noreferrer">z</a></p>');
       assert.equal(result.raw, '<p>&lt;a href="https://example.com"&gt;a&lt;/a&gt;&lt;iframe src=x&gt;&lt;/iframe&gt;</p>');
