@@ -152,7 +152,7 @@ fn ux_08_a_key_no_table_has_lists_what_the_table_takes() {
     assert!(
         err.contains(
             "line 2: unknown key `listen_addr` in [server]; [server] takes: api_token_env, \
-             data_dir, listen, max_resume_attempts"
+             data_dir, header_read_timeout_secs, listen, max_connections, max_resume_attempts"
         ),
         "{err}"
     );
