@@ -197,6 +197,12 @@ pub struct Run {
     /// Token usage summed over the run's model calls.
     #[serde(default)]
     pub usage: Option<TokenUsage>,
+    /// The run's start and end checkpoints of its working tree (CHG-01/02).
+    #[serde(default, skip_serializing_if = "crate::RunCheckpoints::is_empty")]
+    pub checkpoints: crate::RunCheckpoints,
+    /// What the run changed in its working tree, once its end checkpoint is recorded (CHG-02).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<crate::ChangeSet>,
 }
 
 /// Token counts reported by a provider (tokens, not bytes).

@@ -68,6 +68,8 @@ pub const EVENT_TYPES: &[&str] = &[
     "turn-item.updated",
     "thread.status",
     "thread.error",
+    "checkpoint.recorded",
+    "revert.updated",
 ];
 
 /// The payload of a domain event, tagged by its type.
@@ -127,6 +129,14 @@ pub enum EventBody {
     /// projection.
     #[serde(rename = "mcp.tool_called")]
     McpToolCalled(crate::McpToolCall),
+    /// A checkpoint of a thread's working tree, or why none could be taken
+    /// (CHG-01/02/04); changes no projection (the run's own `run.updated` carries it).
+    #[serde(rename = "checkpoint.recorded")]
+    CheckpointRecorded(crate::CheckpointRecord),
+    /// A revert of a thread's files, whole (CHG-04); the revert journal (CHG-10).
+    /// Changes no projection table: reverts are read back from the log by type.
+    #[serde(rename = "revert.updated")]
+    RevertUpdated(crate::Revert),
 }
 
 impl EventBody {
@@ -150,6 +160,8 @@ impl EventBody {
             EventBody::ThreadStatusChanged { .. } => "thread.status",
             EventBody::ThreadErrorRaised { .. } => "thread.error",
             EventBody::McpToolCalled(_) => "mcp.tool_called",
+            EventBody::CheckpointRecorded(_) => "checkpoint.recorded",
+            EventBody::RevertUpdated(_) => "revert.updated",
         }
     }
 
@@ -178,6 +190,8 @@ impl EventBody {
                 thread_id, run_id, ..
             } => (Some(thread_id.clone()), run_id.clone()),
             EventBody::McpToolCalled(c) => (Some(c.thread_id.clone()), None),
+            EventBody::CheckpointRecorded(c) => (Some(c.thread_id.clone()), c.run_id.clone()),
+            EventBody::RevertUpdated(r) => (Some(r.thread_id.clone()), None),
         }
     }
 }

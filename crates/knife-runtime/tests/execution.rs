@@ -604,6 +604,8 @@ async fn a_run_whose_end_was_never_recorded_is_settled_by_the_next_message() {
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     };
     h.store
         .write(vec![

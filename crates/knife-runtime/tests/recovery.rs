@@ -67,6 +67,8 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     };
     let session = ProviderSession {
         id: ProviderSessionId::exclusive(&thread.provider_instance_id, &thread_id),

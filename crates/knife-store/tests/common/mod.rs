@@ -69,6 +69,8 @@ pub fn run(thread: &str, ordinal: u32, status: RunStatus) -> Run {
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     }
 }
 
