@@ -59,6 +59,8 @@ pub struct CheckpointOptions {
     pub max_file_bytes: u64,
     /// Unified diffs are cut at this many bytes, with a note.
     pub max_diff_bytes: usize,
+    /// Extra excludes of one project root (`[[projects]] checkpoint_exclude`).
+    pub root_exclude: Vec<(PathBuf, Vec<String>)>,
 }
 
 impl Default for CheckpointOptions {
@@ -67,6 +69,7 @@ impl Default for CheckpointOptions {
             exclude: Vec::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_diff_bytes: DEFAULT_MAX_DIFF_BYTES,
+            root_exclude: Vec::new(),
         }
     }
 }
@@ -179,7 +182,7 @@ impl Checkpoints {
         }
     }
 
-    pub(crate) fn run_git<'a>(&self) -> &Git {
+    pub(crate) fn run_git(&self) -> &Git {
         &self.inner.git
     }
 
@@ -230,6 +233,44 @@ impl Checkpoints {
         message: &str,
     ) -> Result<CheckpointRef, WorkspaceError> {
         self.lock(tree).await?.checkpoint(git_ref, message).await
+    }
+
+    /// Names checkpoint `cp` also under `git_ref` (one checkpoint of a working tree
+    /// shared by several runs: the boot after a crash, CHG-10). Returns the copy.
+    pub async fn alias(
+        &self,
+        project: &ProjectId,
+        git_ref: &str,
+        cp: &CheckpointRef,
+    ) -> Result<CheckpointRef, WorkspaceError> {
+        let repo = self.repo_dir(project);
+        self.inner
+            .git
+            .run(self.env(&repo), ["update-ref", git_ref, cp.commit.as_str()])
+            .await?;
+        Ok(CheckpointRef {
+            git_ref: git_ref.to_owned(),
+            ..cp.clone()
+        })
+    }
+
+    /// The working tree at `path` of `project`, with the per-root excludes of the
+    /// options ([`CheckpointOptions::root_exclude`]).
+    pub fn work_tree(&self, project: &ProjectId, path: impl Into<PathBuf>) -> WorkTree {
+        let path = path.into();
+        let exclude = self
+            .inner
+            .options
+            .root_exclude
+            .iter()
+            .filter(|(root, _)| root == &path)
+            .flat_map(|(_, patterns)| patterns.iter().cloned())
+            .collect();
+        WorkTree {
+            project: project.clone(),
+            path,
+            exclude,
+        }
     }
 
     /// Creates the repository of `tree`'s project if needed and writes its excludes

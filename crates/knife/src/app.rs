@@ -259,6 +259,7 @@ impl App {
             config.sessions.reaper_options(),
         );
         let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+        let execution = crate::checkpoints::attach(execution, config, data_dir).await;
         let options = RestartOptions {
             max_resume_attempts: config
                 .server
@@ -269,6 +270,17 @@ impl App {
             .resume_suspended_threads()
             .await
             .context("cannot resume the work claimed by the previous process")?;
+        // After the sweep started the resumed turns (boot stays fast): the runs the
+        // crash cut short that boot ended get their end checkpoint (CHG-10).
+        execution.checkpoint_after_boot(
+            report
+                .runs_interrupted
+                .iter()
+                .map(|(thread, _)| thread.clone())
+                .chain(sweep.exhausted.iter().cloned())
+                .chain(sweep.children_released.iter().cloned())
+                .collect(),
+        );
         if !sweep.resumed.is_empty() || !sweep.exhausted.is_empty() {
             tracing::info!(
                 resumed = sweep.resumed.len(),

@@ -4,6 +4,7 @@
 mod app;
 mod approve;
 mod bench;
+mod checkpoints;
 mod client;
 mod config;
 mod demo;

@@ -26,6 +26,7 @@ use crate::runs::{Created, RunStart};
 use crate::sessions::{SessionHandle, SessionManager};
 use crate::terminal::{Terminal, terminal_of_outcome};
 
+mod checkpoints;
 mod turn;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
@@ -91,6 +92,10 @@ struct Inner {
     interrupt_grace: Duration,
     /// Set by `shutdown`: no new runs.
     closing: AtomicBool,
+    /// Checkpoints around runs (CHG-01/02).
+    tracking: checkpoints::Tracking,
+    /// The working trees' boot checkpoints (CHG-10).
+    boot: checkpoints::BootCheckpoints,
 }
 
 /// Runs turns. Cheap to clone.
@@ -111,6 +116,8 @@ impl ExecutionService {
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
                 closing: AtomicBool::new(false),
+                tracking: checkpoints::Tracking::default(),
+                boot: checkpoints::BootCheckpoints::default(),
             }),
         }
     }
@@ -294,6 +301,8 @@ impl ExecutionService {
                     root: PathBuf::from(&project.root),
                     run,
                     text: start.text().to_owned(),
+                    continuation: matches!(start, RunStart::Continuation { .. }),
+                    end_events: Vec::new(),
                     cancel,
                     reason,
                     finishing,
@@ -428,6 +437,10 @@ struct RunContext {
     root: PathBuf,
     run: Run,
     text: String,
+    /// A resume after a restart (its start checkpoint is the boot checkpoint, CHG-10).
+    continuation: bool,
+    /// Written with the run's terminal state (the end `checkpoint.recorded`).
+    end_events: Vec<DomainEvent>,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,

@@ -1,0 +1,302 @@
+//! Checkpoints around runs, for every driver (CHG-01/02/10): the start checkpoint
+//! before a run's turn, the end checkpoint and change set after it, and the end
+//! checkpoint of runs a crash cut short, taken once per working tree after boot.
+//!
+//! A checkpoint that fails never fails the run: the run records
+//! "no checkpoint: <why>" (and revert refuses it with that reason).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use knife_protocol::*;
+use knife_workspace::{Checkpoints, WorkTree, run_ref};
+use tokio::sync::OnceCell;
+
+use super::*;
+
+/// How long a working tree's boot checkpoint is shared by the runs a restart
+/// settles and resumes (they all start within the sweep, well inside this).
+const BOOT_REUSE: Duration = Duration::from_secs(60);
+
+/// Whether and how runs get checkpoints.
+#[derive(Clone, Default)]
+pub(crate) enum Tracking {
+    /// No checkpoints, no events (services built without a data dir, unit tests).
+    #[default]
+    Off,
+    On(Checkpoints),
+    /// Checkpoints are configured but cannot be taken (no git program): each run
+    /// records "no checkpoint: <why>".
+    Unavailable(String),
+}
+
+type BootCell = Arc<OnceCell<Result<CheckpointRef, String>>>;
+
+/// One boot checkpoint per working tree (CHG-10), shared for [`BOOT_REUSE`].
+#[derive(Default)]
+pub(crate) struct BootCheckpoints {
+    // std Mutex: held only for the map lookup, never across an `.await`.
+    cells: Mutex<HashMap<PathBuf, (tokio::time::Instant, BootCell)>>,
+}
+
+impl ExecutionService {
+    /// Takes checkpoints before and after every run in `checkpoints` (CHG-01/02).
+    /// Call before sharing the service.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.tracking = Tracking::On(checkpoints);
+        }
+        self
+    }
+
+    /// Records "no checkpoint: `why`" on every run instead (git is missing).
+    pub fn with_checkpoints_unavailable(mut self, why: impl Into<String>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.tracking = Tracking::Unavailable(why.into());
+        }
+        self
+    }
+
+    /// The checkpoint repositories, when checkpoints are on.
+    pub fn checkpoints(&self) -> Option<&Checkpoints> {
+        match &self.inner.tracking {
+            Tracking::On(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The working tree of a thread's runs: its project's root.
+    pub(crate) fn work_tree(&self, c: &Checkpoints, thread: &Thread, root: &Path) -> WorkTree {
+        c.work_tree(&thread.project_id, root)
+    }
+
+    /// Records the start checkpoint of `ctx.run` (CHG-01) on the run and in the log.
+    /// A continuation run after a crash reuses its working tree's boot checkpoint,
+    /// which is also the end checkpoint of the run the crash cut short (CHG-10).
+    pub(super) async fn record_start(&self, ctx: &mut RunContext) {
+        let checkpoint = match &self.inner.tracking {
+            Tracking::Off => return,
+            Tracking::Unavailable(why) => Err(format!("no checkpoint: {why}")),
+            Tracking::On(c) => {
+                let tree = self.work_tree(c, &ctx.thread, &ctx.root);
+                let git_ref = run_ref(&ctx.thread.id, ctx.run.ordinal, "start");
+                if ctx.continuation {
+                    self.boot_checkpoint(c, &tree, &git_ref).await
+                } else {
+                    c.checkpoint(&tree, &git_ref, &message(&ctx.run, "start"))
+                        .await
+                        .map_err(|e| format!("no checkpoint: {e}"))
+                }
+            }
+        };
+        let record = record_of(&ctx.run, CheckpointKind::RunStart, &checkpoint);
+        match &checkpoint {
+            Ok(cp) => ctx.run.checkpoints.start = Some(cp.clone()),
+            Err(why) => {
+                tracing::warn!(thread = %ctx.thread.id, run = %ctx.run.id, "{why}");
+                ctx.run.checkpoints.start_error = Some(why.clone());
+            }
+        }
+        let now = self.inner.clock.now();
+        let events = vec![
+            DomainEvent::new(now, EventBody::CheckpointRecorded(record)),
+            DomainEvent::new(now, EventBody::RunUpdated(ctx.run.clone())),
+        ];
+        if let Err(e) = self.inner.store.write(events).await {
+            tracing::warn!(thread = %ctx.thread.id, run = %ctx.run.id, error = %e, "could not record the start checkpoint");
+        }
+        if ctx.continuation
+            && ctx.run.ordinal > 1
+            && let Tracking::On(c) = &self.inner.tracking
+        {
+            let previous = RunId::for_thread(&ctx.thread.id, ctx.run.ordinal - 1);
+            let tree = self.work_tree(c, &ctx.thread, &ctx.root);
+            self.settle_end(c, &tree, &previous, checkpoint).await;
+        }
+    }
+
+    /// Takes the end checkpoint of `ctx.run` and its change set (CHG-02) and puts them
+    /// on `ctx.run`; returns the `checkpoint.recorded` event for the terminal write.
+    pub(super) async fn record_end(&self, ctx: &mut RunContext) -> Option<DomainEvent> {
+        let checkpoint = match &self.inner.tracking {
+            Tracking::Off => return None,
+            Tracking::Unavailable(why) => Err(format!("no checkpoint: {why}")),
+            Tracking::On(c) => {
+                let tree = self.work_tree(c, &ctx.thread, &ctx.root);
+                let git_ref = run_ref(&ctx.thread.id, ctx.run.ordinal, "end");
+                c.checkpoint(&tree, &git_ref, &message(&ctx.run, "end"))
+                    .await
+                    .map_err(|e| format!("no checkpoint: {e}"))
+            }
+        };
+        let record = record_of(&ctx.run, CheckpointKind::RunEnd, &checkpoint);
+        self.apply_end(&mut ctx.run, &ctx.thread.project_id, checkpoint)
+            .await;
+        Some(DomainEvent::new(
+            self.inner.clock.now(),
+            EventBody::CheckpointRecorded(record),
+        ))
+    }
+
+    /// Puts `checkpoint` on `run` as its end, with the change set from its start.
+    async fn apply_end(
+        &self,
+        run: &mut Run,
+        project: &ProjectId,
+        checkpoint: Result<CheckpointRef, String>,
+    ) {
+        match checkpoint {
+            Ok(end) => {
+                if let (Some(start), Tracking::On(c)) = (&run.checkpoints.start, &self.inner.tracking)
+                {
+                    match c.changes(project, &start.commit, &end.commit).await {
+                        Ok(mut changes) => {
+                            changes.skipped = end.skipped.clone();
+                            run.changes = Some(changes);
+                        }
+                        Err(e) => {
+                            tracing::warn!(run = %run.id, error = %e, "could not compute the run's change set")
+                        }
+                    }
+                }
+                run.checkpoints.end = Some(end);
+            }
+            Err(why) => {
+                tracing::warn!(run = %run.id, "{why}");
+                run.checkpoints.end_error = Some(why);
+            }
+        }
+    }
+
+    /// The boot checkpoint of `tree` (taken by the first caller, shared by the
+    /// others for [`BOOT_REUSE`]), named also under `git_ref`.
+    async fn boot_checkpoint(
+        &self,
+        c: &Checkpoints,
+        tree: &WorkTree,
+        git_ref: &str,
+    ) -> Result<CheckpointRef, String> {
+        let cell: BootCell = {
+            let mut cells = lock(&self.inner.boot.cells);
+            let now = tokio::time::Instant::now();
+            let entry = cells
+                .entry(tree.path.clone())
+                .or_insert_with(|| (now, BootCell::default()));
+            if now.duration_since(entry.0) > BOOT_REUSE {
+                *entry = (now, BootCell::default());
+            }
+            entry.1.clone()
+        };
+        let cp = cell
+            .get_or_init(|| async {
+                c.checkpoint(tree, git_ref, "knife: working tree at boot")
+                    .await
+                    .map_err(|e| format!("no checkpoint: {e}"))
+            })
+            .await
+            .clone()?;
+        if cp.git_ref == git_ref {
+            return Ok(cp);
+        }
+        c.alias(&tree.project, git_ref, &cp)
+            .await
+            .map_err(|e| format!("no checkpoint: {e}"))
+    }
+
+    /// Records `checkpoint` as the end of `run_id` when the run has ended without one
+    /// (a crash cut it short); does nothing otherwise.
+    async fn settle_end(
+        &self,
+        c: &Checkpoints,
+        tree: &WorkTree,
+        run_id: &RunId,
+        checkpoint: Result<CheckpointRef, String>,
+    ) {
+        let store = &self.inner.store;
+        let Ok(Some(mut run)) = store.get_run(run_id).await else {
+            return;
+        };
+        if !run.status.is_terminal()
+            || run.checkpoints.end.is_some()
+            || run.checkpoints.end_error.is_some()
+            || (run.checkpoints.start.is_none() && run.checkpoints.start_error.is_none())
+        {
+            return;
+        }
+        let checkpoint = match checkpoint {
+            Ok(cp) => c
+                .alias(&tree.project, &run_ref(&run.thread_id, run.ordinal, "end"), &cp)
+                .await
+                .map_err(|e| format!("no checkpoint: {e}")),
+            Err(why) => Err(why),
+        };
+        let record = record_of(&run, CheckpointKind::RunEnd, &checkpoint);
+        self.apply_end(&mut run, &tree.project, checkpoint).await;
+        let now = self.inner.clock.now();
+        let events = vec![
+            DomainEvent::new(now, EventBody::CheckpointRecorded(record)),
+            DomainEvent::new(now, EventBody::RunUpdated(run)),
+        ];
+        if let Err(e) = store.write(events).await {
+            tracing::warn!(run = %run_id, error = %e, "could not record the end checkpoint after boot");
+        }
+    }
+
+    /// After the restart sweep started the resumed turns (CHG-10): in the background,
+    /// takes one checkpoint per working tree for the last runs of `threads` (threads
+    /// whose run the previous process left active and boot ended: reconciled,
+    /// exhausted or child threads) and records it as those runs' end checkpoint with
+    /// their change set. Continuation runs settle their predecessor themselves,
+    /// sharing the same boot checkpoint. Returns at once.
+    pub fn checkpoint_after_boot(&self, threads: Vec<ThreadId>) {
+        let Tracking::On(c) = self.inner.tracking.clone() else {
+            return;
+        };
+        if threads.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        self.inner.tracker.spawn(async move {
+            for thread_id in threads {
+                let store = &this.inner.store;
+                let Ok(Some(thread)) = store.get_thread(&thread_id).await else {
+                    continue;
+                };
+                if thread.run_count == 0 {
+                    continue;
+                }
+                let run_id = RunId::for_thread(&thread.id, thread.run_count);
+                let Ok(Some(run)) = store.get_run(&run_id).await else {
+                    continue;
+                };
+                let Ok(Some(project)) = store.get_project(&thread.project_id).await else {
+                    continue;
+                };
+                let tree = this.work_tree(&c, &thread, Path::new(&project.root));
+                let git_ref = run_ref(&run.thread_id, run.ordinal, "end");
+                let cp = this.boot_checkpoint(&c, &tree, &git_ref).await;
+                this.settle_end(&c, &tree, &run_id, cp).await;
+            }
+        });
+    }
+}
+
+fn message(run: &Run, side: &str) -> String {
+    format!("knife: {side} of run {} of {}", run.ordinal, run.thread_id)
+}
+
+fn record_of(
+    run: &Run,
+    kind: CheckpointKind,
+    checkpoint: &Result<CheckpointRef, String>,
+) -> CheckpointRecord {
+    CheckpointRecord {
+        thread_id: run.thread_id.clone(),
+        run_id: Some(run.id.clone()),
+        revert_id: None,
+        kind,
+        checkpoint: checkpoint.as_ref().ok().cloned(),
+        error: checkpoint.as_ref().err().cloned(),
+    }
+}
