@@ -170,6 +170,9 @@ pub struct ApiErrorBody {
 pub struct ApiError {
     pub code: String,
     pub message: String,
+    /// The files a `revert_conflict` is about (CHG-04); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
 }
 
 /// Messages a WebSocket client sends on `/api/ws`.

@@ -170,6 +170,8 @@ pub enum RevertStatus {
     Applied,
     Undoing,
     Undone,
+    /// Writing failed and what was written was put back (`error` says why).
+    Failed,
 }
 
 /// A revert of a thread's files (CHG-04): the files touched by run `run_ordinal` and
@@ -203,6 +205,9 @@ pub struct Revert {
     /// The conflict check was overridden.
     #[serde(default)]
     pub forced: bool,
+    /// Why a revert or undo failed (its files were put back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -41,6 +41,19 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/requests", get(list_requests))
         .route(
+            "/threads/{id}/runs/{ordinal}/diff",
+            get(crate::changes::run_diff),
+        )
+        .route(
+            "/threads/{id}/runs/{ordinal}/revert",
+            post(crate::changes::revert_run),
+        )
+        .route("/threads/{id}/reverts", get(crate::changes::list_reverts))
+        .route(
+            "/threads/{id}/reverts/{revert_id}/undo",
+            post(crate::changes::undo_revert),
+        )
+        .route(
             "/threads/{id}/requests/{request_id}",
             post(answer_request).get(get_request),
         )

@@ -266,6 +266,17 @@ impl App {
                 .max_resume_attempts
                 .unwrap_or(RestartOptions::default().max_resume_attempts),
         };
+        // A revert a crash cut short is finished before any run touches files (CHG-10).
+        let reverts = execution
+            .replay_revert_journal()
+            .await
+            .context("cannot finish the reverts the previous process left unfinished")?;
+        if reverts > 0 {
+            tracing::info!(
+                reverts,
+                "finished reverts the previous process left unfinished"
+            );
+        }
         let sweep = RestartService::new(execution.clone(), options)
             .resume_suspended_threads()
             .await

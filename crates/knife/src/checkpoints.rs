@@ -14,7 +14,11 @@ pub const CHECKPOINTS_DIR: &str = "checkpoints";
 /// `execution` with checkpoints under `<data_dir>/checkpoints`, unless
 /// `[checkpoints] enabled = false`. A missing git program is one clear error line at
 /// start; runs then record "no checkpoint: <why>" and keep working.
-pub async fn attach(execution: ExecutionService, config: &Config, data_dir: &Path) -> ExecutionService {
+pub async fn attach(
+    execution: ExecutionService,
+    config: &Config,
+    data_dir: &Path,
+) -> ExecutionService {
     if config.checkpoints.enabled == Some(false) {
         return execution;
     }

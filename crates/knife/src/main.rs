@@ -4,6 +4,7 @@
 mod app;
 mod approve;
 mod bench;
+mod changes;
 mod checkpoints;
 mod client;
 mod config;
@@ -50,6 +51,12 @@ enum Command {
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// A run's changes: the file list with +/- and the unified diff (coloured on a
+    /// terminal). Default run: the thread's last.
+    Diff(changes::DiffArgs),
+    /// Restore the files touched by a run and every later run to their state before
+    /// it (`--force` over files changed since; `--undo REVERT_ID` undoes a revert).
+    Revert(changes::RevertArgs),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages, OpenAI
     /// Responses and Gemini streamGenerateContent from one script), for tests, demos,
     /// benchmarks and external agents (codex, Claude, Gemini CLI, opencode). Script
@@ -108,6 +115,8 @@ fn main() -> ExitCode {
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
+            Command::Diff(args) => changes::diff(config, args).await,
+            Command::Revert(args) => changes::revert(config, args).await,
             Command::Demo => demo::demo().await,
             Command::Db(cmd) => threads::db(config, cmd).await,
             Command::Bench(cmd) => bench::bench(cmd).await,

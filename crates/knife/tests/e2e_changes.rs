@@ -102,5 +102,216 @@ async fn chg_01_chg_02_builtin_agent_runs_get_checkpoints_and_change_sets_of_wri
             _ => None,
         })
         .collect();
-    assert_eq!(kinds, vec![CheckpointKind::RunStart, CheckpointKind::RunEnd]);
+    assert_eq!(
+        kinds,
+        vec![CheckpointKind::RunStart, CheckpointKind::RunEnd]
+    );
+}
+
+/// Two runs of [`SCRIPT`] on a fresh server; returns (server, mock, thread).
+async fn two_runs(extra_script: &str) -> (Server, MockLlm, String) {
+    let mock = MockLlm::script(&format!("{SCRIPT}{extra_script}"), &[]).await;
+    let server = Server::start_with_config(&allow_all(&mock.base_url())).await;
+    std::fs::write(server.project_dir().join("keep.txt"), "not touched\n").unwrap();
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    assert_eq!(
+        run_to_end(&server.api, &thread, "one").await.status,
+        RunStatus::Completed
+    );
+    assert_eq!(
+        run_to_end(&server.api, &thread, "two").await.status,
+        RunStatus::Completed
+    );
+    (server, mock, thread)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_03_diff_route_and_cli_show_a_runs_unified_diff_and_file_stats() {
+    let (server, _mock, thread) = two_runs("").await;
+    let api = &server.api;
+    let (status, body) = api.get(&format!("/api/threads/{thread}/runs/2/diff")).await;
+    assert!(status.is_success(), "{body}");
+    let diff: RunDiff = serde_json::from_value(body).unwrap();
+    assert_eq!(diff.run_ordinal, 2);
+    assert!(diff.diff.contains("+there"), "{}", diff.diff);
+    assert!(diff.diff.contains("deleted file mode"), "{}", diff.diff);
+    assert_eq!(diff.files.len(), 2);
+    assert!(!diff.truncated);
+    let (status, body) = api.get(&format!("/api/threads/{thread}/runs/9/diff")).await;
+    assert_eq!(status.as_u16(), 404, "{body}");
+    assert_api_error(&body, "not_found");
+
+    // The CLI finds the server through the data dir; piped output has no colour.
+    let data = server.data_dir();
+    let out = run_cli(
+        server.path(),
+        &["diff", &thread, "1", "--data-dir", data.to_str().unwrap()],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("A hello.txt  +2 -0"), "{}", out.stdout);
+    assert!(out.stdout.contains("+world"), "{}", out.stdout);
+    assert!(!out.stdout.contains('\x1b'), "{}", out.stdout);
+    // Default run = the last; the colours of a terminal are a pure rendering.
+    let out = run_cli(
+        server.path(),
+        &[
+            "diff",
+            &thread,
+            "--stat",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(out.stdout.contains("run 2 of"), "{}", out.stdout);
+    assert!(out.stdout.contains("D notes/todo.md"), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_04_revert_restores_files_of_later_runs_refuses_conflicts_and_undoes() {
+    let third = "\n[[response]]\ntext = \"third run\"\n";
+    let (server, mock, thread) = two_runs(third).await;
+    let api = &server.api;
+    let dir = server.project_dir();
+    // A person edits a file run 2 touched, after the thread's last checkpoint.
+    std::fs::write(dir.join("hello.txt"), "a person's edit\n").unwrap();
+    let (status, body) = api
+        .post(
+            &format!("/api/threads/{thread}/runs/1/revert"),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 409, "{body}");
+    assert_api_error(&body, "revert_conflict");
+    assert_eq!(body["error"]["files"], serde_json::json!(["hello.txt"]));
+    // Nothing was written.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hello.txt")).unwrap(),
+        "a person's edit\n"
+    );
+
+    // force: run 1 and run 2 are undone: both files run 1 added are gone.
+    let (status, body) = api
+        .post(
+            &format!("/api/threads/{thread}/runs/1/revert"),
+            &serde_json::json!({"force": true}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    let revert: Revert = serde_json::from_value(body).unwrap();
+    assert_eq!(revert.status, RevertStatus::Applied);
+    assert_eq!(revert.files, vec!["hello.txt", "notes/todo.md"]);
+    assert!(!dir.join("hello.txt").exists());
+    assert!(!dir.join("notes/todo.md").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("keep.txt")).unwrap(),
+        "not touched\n"
+    );
+    let (_, listed) = api.get(&format!("/api/threads/{thread}/reverts")).await;
+    assert_eq!(listed[0]["id"], revert.id.0.as_str());
+
+    // Undo restores what the revert replaced (the person's edit included).
+    let (status, body) = api
+        .post(
+            &format!("/api/threads/{thread}/reverts/{}/undo", revert.id),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    assert_eq!(body["status"], "undone");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hello.txt")).unwrap(),
+        "a person's edit\n"
+    );
+    assert!(!dir.join("notes/todo.md").exists(), "run 2 had deleted it");
+
+    // Revert run 2 only (CLI): hello.txt back to run 1's output, todo.md back.
+    let data = server.data_dir();
+    let out = run_cli(
+        server.path(),
+        &[
+            "revert",
+            &thread,
+            "2",
+            "--force",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("notes/todo.md"), "{}", out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hello.txt")).unwrap(),
+        "hello\nworld\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes/todo.md")).unwrap(),
+        "one\ntwo\n"
+    );
+
+    // The next run is told which files were reverted.
+    run_to_end(api, &thread, "three").await;
+    let requests: serde_json::Value = reqwest::get(format!("{}/_mock/requests", mock.proc.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let last = requests.as_array().unwrap().last().unwrap()["body_text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        last.contains("reverted to their state before run 2"),
+        "{last}"
+    );
+    assert!(last.contains("notes/todo.md"), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_04_a_revert_while_a_run_is_active_answers_409() {
+    let script = r#"
+[[response]]
+[[response.tool_calls]]
+name = "write"
+arguments = { path = "a.txt", content = "a\n" }
+[[response]]
+text = "done"
+[[response]]
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = "sleep 20" }
+[[response]]
+text = "slept"
+"#;
+    let mock = MockLlm::script(script, &[]).await;
+    let server = Server::start_with_config(&allow_all(&mock.base_url())).await;
+    let api = &server.api;
+    let project = api.create_project(&server.project_dir()).await;
+    let thread = api.create_thread(&project).await;
+    run_to_end(api, &thread, "one").await;
+    let run = api.post_message(&thread, "sleep").await;
+    let (status, body) = api
+        .post(
+            &format!("/api/threads/{thread}/runs/1/revert"),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 409, "{body}");
+    assert_api_error(&body, "run_in_progress");
+    assert!(server.project_dir().join("a.txt").exists());
+    api.post(
+        &format!("/api/threads/{thread}/interrupt"),
+        &serde_json::json!({}),
+    )
+    .await;
+    let (_, done) = api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, RunStatus::Interrupted);
+    assert!(
+        done.checkpoints.end.is_some(),
+        "an interrupted run gets its end checkpoint"
+    );
 }

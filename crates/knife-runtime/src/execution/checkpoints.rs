@@ -148,7 +148,8 @@ impl ExecutionService {
     ) {
         match checkpoint {
             Ok(end) => {
-                if let (Some(start), Tracking::On(c)) = (&run.checkpoints.start, &self.inner.tracking)
+                if let (Some(start), Tracking::On(c)) =
+                    (&run.checkpoints.start, &self.inner.tracking)
                 {
                     match c.changes(project, &start.commit, &end.commit).await {
                         Ok(mut changes) => {
@@ -226,7 +227,11 @@ impl ExecutionService {
         }
         let checkpoint = match checkpoint {
             Ok(cp) => c
-                .alias(&tree.project, &run_ref(&run.thread_id, run.ordinal, "end"), &cp)
+                .alias(
+                    &tree.project,
+                    &run_ref(&run.thread_id, run.ordinal, "end"),
+                    &cp,
+                )
                 .await
                 .map_err(|e| format!("no checkpoint: {e}")),
             Err(why) => Err(why),
@@ -298,5 +303,79 @@ fn record_of(
         kind,
         checkpoint: checkpoint.as_ref().ok().cloned(),
         error: checkpoint.as_ref().err().cloned(),
+    }
+}
+
+impl ExecutionService {
+    /// Run `ordinal` of `thread`, or [`RuntimeError::RunNotFound`] /
+    /// [`RuntimeError::ThreadNotFound`].
+    pub async fn run_of(&self, thread: &ThreadId, ordinal: u32) -> Result<Run, RuntimeError> {
+        let store = &self.inner.store;
+        if store.get_thread(thread).await?.is_none() {
+            return Err(RuntimeError::ThreadNotFound(thread.clone()));
+        }
+        store
+            .get_run(&RunId::for_thread(thread, ordinal))
+            .await?
+            .ok_or_else(|| RuntimeError::RunNotFound {
+                thread: thread.clone(),
+                ordinal,
+            })
+    }
+
+    /// The unified diff and per-file stats of run `ordinal` of `thread`, between its
+    /// start and end checkpoints (CHG-03); cut at the diff cap with a note.
+    ///
+    /// Errors: `ThreadNotFound`, `RunNotFound`, `NoCheckpoint` (checkpoints off, the
+    /// run still running, or its checkpoint failed: the reason), `Workspace`, `Store`.
+    pub async fn run_diff(&self, thread: &ThreadId, ordinal: u32) -> Result<RunDiff, RuntimeError> {
+        let run = self.run_of(thread, ordinal).await?;
+        let c = self.checkpoints_or_reason()?;
+        let (Some(start), Some(end)) = (&run.checkpoints.start, &run.checkpoints.end) else {
+            return Err(RuntimeError::NoCheckpoint(
+                run.checkpoints
+                    .missing_reason()
+                    .unwrap_or_else(|| "no checkpoint".into()),
+            ));
+        };
+        let project = self
+            .inner
+            .store
+            .get_thread(thread)
+            .await?
+            .map(|t| t.project_id)
+            .ok_or_else(|| RuntimeError::ThreadNotFound(thread.clone()))?;
+        let changes = match run.changes.clone() {
+            Some(changes) => changes,
+            None => c.changes(&project, &start.commit, &end.commit).await?,
+        };
+        let diff = c.diff(&project, &start.commit, &end.commit).await?;
+        Ok(RunDiff {
+            thread_id: thread.clone(),
+            run_ordinal: ordinal,
+            from: start.commit.clone(),
+            to: end.commit.clone(),
+            added: changes.added,
+            removed: changes.removed,
+            files: changes.files,
+            diff: diff.text,
+            truncated: diff.truncated,
+            note: diff.note,
+            skipped: changes.skipped,
+        })
+    }
+
+    /// The checkpoint repositories, or why there are none (`NoCheckpoint`).
+    pub(crate) fn checkpoints_or_reason(&self) -> Result<&Checkpoints, RuntimeError> {
+        match &self.inner.tracking {
+            Tracking::On(c) => Ok(c),
+            Tracking::Unavailable(why) => {
+                Err(RuntimeError::NoCheckpoint(format!("no checkpoint: {why}")))
+            }
+            Tracking::Off => Err(RuntimeError::NoCheckpoint(
+                "no checkpoint: checkpoints are off on this server ([checkpoints] enabled = false)"
+                    .into(),
+            )),
+        }
     }
 }

@@ -27,6 +27,7 @@ use crate::sessions::{SessionHandle, SessionManager};
 use crate::terminal::{Terminal, terminal_of_outcome};
 
 mod checkpoints;
+mod revert;
 mod turn;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
@@ -478,6 +479,47 @@ struct Reservation {
     inner: Arc<Inner>,
     thread: ThreadId,
     armed: bool,
+}
+
+impl ExecutionService {
+    /// Marks idle `thread` busy in this process without a run (a revert works on
+    /// its files): a message meanwhile answers `RunInProgress`. Dropping the guard
+    /// frees it. Errors: `RunInProgress` when a run is active, `ShuttingDown`.
+    fn reserve_idle(&self, thread: &ThreadId) -> Result<Reservation, RuntimeError> {
+        let inner = &self.inner;
+        let mut active = lock(&inner.active);
+        if inner.closing.load(Ordering::SeqCst) {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if let Some(run) = active.get(thread) {
+            return Err(RuntimeError::RunInProgress {
+                thread: thread.clone(),
+                run: run
+                    .run_id
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| RunId::from("(a revert)")),
+            });
+        }
+        let (_, done) = watch::channel(true);
+        let (_, run_id) = watch::channel(None);
+        active.insert(
+            thread.clone(),
+            ActiveRun {
+                run_id,
+                cancel: CancellationToken::new(),
+                reason: Arc::new(Mutex::new(None)),
+                done,
+                finishing: Arc::new(AtomicBool::new(false)),
+                session: Arc::new(Mutex::new(None)),
+            },
+        );
+        Ok(Reservation {
+            inner: inner.clone(),
+            thread: thread.clone(),
+            armed: true,
+        })
+    }
 }
 
 impl Reservation {

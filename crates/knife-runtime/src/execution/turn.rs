@@ -14,6 +14,13 @@ impl ExecutionService {
     pub(super) async fn drive(&self, mut ctx: RunContext) {
         // Before the turn starts, whatever the driver (CHG-01).
         self.record_start(&mut ctx).await;
+        // The model learns which files a revert restored since its last run (CHG-04).
+        if !ctx.continuation
+            && self.checkpoints().is_some()
+            && let Some(note) = self.revert_note(&ctx.thread.id, ctx.run.ordinal).await
+        {
+            ctx.text = format!("{note}\n\n{}", ctx.text);
+        }
         let Ended {
             outcome,
             usage,

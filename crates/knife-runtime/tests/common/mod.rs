@@ -376,8 +376,8 @@ impl Harness {
             completed_at: None,
             error: None,
             usage: None,
-        checkpoints: Default::default(),
-        changes: None,
+            checkpoints: Default::default(),
+            changes: None,
         };
         t.status = ThreadStatus::Running;
         t.active_run_id = Some(run_id.clone());
