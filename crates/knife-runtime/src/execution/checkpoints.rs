@@ -379,3 +379,43 @@ impl ExecutionService {
         }
     }
 }
+
+impl ExecutionService {
+    /// Drops every checkpoint of `thread` (CHG-08 delete, CHG-11): its refs in the
+    /// project's checkpoint repository go now, and the objects no other thread's
+    /// checkpoint names are collected in the background (`git gc --prune=now`, with
+    /// the project's checkpoints held off meanwhile). Returns the refs deleted (0 when
+    /// checkpoints are off). Errors: `ThreadNotFound`, `Workspace`, `Store`.
+    pub async fn forget_checkpoints(&self, thread: &ThreadId) -> Result<usize, RuntimeError> {
+        let Tracking::On(c) = &self.inner.tracking else {
+            return Ok(0);
+        };
+        let project = self
+            .inner
+            .store
+            .get_thread(thread)
+            .await?
+            .ok_or_else(|| RuntimeError::ThreadNotFound(thread.clone()))?
+            .project_id;
+        let deleted = c.forget_thread(&project, thread).await?;
+        if deleted > 0 {
+            let c = c.clone();
+            let thread = thread.clone();
+            self.inner.tracker.spawn(async move {
+                if let Err(e) = c.collect(&project).await {
+                    tracing::warn!(%thread, error = %e, "could not collect the checkpoints of a deleted thread");
+                }
+            });
+        }
+        Ok(deleted)
+    }
+
+    /// Bytes used by the checkpoint repositories (0 when checkpoints are off), for
+    /// `knife db stats` and the `knife_checkpoint_bytes` gauge (CHG-11).
+    pub async fn checkpoint_bytes(&self) -> u64 {
+        match &self.inner.tracking {
+            Tracking::On(c) => c.disk_usage().await,
+            _ => 0,
+        }
+    }
+}
