@@ -315,3 +315,125 @@ text = "slept"
         "an interrupted run gets its end checkpoint"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_10_a_run_cut_short_by_sigkill_gets_its_end_checkpoint_after_boot() {
+    let script = r#"
+[[response]]
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = "printf 'made before the crash\n' > made.txt && sleep 30" }
+
+[[response]]
+text = "resumed"
+"#;
+    let mock = MockLlm::script(script, &[]).await;
+    let mut server = Server::start_with_config(&allow_all(&mock.base_url())).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let run1 = server.api.post_message(&thread, "make a file").await;
+    let made = server.project_dir().join("made.txt");
+    poll_until("the command to write its file", RUN_TIMEOUT, || async {
+        made.exists().then_some(())
+    })
+    .await;
+    server.proc.kill_hard().await;
+    server.respawn().await;
+
+    let p = poll_until("the resumed run to finish", RUN_TIMEOUT, || async {
+        let p = server.api.projection(&thread).await;
+        (p.runs.len() == 2
+            && p.runs.iter().all(|r| r.status.is_terminal())
+            && p.runs.iter().all(|r| r.checkpoints.end.is_some()))
+        .then_some(p)
+    })
+    .await;
+    let first = p.runs.iter().find(|r| r.id.as_str() == run1).unwrap();
+    assert_eq!(first.status, RunStatus::Interrupted);
+    let end = first.checkpoints.end.clone().unwrap();
+    let changes = first.changes.clone().expect("change set of the killed run");
+    assert!(
+        changes.files.iter().any(|f| f.path == "made.txt"),
+        "{changes:?}"
+    );
+    // The continuation run starts from that same checkpoint (taken once).
+    let second = p.runs.iter().find(|r| r.ordinal == 2).unwrap();
+    assert_eq!(
+        second.checkpoints.start.as_ref().unwrap().commit,
+        end.commit
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_10_a_revert_cut_short_by_a_crash_is_finished_at_boot() {
+    let (mut server, _mock, thread) = two_runs("").await;
+    let api = server.api.clone();
+    let p = api.projection(&thread).await;
+    let run2 = p.runs.iter().find(|r| r.ordinal == 2).unwrap().clone();
+    let status = server.proc.terminate().await;
+    assert!(status.success());
+    // The state a SIGKILL between two renames of `revert` of run 2 leaves: the
+    // journal says `applying`, todo.md is back, hello.txt not yet, its temp file half written.
+    let dir = server.project_dir();
+    let store = knife_store::Store::open(server.data_dir().join("knife.db"))
+        .await
+        .unwrap();
+    let t = store
+        .get_thread(&ThreadId::from(thread.as_str()))
+        .await
+        .unwrap()
+        .unwrap();
+    let project = store.get_project(&t.project_id).await.unwrap().unwrap();
+    let id = RevertId::new();
+    let now = chrono::Utc::now();
+    let revert = Revert {
+        id: id.clone(),
+        thread_id: t.id.clone(),
+        project_id: t.project_id.clone(),
+        root: project.root.clone(),
+        run_ordinal: 2,
+        runs_before: 2,
+        status: RevertStatus::Applying,
+        files: vec!["hello.txt".into(), "notes/todo.md".into()],
+        target: run2.checkpoints.start.clone().unwrap(),
+        before: run2.checkpoints.end.clone().unwrap(),
+        after: None,
+        after_undo: None,
+        forced: false,
+        error: None,
+        created_at: now,
+        updated_at: now,
+    };
+    store
+        .write(vec![DomainEvent::new(
+            now,
+            EventBody::RevertUpdated(revert),
+        )])
+        .await
+        .unwrap();
+    drop(store);
+    std::fs::create_dir_all(dir.join("notes")).unwrap();
+    std::fs::write(dir.join("notes/todo.md"), "one\ntwo\n").unwrap();
+    let temp = dir.join(format!(".hello.txt.knife-{id}.tmp"));
+    std::fs::write(&temp, "hel").unwrap();
+
+    server.respawn().await;
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hello.txt")).unwrap(),
+        "hello\nworld\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes/todo.md")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert!(
+        !temp.exists(),
+        "the temp file of the cut-short rename is gone"
+    );
+    let (_, reverts) = server
+        .api
+        .get(&format!("/api/threads/{thread}/reverts"))
+        .await;
+    assert_eq!(reverts[0]["status"], "applied", "{reverts}");
+    assert!(reverts[0]["after"]["commit"].is_string(), "{reverts}");
+}
