@@ -24,6 +24,7 @@
 mod changes;
 mod error;
 mod events;
+pub mod listen;
 pub mod mcp;
 mod origin;
 mod routes;
@@ -31,6 +32,7 @@ mod sessions;
 pub mod ui;
 
 pub use error::ApiErr;
+pub use listen::{ApiListener, ConnectionInfo, serve};
 pub use routes::router;
 
 use std::sync::Arc;
