@@ -122,6 +122,8 @@ struct Inner {
     /// Per working tree: one index, one writer at a time.
     trees: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     permits: Arc<Semaphore>,
+    /// The last [`Checkpoints::disk_usage_cached`] walk: when, and its bytes.
+    usage: Mutex<Option<(tokio::time::Instant, u64)>>,
 }
 
 /// A working tree locked for checkpoints and restores (see [`Checkpoints::lock`]).
@@ -150,6 +152,7 @@ impl Checkpoints {
                 repos: Mutex::new(HashMap::new()),
                 trees: Mutex::new(HashMap::new()),
                 permits: Arc::new(Semaphore::new(GIT_CONCURRENCY)),
+                usage: Mutex::new(None),
             }),
         }
     }
@@ -363,6 +366,19 @@ impl Checkpoints {
             .run(self.env(&repo), ["gc", "--quiet", "--prune=now"])
             .await?;
         Ok(())
+    }
+
+    /// [`Checkpoints::disk_usage`], walked at most once per `max_age` (for `/metrics`).
+    pub async fn disk_usage_cached(&self, max_age: std::time::Duration) -> u64 {
+        let now = tokio::time::Instant::now();
+        if let Some((at, bytes)) = *lock(&self.inner.usage)
+            && now.duration_since(at) < max_age
+        {
+            return bytes;
+        }
+        let bytes = self.disk_usage().await;
+        *lock(&self.inner.usage) = Some((now, bytes));
+        bytes
     }
 
     /// Bytes used by every checkpoint repository (a walk of [`Checkpoints::root`]).

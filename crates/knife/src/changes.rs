@@ -288,3 +288,63 @@ pub fn render(diff: &RunDiff, stat_only: bool, colour: bool) -> String {
     }
     out
 }
+
+/// `knife db stats` (CHG-11): bytes of the event log's database files and of the
+/// checkpoint repositories in `data_dir`. Reads file sizes only, so it works next to
+/// a running server.
+pub async fn db_stats(data_dir: &Path) -> anyhow::Result<()> {
+    let db = data_dir.join(DB_FILE);
+    if !db.is_file() {
+        anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
+    }
+    let mut log = 0;
+    for suffix in ["", "-wal", "-shm"] {
+        let path = PathBuf::from(format!("{}{suffix}", db.display()));
+        log += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    }
+    let root = data_dir.join(crate::checkpoints::CHECKPOINTS_DIR);
+    let repos = std::fs::read_dir(&root)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".git"))
+                .count()
+        })
+        .unwrap_or(0);
+    let checkpoints = {
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || dir_bytes(&root)).await?
+    };
+    println!("data directory   {}", data_dir.display());
+    println!("event log        {:>12} bytes  ({})", log, human(log));
+    println!(
+        "checkpoints      {:>12} bytes  ({}, {repos} project repositories in {})",
+        checkpoints,
+        human(checkpoints),
+        root.display()
+    );
+    Ok(())
+}
+
+fn dir_bytes(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn human(bytes: u64) -> String {
+    let mib = bytes as f64 / (1024.0 * 1024.0);
+    if mib >= 1.0 {
+        format!("{mib:.1} MiB")
+    } else {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    }
+}

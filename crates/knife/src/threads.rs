@@ -50,11 +50,20 @@ pub enum DbCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Space used: the event log (database files) and the checkpoint repositories.
+    Stats {
+        /// Data directory (default $XDG_DATA_HOME/knife).
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
     match cmd {
+        DbCommand::Stats { data_dir } => {
+            crate::changes::db_stats(&config.data_dir(data_dir.as_deref())?).await?;
+        }
         DbCommand::Rebuild { data_dir } => {
             let db = config.data_dir(data_dir.as_deref())?.join(DB_FILE);
             if !db.is_file() {

@@ -437,3 +437,35 @@ async fn chg_10_a_revert_cut_short_by_a_crash_is_finished_at_boot() {
     assert_eq!(reverts[0]["status"], "applied", "{reverts}");
     assert!(reverts[0]["after"]["commit"].is_string(), "{reverts}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_11_checkpoint_space_is_reported_by_db_stats_and_metrics() {
+    let (server, _mock, _thread) = two_runs("").await;
+    let metrics = reqwest::get(format!("{}/metrics", server.proc.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let gauge = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("knife_checkpoint_bytes "))
+        .unwrap_or_else(|| panic!("no knife_checkpoint_bytes in {metrics}"));
+    assert!(gauge.trim().parse::<f64>().unwrap() > 0.0, "{gauge}");
+    let data = server.data_dir();
+    let out = run_cli(
+        server.path(),
+        &["db", "stats", "--data-dir", data.to_str().unwrap()],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("event log"), "{}", out.stdout);
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("checkpoints"))
+        .unwrap();
+    let bytes: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(bytes > 0, "{line}");
+    assert!(line.contains("1 project repositories"), "{line}");
+}

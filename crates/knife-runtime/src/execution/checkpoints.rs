@@ -410,12 +410,15 @@ impl ExecutionService {
         Ok(deleted)
     }
 
-    /// Bytes used by the checkpoint repositories (0 when checkpoints are off), for
-    /// `knife db stats` and the `knife_checkpoint_bytes` gauge (CHG-11).
+    /// Bytes used by the checkpoint repositories (0 when checkpoints are off); also
+    /// sets the `knife_checkpoint_bytes` gauge (CHG-11; `/metrics` calls it per scrape).
     pub async fn checkpoint_bytes(&self) -> u64 {
-        match &self.inner.tracking {
-            Tracking::On(c) => c.disk_usage().await,
+        let bytes = match &self.inner.tracking {
+            // A walk of the repositories; `/metrics` scrapes often, so at most every 30 s.
+            Tracking::On(c) => c.disk_usage_cached(Duration::from_secs(30)).await,
             _ => 0,
-        }
+        };
+        metrics::gauge!("knife_checkpoint_bytes").set(bytes as f64);
+        bytes
     }
 }
