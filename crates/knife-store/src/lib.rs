@@ -34,6 +34,7 @@
 mod claims;
 mod error;
 mod fold;
+mod purge;
 mod queries;
 mod schema;
 mod stream;
@@ -42,6 +43,7 @@ mod writer;
 
 pub use claims::{ProcessGroupRecord, SessionActivity};
 pub use error::StoreError;
+pub use purge::PurgeStats;
 pub use types::{EntityKind, RebuildStats, RowGuard, StoreOptions, StreamFilter};
 
 use futures::stream::BoxStream;
@@ -225,6 +227,34 @@ impl Store {
         let elapsed = start.elapsed();
         tracing::info!(events, ?elapsed, "rebuilt the knife projections");
         Ok(RebuildStats { events, elapsed })
+    }
+
+    /// Removes the events of every deleted thread (one with a `thread.deleted`
+    /// tombstone, CHG-08) from the log for good, then rebuilds the projections from
+    /// the remaining events and vacuums the file. Sequences are never reused, so the
+    /// other threads' streams stay gap-free in their own terms (`after=N` still works).
+    /// Meant for `knife db purge` with the server stopped; readers of this store see
+    /// the old state until the purge commits.
+    ///
+    /// Errors: [`StoreError::Sqlite`] (nothing is removed then), [`StoreError::Serde`],
+    /// [`StoreError::WriterGone`].
+    pub async fn purge_deleted_threads(&self) -> Result<PurgeStats, StoreError> {
+        let start = tokio::time::Instant::now();
+        let (threads, events, events_kept) =
+            self.inner.writer.run(purge::purge_deleted_threads).await?;
+        let elapsed = start.elapsed();
+        tracing::info!(
+            threads = threads.len(),
+            events,
+            ?elapsed,
+            "purged deleted threads"
+        );
+        Ok(PurgeStats {
+            threads,
+            events,
+            events_kept,
+            elapsed,
+        })
     }
 
     /// Current version of projection row `(kind, id)`: 1 after its first upsert, +1 per

@@ -469,3 +469,46 @@ async fn chg_11_checkpoint_space_is_reported_by_db_stats_and_metrics() {
     assert!(bytes > 0, "{line}");
     assert!(line.contains("1 project repositories"), "{line}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_11_deleting_a_thread_collects_its_checkpoints() {
+    let (server, _mock, thread) = two_runs("").await;
+    let project = server.api.projection(&thread).await.thread.project_id;
+    let repo = server.data_dir().join(format!("checkpoints/{project}.git"));
+    let refs = || {
+        let out = std::process::Command::new("git")
+            .args([
+                "--git-dir",
+                repo.to_str().unwrap(),
+                "for-each-ref",
+                "--format=%(refname)",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    assert_eq!(refs(), 4, "start and end of two runs");
+    let resp = server
+        .api
+        .http
+        .delete(format!("{}/api/threads/{thread}", server.api.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    assert_eq!(refs(), 0, "the deleted thread's checkpoints are gone");
+    // The objects go with the background collection.
+    poll_until(
+        "the checkpoint objects to be collected",
+        RUN_TIMEOUT,
+        || async {
+            let out = std::process::Command::new("git")
+                .args(["--git-dir", repo.to_str().unwrap(), "count-objects", "-v"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            (text.contains("count: 0") && text.contains("in-pack: 0")).then_some(())
+        },
+    )
+    .await;
+}

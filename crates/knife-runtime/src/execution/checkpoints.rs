@@ -41,10 +41,18 @@ pub(crate) struct BootCheckpoints {
 }
 
 impl ExecutionService {
-    /// Takes checkpoints before and after every run in `checkpoints` (CHG-01/02).
-    /// Call before sharing the service.
+    /// Takes checkpoints before and after every run in `checkpoints` (CHG-01/02); a
+    /// deleted thread's checkpoints are collected (CHG-11: installs the
+    /// [`crate::lifecycle::ThreadWorkspace`] hook unless one is set). Call before
+    /// sharing the service.
     pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            if inner.thread_workspace.is_none() {
+                inner.thread_workspace = Some(Arc::new(CheckpointCleanup {
+                    checkpoints: checkpoints.clone(),
+                    tracker: inner.tracker.clone(),
+                }));
+            }
             inner.tracking = Tracking::On(checkpoints);
         }
         self
@@ -285,6 +293,45 @@ impl ExecutionService {
             }
         });
     }
+}
+
+/// The delete hook of threads without worktrees: drops the thread's checkpoint refs
+/// and collects the objects no other checkpoint names, in the background (CHG-11).
+struct CheckpointCleanup {
+    checkpoints: Checkpoints,
+    tracker: TaskTracker,
+}
+
+#[async_trait::async_trait]
+impl crate::lifecycle::ThreadWorkspace for CheckpointCleanup {
+    async fn check_delete(&self, _thread: &Thread, _force: bool) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn drop_thread(&self, thread: &Thread) -> Result<(), String> {
+        let deleted = self
+            .checkpoints
+            .forget_thread(&thread.project_id, &thread.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        if deleted > 0 {
+            collect_later(&self.tracker, &self.checkpoints, thread);
+        }
+        Ok(())
+    }
+}
+
+/// Runs `git gc` on `thread`'s project repository in the background (it can take a
+/// while on a big repository, and the delete has answered already).
+fn collect_later(tracker: &TaskTracker, c: &Checkpoints, thread: &Thread) {
+    let c = c.clone();
+    let project = thread.project_id.clone();
+    let thread = thread.id.clone();
+    tracker.spawn(async move {
+        if let Err(e) = c.collect(&project).await {
+            tracing::warn!(%thread, error = %e, "could not collect the checkpoints of a deleted thread");
+        }
+    });
 }
 
 fn message(run: &Run, side: &str) -> String {

@@ -97,6 +97,8 @@ struct Inner {
     tracking: checkpoints::Tracking,
     /// The working trees' boot checkpoints (CHG-10).
     boot: checkpoints::BootCheckpoints,
+    /// Drops a deleted thread's worktree and checkpoints (CHG-08); `None` = nothing to drop.
+    thread_workspace: Option<crate::lifecycle::SharedThreadWorkspace>,
 }
 
 /// Runs turns. Cheap to clone.
@@ -119,6 +121,7 @@ impl ExecutionService {
                 closing: AtomicBool::new(false),
                 tracking: checkpoints::Tracking::default(),
                 boot: checkpoints::BootCheckpoints::default(),
+                thread_workspace: None,
             }),
         }
     }
@@ -130,6 +133,23 @@ impl ExecutionService {
             inner.interrupt_grace = grace;
         }
         self
+    }
+
+    /// Installs what drops a deleted thread's worktree and checkpoints (CHG-08, see
+    /// [`crate::lifecycle::ThreadWorkspace`]). Call before sharing the service.
+    pub fn with_thread_workspace(
+        mut self,
+        workspace: crate::lifecycle::SharedThreadWorkspace,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.thread_workspace = Some(workspace);
+        }
+        self
+    }
+
+    /// The installed [`crate::lifecycle::ThreadWorkspace`], if any.
+    pub fn thread_workspace(&self) -> Option<&crate::lifecycle::SharedThreadWorkspace> {
+        self.inner.thread_workspace.as_ref()
     }
 
     /// The session manager used to open sessions.
