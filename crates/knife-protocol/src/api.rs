@@ -34,6 +34,10 @@ pub struct CreateThreadRequest {
     /// claims are released at restart, never resumed). Must exist in the same project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+    /// Run the thread in its own git worktree on branch `knife/<short id>` (CHG-07);
+    /// default: the project's `[[projects]] worktree` setting, else false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<bool>,
 }
 
 /// One configured provider instance (`GET /api/providers`), from `knife.toml`'s

@@ -243,3 +243,31 @@ pub struct RunDiff {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
 }
+
+/// A thread's git worktree (CHG-07): a worktree of the project's repository under
+/// the data dir, on its own branch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadWorktree {
+    /// Absolute path of the worktree (the runtime's working directory).
+    pub path: String,
+    /// Its branch: `knife/<short thread id>`.
+    pub branch: String,
+    /// The project's HEAD commit the branch started from.
+    pub base_commit: String,
+}
+
+/// Answer of `POST /api/threads/{id}/merge` (CHG-07).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeResponse {
+    pub thread_id: ThreadId,
+    /// The thread's branch.
+    pub branch: String,
+    /// `merged` or `up_to_date`.
+    pub status: String,
+    /// The project's branch merged into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub into: Option<String>,
+    /// The merge commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}

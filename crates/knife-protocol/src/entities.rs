@@ -80,6 +80,10 @@ pub struct Thread {
     /// The thread and run this thread was forked from (CHG-09); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ThreadFork>,
+    /// The thread's own git worktree, when it was created with `worktree: true`
+    /// (CHG-07): its runs work there instead of the project root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::ThreadWorktree>,
 }
 
 /// Longest title a thread may have, in Unicode characters (CHG-08; longer → HTTP 400).

@@ -72,6 +72,14 @@ pub enum RuntimeError {
         files.join(", ")
     )]
     RevertConflict { files: Vec<String> },
+    /// Merging a thread's worktree branch would conflict (HTTP 409, CHG-07): nothing
+    /// was changed.
+    #[error(
+        "merging branch {branch} into the project's branch would conflict in: {}; nothing was changed. \
+         Resolve it in git (`git merge {branch}` in the project), or keep the work on its branch",
+        files.join(", ")
+    )]
+    MergeConflict { branch: String, files: Vec<String> },
     /// A revert does not exist on the thread (HTTP 404).
     #[error("thread {thread} has no revert {revert}")]
     RevertNotFound { thread: ThreadId, revert: RevertId },

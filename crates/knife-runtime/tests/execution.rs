@@ -219,6 +219,7 @@ async fn harness_with(
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance,
         std::slice::from_ref(&instance),

@@ -63,6 +63,17 @@ pub(crate) async fn list_reverts(
     Ok(Json(s.execution.reverts_of(&id).await?))
 }
 
+/// `POST /api/threads/{id}/merge` (CHG-07): merges the thread's worktree branch
+/// into the project's current branch; 409 `merge_conflict` with `error.files`
+/// (nothing changed), `git_refused` (e.g. local changes would be overwritten),
+/// `run_in_progress`; 400 when the thread has no worktree.
+pub(crate) async fn merge_thread(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<MergeResponse>, ApiErr> {
+    Ok(Json(s.execution.merge_thread(&id).await?))
+}
+
 /// An optional JSON [`RevertRequest`] body (empty = defaults).
 fn request(raw: &[u8]) -> Result<RevertRequest, ApiErr> {
     if raw.iter().all(u8::is_ascii_whitespace) {

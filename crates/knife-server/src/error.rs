@@ -127,13 +127,22 @@ impl From<RuntimeError> for ApiErr {
             }
             RuntimeError::NoCheckpoint(_) => (StatusCode::CONFLICT, "no_checkpoint"),
             RuntimeError::RevertConflict { .. } => (StatusCode::CONFLICT, "revert_conflict"),
+            RuntimeError::MergeConflict { .. } => (StatusCode::CONFLICT, "merge_conflict"),
+            RuntimeError::Workspace(knife_workspace::WorkspaceError::NotAGitRepository {
+                ..
+            }) => (StatusCode::BAD_REQUEST, "not_a_git_repository"),
+            RuntimeError::Workspace(knife_workspace::WorkspaceError::Git { .. }) => {
+                (StatusCode::CONFLICT, "git_refused")
+            }
             RuntimeError::Workspace(_) => (StatusCode::INTERNAL_SERVER_ERROR, "workspace"),
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %e, "internal error");
         }
         let files = match &e {
-            RuntimeError::RevertConflict { files } => files.clone(),
+            RuntimeError::RevertConflict { files } | RuntimeError::MergeConflict { files, .. } => {
+                files.clone()
+            }
             _ => Vec::new(),
         };
         Self {

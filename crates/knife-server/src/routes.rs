@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
             post(crate::changes::revert_run),
         )
         .route("/threads/{id}/reverts", get(crate::changes::list_reverts))
+        .route("/threads/{id}/merge", post(crate::changes::merge_thread))
         .route(
             "/threads/{id}/reverts/{revert_id}/undo",
             post(crate::changes::undo_revert),
@@ -214,14 +215,23 @@ async fn create_thread(
     payload: Result<Json<CreateThreadRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Thread>), ApiErr> {
     let known = s.execution.manager().instances();
+    let request = body(payload)?;
+    // Checked before the thread exists: a folder that is not a git repository is a
+    // clear 400, not a thread without its worktree (CHG-07).
+    let worktree = s.execution.wants_worktree(&request).await?;
     let thread = commands::create_thread(
         &s.store,
         s.clock.as_ref(),
-        body(payload)?,
+        request,
         &s.default_instance,
         &known,
     )
     .await?;
+    let thread = if worktree {
+        s.execution.attach_worktree(thread).await?
+    } else {
+        thread
+    };
     Ok((StatusCode::CREATED, Json(thread)))
 }
 

@@ -17,6 +17,12 @@ pub enum WorkspaceError {
         "the working tree {path} is missing or is not a directory; restore the folder to take checkpoints"
     )]
     WorkTreeMissing { path: PathBuf },
+    /// `worktree: true` on a project that is not a git repository with a commit (CHG-07).
+    #[error(
+        "the project folder {path} is not a git repository with a commit, so a thread cannot get its own worktree; \
+         run `git init && git add -A && git commit -m init` there, or create the thread without worktree"
+    )]
+    NotAGitRepository { path: PathBuf },
     /// A git command failed.
     #[error("git {command} failed in {repo}: {stderr}")]
     Git {

@@ -247,6 +247,63 @@ impl Git {
     }
 }
 
+impl Git {
+    /// A command in the user's own repository at `dir` (worktrees, CHG-07): the user's
+    /// config applies, but inherited `GIT_*` variables are removed and hooks are off.
+    fn user_command(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.program);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("GIT_") {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
+            .env("LC_ALL", "C")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "core.hooksPath=/dev/null", "-c", "color.ui=false"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs `git -C dir <args>` in the user's repository; stdout, or
+    /// [`WorkspaceError::Git`] with git's stderr.
+    pub(crate) async fn run_in_repo(
+        &self,
+        dir: &Path,
+        args: &[&str],
+    ) -> Result<Vec<u8>, WorkspaceError> {
+        let (ok, stdout, stderr) = self.run_in_repo_status(dir, args).await?;
+        if ok {
+            Ok(stdout)
+        } else {
+            Err(WorkspaceError::Git {
+                command: args.first().copied().unwrap_or_default().to_owned(),
+                repo: dir.to_owned(),
+                stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
+            })
+        }
+    }
+
+    /// Like [`Git::run_in_repo`], returning (exit success, stdout, stderr) instead of failing.
+    pub(crate) async fn run_in_repo_status(
+        &self,
+        dir: &Path,
+        args: &[&str],
+    ) -> Result<(bool, Vec<u8>, Vec<u8>), WorkspaceError> {
+        let out = self
+            .user_command(dir, args)
+            .output()
+            .await
+            .map_err(WorkspaceError::io("run git in", dir))?;
+        Ok((out.status.success(), out.stdout, out.stderr))
+    }
+}
+
 fn command_name(args: &[std::ffi::OsString]) -> String {
     args.first()
         .map(|a| a.to_string_lossy().into_owned())

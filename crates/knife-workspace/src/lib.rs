@@ -26,6 +26,7 @@ pub mod checkpoints;
 pub mod error;
 pub mod git;
 pub mod restore;
+pub mod worktree;
 
 pub use changes::UnifiedDiff;
 pub use checkpoints::{
@@ -35,3 +36,4 @@ pub use checkpoints::{
 pub use error::WorkspaceError;
 pub use git::Git;
 pub use restore::Restored;
+pub use worktree::{MergeOutcome, Worktrees, worktree_branch};

@@ -88,6 +88,16 @@ pub enum ThreadsCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Merge the work of a thread's worktree (branch `knife/<short id>`) into the
+    /// project's current branch; refused with the conflicting files on conflict
+    /// (nothing changed). Needs the running server.
+    Merge {
+        id: String,
+        #[arg(long, env = "KNIFE_SERVER")]
+        server: Option<String>,
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 /// `knife db …`.
@@ -344,6 +354,27 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             match stopped.run_id {
                 Some(run) => println!("asked run {run} of thread {thread} to stop"),
                 None => println!("thread {thread} has no run in progress; nothing to interrupt"),
+            }
+        }
+        ThreadsCommand::Merge {
+            id,
+            server,
+            data_dir,
+        } => {
+            let Some(client) = find_server(&config, server.as_deref(), data_dir.as_deref()).await?
+            else {
+                anyhow::bail!(
+                    "no knife server is running; start it with `knife serve`, then merge"
+                );
+            };
+            let merged: MergeResponse = client
+                .post(&format!("/api/threads/{id}/merge"), &serde_json::json!({}))
+                .await?;
+            match (&merged.into, &merged.commit) {
+                (Some(into), Some(commit)) => {
+                    println!("merged {} into {into} ({commit})", merged.branch)
+                }
+                _ => println!("{} has nothing new to merge", merged.branch),
             }
         }
         ThreadsCommand::Show { id, source, json } => {

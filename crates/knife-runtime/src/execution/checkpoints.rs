@@ -47,13 +47,8 @@ impl ExecutionService {
     /// sharing the service.
     pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            if inner.thread_workspace.is_none() {
-                inner.thread_workspace = Some(Arc::new(CheckpointCleanup {
-                    checkpoints: checkpoints.clone(),
-                    tracker: inner.tracker.clone(),
-                }));
-            }
             inner.tracking = Tracking::On(checkpoints);
+            install_workspace_hook(inner);
         }
         self
     }
@@ -286,7 +281,8 @@ impl ExecutionService {
                 let Ok(Some(project)) = store.get_project(&thread.project_id).await else {
                     continue;
                 };
-                let tree = this.work_tree(&c, &thread, Path::new(&project.root));
+                let tree =
+                    this.work_tree(&c, &thread, &super::worktrees::run_root(&thread, &project));
                 let git_ref = run_ref(&run.thread_id, run.ordinal, "end");
                 let cp = this.boot_checkpoint(&c, &tree, &git_ref).await;
                 this.settle_end(&c, &tree, &run_id, cp).await;
@@ -295,27 +291,66 @@ impl ExecutionService {
     }
 }
 
-/// The delete hook of threads without worktrees: drops the thread's checkpoint refs
-/// and collects the objects no other checkpoint names, in the background (CHG-11).
-struct CheckpointCleanup {
-    checkpoints: Checkpoints,
+/// The delete hook (CHG-08/11): refuses to drop unsaved worktree work without
+/// `force`; drops the worktree and its branch, and the thread's checkpoint refs, whose
+/// objects are collected in the background.
+struct WorkspaceHook {
+    checkpoints: Option<Checkpoints>,
+    worktrees: Option<knife_workspace::Worktrees>,
+    store: Store,
     tracker: TaskTracker,
 }
 
+/// Installs [`WorkspaceHook`] with what `inner` has now, unless another hook was set.
+pub(super) fn install_workspace_hook(inner: &mut Inner) {
+    if inner.thread_workspace.is_some() && !inner.own_hook {
+        return;
+    }
+    inner.own_hook = true;
+    inner.thread_workspace = Some(Arc::new(WorkspaceHook {
+        checkpoints: match &inner.tracking {
+            Tracking::On(c) => Some(c.clone()),
+            _ => None,
+        },
+        worktrees: inner.worktrees.as_ref().map(|(w, _)| w.clone()),
+        store: inner.store.clone(),
+        tracker: inner.tracker.clone(),
+    }));
+}
+
 #[async_trait::async_trait]
-impl crate::lifecycle::ThreadWorkspace for CheckpointCleanup {
-    async fn check_delete(&self, _thread: &Thread, _force: bool) -> Result<(), String> {
-        Ok(())
+impl crate::lifecycle::ThreadWorkspace for WorkspaceHook {
+    async fn check_delete(&self, thread: &Thread, force: bool) -> Result<(), String> {
+        let Some(w) = &self.worktrees else {
+            return Ok(());
+        };
+        match super::worktrees::unsaved_work(w, &self.store, thread).await {
+            Ok(Some(why)) if !force => Err(format!(
+                "{why}; merge it first (`knife threads merge {}`) or delete with force",
+                thread.id
+            )),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     async fn drop_thread(&self, thread: &Thread) -> Result<(), String> {
-        let deleted = self
-            .checkpoints
+        if let (Some(w), Some(wt)) = (&self.worktrees, &thread.worktree)
+            && let Ok(Some(project)) = self.store.get_project(&thread.project_id).await
+        {
+            w.remove(Path::new(&project.root), wt)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let Some(c) = &self.checkpoints else {
+            return Ok(());
+        };
+        let deleted = c
             .forget_thread(&thread.project_id, &thread.id)
             .await
             .map_err(|e| e.to_string())?;
         if deleted > 0 {
-            collect_later(&self.tracker, &self.checkpoints, thread);
+            collect_later(&self.tracker, c, thread);
         }
         Ok(())
     }

@@ -29,6 +29,7 @@ use crate::terminal::{Terminal, terminal_of_outcome};
 mod checkpoints;
 mod revert;
 mod turn;
+mod worktrees;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
 pub const DEFAULT_MAX_RESUME_ATTEMPTS: u32 = 10;
@@ -97,6 +98,10 @@ struct Inner {
     tracking: checkpoints::Tracking,
     /// The working trees' boot checkpoints (CHG-10).
     boot: checkpoints::BootCheckpoints,
+    /// Thread worktrees (CHG-07) and the project roots that default to one.
+    worktrees: Option<(knife_workspace::Worktrees, Vec<String>)>,
+    /// `thread_workspace` is this crate's own hook (rebuilt by the builders).
+    own_hook: bool,
     /// Drops a deleted thread's worktree and checkpoints (CHG-08); `None` = nothing to drop.
     thread_workspace: Option<crate::lifecycle::SharedThreadWorkspace>,
 }
@@ -121,6 +126,8 @@ impl ExecutionService {
                 closing: AtomicBool::new(false),
                 tracking: checkpoints::Tracking::default(),
                 boot: checkpoints::BootCheckpoints::default(),
+                worktrees: None,
+                own_hook: false,
                 thread_workspace: None,
             }),
         }
@@ -143,6 +150,7 @@ impl ExecutionService {
     ) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.thread_workspace = Some(workspace);
+            inner.own_hook = false;
         }
         self
     }
@@ -342,9 +350,10 @@ impl ExecutionService {
                     run: run.id.clone(),
                     done: done_tx,
                 };
+                let root = worktrees::run_root(&thread, &project);
                 let ctx = RunContext {
                     thread,
-                    root: PathBuf::from(&project.root),
+                    root,
                     run,
                     text: start.text().to_owned(),
                     continuation: matches!(start, RunStart::Continuation { .. }),

@@ -343,7 +343,8 @@ impl ExecutionService {
             .get_project(&thread.project_id)
             .await?
             .ok_or_else(|| RuntimeError::ProjectNotFound(thread.project_id.clone()))?;
-        Ok((thread, std::path::PathBuf::from(project.root)))
+        let root = super::worktrees::run_root(&thread, &project);
+        Ok((thread, root))
     }
 
     /// The thread's last checkpoint: the latest of its last run's end and its

@@ -335,6 +335,7 @@ impl Harness {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: parent.cloned(),
+                worktree: None,
             },
             &self.instance,
             std::slice::from_ref(&self.instance),

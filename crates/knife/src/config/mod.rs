@@ -67,6 +67,15 @@ pub struct CheckpointsConfig {
 }
 
 impl Config {
+    /// Canonical roots of the projects whose threads default to a worktree (CHG-07).
+    pub fn worktree_roots(&self) -> Vec<String> {
+        self.projects
+            .iter()
+            .filter(|p| p.worktree == Some(true))
+            .map(|p| p.resolved_root().display().to_string())
+            .collect()
+    }
+
     /// The checkpoint options of the config: global and per-project excludes, caps.
     pub fn checkpoint_options(&self) -> knife_workspace::CheckpointOptions {
         let defaults = knife_workspace::CheckpointOptions::default();
@@ -107,6 +116,9 @@ pub struct ProjectConfig {
     /// Extra checkpoint excludes (gitignore syntax) of this project (CHG-01).
     #[serde(default)]
     pub checkpoint_exclude: Vec<String>,
+    /// New threads of this project get their own git worktree unless the request
+    /// says `worktree: false` (CHG-07). Default false.
+    pub worktree: Option<bool>,
 }
 
 impl ProjectConfig {
