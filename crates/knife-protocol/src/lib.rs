@@ -11,6 +11,7 @@ pub mod changes;
 pub mod entities;
 pub mod events;
 pub mod ids;
+pub mod limits;
 pub mod mcp;
 
 pub use adapter::*;
