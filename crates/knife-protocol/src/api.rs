@@ -5,6 +5,7 @@ use crate::Timestamp;
 use crate::entities::*;
 use crate::events::StoredEvent;
 use crate::ids::*;
+use crate::live::{ItemDelta, ItemReset};
 use serde::{Deserialize, Serialize};
 
 /// `POST /api/projects`.
@@ -238,7 +239,20 @@ pub enum WsClientMessage {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WsServerMessage {
-    Subscribed { thread_id: ThreadId, after: u64 },
-    Event { event: Box<StoredEvent> },
-    Error { error: ApiError },
+    Subscribed {
+        thread_id: ThreadId,
+        after: u64,
+    },
+    Event {
+        event: Box<StoredEvent>,
+    },
+    /// More streaming text of an item, not durable (LIVE-01): `{"type":"delta",
+    /// "thread_id","run_id","item_id","ordinal","field","offset","text"}`.
+    Delta(ItemDelta),
+    /// The item's live text is void (a discarded attempt): `{"type":"reset",
+    /// "thread_id","item_id"}`.
+    Reset(ItemReset),
+    Error {
+        error: ApiError,
+    },
 }

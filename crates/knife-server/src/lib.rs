@@ -28,12 +28,14 @@ mod error;
 mod events;
 mod limits;
 pub mod listen;
+mod live;
 pub mod mcp;
 mod origin;
 mod routes;
 mod sessions;
 mod threads;
 pub mod ui;
+mod usage;
 
 pub use error::ApiErr;
 pub use listen::{ApiListener, ConnectionInfo, ServerLimits, serve, serve_with};
@@ -72,4 +74,6 @@ pub struct AppState {
     pub closing: CancellationToken,
     /// The `/mcp` endpoint's credentials and settings; `None` serves no `/mcp`.
     pub mcp: Option<mcp::McpState>,
+    /// Prices of `GET /api/usage` (TURN-06): knife's defaults and the config's `[prices]`.
+    pub prices: Arc<knife_protocol::PriceTable>,
 }

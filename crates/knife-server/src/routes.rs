@@ -43,6 +43,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(crate::threads::delete_thread),
         )
         .route("/threads/{id}/messages", post(post_message))
+        .route("/threads/{id}/fork", post(crate::threads::fork_thread))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/requests", get(list_requests))
         .route(
@@ -66,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/events", get(crate::events::sse_events))
         .route("/events/latest", get(latest_sequence))
         .route("/providers", get(list_providers))
+        .route("/usage", get(crate::usage::usage))
         .route(
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),

@@ -92,6 +92,14 @@ fn describe_metrics() {
         "Provider sessions stopped by the reaper for inactivity"
     );
     metrics::describe_counter!(
+        crate::usage_metrics::TOKENS_TOTAL,
+        "Tokens of ended runs by provider instance, model and kind (input, cached_input, output, reasoning)"
+    );
+    metrics::describe_counter!(
+        crate::usage_metrics::COST_TOTAL,
+        "Cost of ended runs in micro-dollars by provider instance and model (priced models only)"
+    );
+    metrics::describe_counter!(
         "knife_resume_budget_exhausted_total",
         "Threads ended with `aborted` because their work was interrupted max_resume_attempts times"
     );
@@ -126,7 +134,7 @@ impl App {
         // Boot order (issue 4): reconcile what died with the previous process, kill
         // the process groups it left running, then (below, once execution exists) the
         // restart sweep resumes claimed work; only then does the server accept requests.
-        let report = knife_runtime::recovery::reconcile_after_restart(&store, clock.as_ref())
+        let report = knife_runtime::boot::recovery::reconcile_after_restart(&store, clock.as_ref())
             .await
             .context("cannot reconcile the state left by the previous process")?;
         if !report.runs_interrupted.is_empty()
@@ -155,11 +163,10 @@ impl App {
         // environment (KNIFE_* always is).
         // Every `bash` process group is recorded, so the next boot kills the ones a
         // crash leaves running (the kill above).
-        let observer = crate::process_registry::RegistryObserver::start(
-            knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone()),
-        );
+        let recorder =
+            knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
         let tool_policy = Arc::new(ToolPolicy {
-            process_observer: Some(Arc::new(observer)),
+            process_recorder: Some(Arc::new(recorder)),
             secret_env_vars: crate::providers::secret_env_vars(config),
             permissions: PermissionRules::new(config.permissions.clone())
                 .context("invalid [[permissions]] in the config")?,
@@ -269,7 +276,17 @@ impl App {
             )),
             config.sessions.reaper_options(),
         );
-        let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+        let prices = Arc::new(crate::config::prices::price_table(&config.prices));
+        let execution = ExecutionService::new(store.clone(), clock.clone(), manager)
+            .with_run_observer(Arc::new(crate::usage_metrics::UsageMetrics {
+                prices: Arc::clone(&prices),
+                default_models: config
+                    .providers
+                    .iter()
+                    .filter(|(_, p)| !p.model.is_empty())
+                    .map(|(id, p)| (id.clone(), p.model.clone()))
+                    .collect(),
+            }));
         let execution = crate::checkpoints::attach(execution, config, data_dir).await;
         let options = RestartOptions {
             max_resume_attempts: config
@@ -336,6 +353,7 @@ impl App {
                 access: mcp_access,
                 debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
             }),
+            prices,
         };
         Ok(App {
             lock,

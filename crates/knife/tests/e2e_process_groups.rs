@@ -1,5 +1,5 @@
 // The bash tool's process groups are recorded in the store (app.rs wires the tool's
-// ProcessObserver to knife_runtime::process_groups): a server SIGKILLed while a
+// recorder to knife_runtime::process_groups::ProcessGroups): a server SIGKILLed while a
 // command runs leaves the command behind, and the next boot kills it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -38,6 +38,8 @@ pub struct Started {
     pub thread: ThreadId,
     pub run: RunId,
     pub text: String,
+    /// The transcript the turn was given (`StartTurnInput::history`).
+    pub history: Vec<TurnItem>,
 }
 
 /// The test's control of the fake runtime: per-thread plans, the turns started.
@@ -191,6 +193,7 @@ impl SessionRuntime for FakeSession {
             thread: input.thread_id.clone(),
             run: input.run_id.clone(),
             text: input.text.clone(),
+            history: input.history.clone(),
         });
         self.drains.count.send_modify(|c| *c += 1);
         match plan {

@@ -151,6 +151,7 @@ pub fn provider_turn(
         completed_at: None,
         usage: None,
         error: None,
+        native_turn_id: None,
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Speaks JSON-RPC lines without the `"jsonrpc"` field on stdin/stdout: `initialize`,
 //! `thread/start`, `thread/resume` (only threads this `CODEX_HOME` has seen; others get
-//! codex's "no rollout found" error), `thread/unsubscribe`, `turn/start`,
+//! codex's "no rollout found" error), `thread/fork` (of a thread it has seen: a new
+//! thread file naming the source and `lastTurnId`), `thread/unsubscribe`, `turn/start`,
 //! `turn/interrupt`. Threads are files `CODEX_HOME/fake-threads/<id>`. Every line read
 //! is appended to `CODEX_HOME/fake-requests.jsonl`, so tests can check what knife sent.
 //! Exits 0 at stdin EOF (unless a `hang` command ran). With `FAKE_CODEX_MUTE_INITIALIZE`
@@ -213,6 +214,25 @@ fn handle(fake: &Arc<Fake>, message: Value) {
                 &id,
                 json!({"thread": {"id": thread, "status": {"type": "idle"}}}),
             );
+        }
+        "thread/fork" => {
+            let source = params
+                .get("threadId")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if source.is_empty() || !fake.threads_dir().join(source).is_file() {
+                fake.error(&id, &format!("no rollout found for thread id {source}"));
+                return;
+            }
+            let thread = fake.fresh("thr");
+            let record = json!({"forkedFrom": source, "lastTurnId": params.get("lastTurnId"), "params": params});
+            let _ = std::fs::write(fake.threads_dir().join(&thread), record.to_string());
+            let info = json!({"id": thread, "status": {"type": "idle"}, "cwd": params.get("cwd")});
+            fake.result(
+                &id,
+                json!({"thread": info, "model": "mock-model", "cwd": params.get("cwd")}),
+            );
+            fake.notify("thread/started", json!({"thread": info}));
         }
         "thread/unsubscribe" => fake.result(&id, json!({"status": "unsubscribed"})),
         "turn/start" => {

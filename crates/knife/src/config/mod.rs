@@ -9,6 +9,8 @@ use anyhow::{Context, bail};
 use knife_agent::permissions::{PermissionRule, PermissionRules};
 use serde::Deserialize;
 
+pub mod keys;
+pub mod prices;
 pub mod providers;
 pub use providers::ProviderConfig;
 
@@ -16,7 +18,7 @@ pub use providers::ProviderConfig;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// The whole configuration file.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Instance used by threads that name none. Default: the only instance, or `openai`.
@@ -44,6 +46,12 @@ pub struct Config {
     /// project root) and MCP access overrides (MCP-03, MCP-05).
     #[serde(default)]
     pub projects: Vec<ProjectConfig>,
+    /// Model prices in USD per million tokens (`[prices."gpt-4o"] input = 2.5,
+    /// cached_input = 1.25, output = 10`), over knife's default table
+    /// (`knife_protocol::pricing::DEFAULT_PRICES`); a model is priced by its exact
+    /// name, else the longest entry prefixing it (TURN-06).
+    #[serde(default)]
+    pub prices: BTreeMap<String, prices::PriceConfig>,
     /// `[checkpoints]`: what run checkpoints leave out (CHG-01, CHG-06).
     #[serde(default)]
     pub checkpoints: CheckpointsConfig,
@@ -51,7 +59,7 @@ pub struct Config {
 
 /// `[checkpoints]`: knife's own git checkpoints of working trees before and after
 /// each run (SPEC.md CHG-01/02; docs/2026-12-01-checkpoints.md).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointsConfig {
     /// `false` turns checkpoints off (no diff, no revert). Default true.
@@ -100,7 +108,7 @@ impl Config {
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectConfig {
     /// The project's root folder (as given to `knife run` / `POST /api/projects`).
@@ -160,7 +168,7 @@ impl Config {
 }
 
 /// `[server]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Listen address, e.g. `127.0.0.1:7878`.
@@ -209,7 +217,7 @@ pub fn clamped_secs(secs: u64) -> std::time::Duration {
 /// `[sessions]`: how long provider sessions live (SPEC.md MGR) and how the reaper
 /// finds stale ones (REAP). Every key is optional; seconds, at most
 /// [`MAX_DURATION_SECS`] (30 days; larger values are clamped).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsConfig {
     /// An idle session (no turn, no activity) is released after this long (default 1800).
@@ -260,10 +268,21 @@ impl Config {
     /// `$XDG_CONFIG_HOME/knife/knife.toml`; a missing default file is an empty config.
     /// Then applies env overrides and fills the default `openai` instance when none is set.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let mut config = match Self::locate(path) {
+            Some(p) => Self::parse_file(&p)?,
+            None => Config::default(),
+        };
+        config.apply_env(|k| std::env::var(k).ok());
+        Ok(config)
+    }
+
+    /// The file [`Config::load`] reads: `path`, else `$KNIFE_CONFIG`, else the first of
+    /// `./knife.toml` and `$XDG_CONFIG_HOME/knife/knife.toml` that exists; `None`: no file.
+    pub fn locate(path: Option<&Path>) -> Option<PathBuf> {
         let explicit = path
             .map(Path::to_path_buf)
             .or_else(|| std::env::var_os("KNIFE_CONFIG").map(PathBuf::from));
-        let candidate = match explicit {
+        match explicit {
             Some(p) => Some(p),
             None => [
                 Some(PathBuf::from("knife.toml")),
@@ -272,13 +291,7 @@ impl Config {
             .into_iter()
             .flatten()
             .find(|p| p.is_file()),
-        };
-        let mut config = match candidate {
-            Some(p) => Self::parse_file(&p)?,
-            None => Config::default(),
-        };
-        config.apply_env(|k| std::env::var(k).ok());
-        Ok(config)
+        }
     }
 
     /// A config with one `openai-chat` instance `id` at `base_url` serving `model`
@@ -314,6 +327,8 @@ impl Config {
                 path.display()
             )
         })?;
+        keys::check(&text)
+            .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
         let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
         PermissionRules::new(config.permissions.clone())

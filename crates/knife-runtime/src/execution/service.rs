@@ -22,13 +22,21 @@ use tokio_util::task::TaskTracker;
 use crate::adapter::*;
 use crate::clock::SharedClock;
 use crate::error::RuntimeError;
-use crate::runs::{Created, RunStart};
+use crate::execution::runs::{Created, RunStart};
+use crate::execution::terminal::{Terminal, terminal_of_outcome};
 use crate::sessions::{SessionHandle, SessionManager};
-use crate::terminal::{Terminal, terminal_of_outcome};
 
+// `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
+// `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04) and
+// `execution/worktrees.rs` (CHG-07): children of this module so they share the
+// service's private state.
+#[path = "checkpoints.rs"]
 mod checkpoints;
+#[path = "revert.rs"]
 mod revert;
+#[path = "turn.rs"]
 mod turn;
+#[path = "worktrees.rs"]
 mod worktrees;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
@@ -84,10 +92,19 @@ struct ActiveRun {
     session: Arc<Mutex<Option<SessionHandle>>>,
 }
 
+/// Told about every run whose terminal state was written (after the write), e.g.
+/// to count its tokens and cost in metrics (TURN-06). Must not block.
+pub trait RunObserver: Send + Sync {
+    /// `run` as written: terminal status, `usage` summed over its model calls.
+    fn run_finished(&self, run: &Run);
+}
+
 struct Inner {
     store: Store,
     clock: SharedClock,
     manager: SessionManager,
+    /// See [`ExecutionService::with_run_observer`].
+    run_observer: Option<Arc<dyn RunObserver>>,
     // std Mutex: only held for map lookups, never across an `.await`.
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
@@ -120,6 +137,7 @@ impl ExecutionService {
                 store,
                 clock,
                 manager,
+                run_observer: None,
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
@@ -138,6 +156,14 @@ impl ExecutionService {
     pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.interrupt_grace = grace;
+        }
+        self
+    }
+
+    /// Calls `observer` after each run's terminal write. Call before sharing the service.
+    pub fn with_run_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.run_observer = Some(observer);
         }
         self
     }
@@ -333,7 +359,7 @@ impl ExecutionService {
                 thread: thread_id.clone(),
                 armed: true,
             };
-            let created = crate::runs::create_run(
+            let created = crate::execution::runs::create_run(
                 &this.inner.store,
                 this.inner.clock.as_ref(),
                 &thread_id,
@@ -426,7 +452,7 @@ impl ExecutionService {
 
     /// Answers runtime request `request` of `thread` (a tool approval) with `answer`,
     /// through the runtime of the thread's active run, and returns the request as
-    /// stored once resolved (see [`crate::answers`]).
+    /// stored once resolved (see [`crate::execution::answers`]).
     ///
     /// Errors: `ThreadNotFound`, `RequestNotFound`, `RequestNotPending` (answered,
     /// expired, cancelled, or no live turn waits for it), `Store`.
@@ -436,7 +462,7 @@ impl ExecutionService {
         request: &RuntimeRequestId,
         answer: RequestAnswer,
     ) -> Result<RuntimeRequest, RuntimeError> {
-        use crate::answers::{check_pending, no_live_turn, refused, wait_resolved};
+        use crate::execution::answers::{check_pending, no_live_turn, refused, wait_resolved};
         if let Some(m) = answer.message.as_deref().and_then(|m| {
             knife_protocol::limits::over_bytes(
                 "message",
@@ -608,28 +634,6 @@ impl Drop for Reservation {
         if self.armed {
             lock(&self.inner.active).remove(&self.thread);
         }
-    }
-}
-
-/// The root node of `run` (the tree of work the run produces; provider turns hang off it).
-pub(crate) fn root_node(run: &Run, status: NodeStatus, now: Timestamp) -> Node {
-    let id = NodeId::root_of(&run.id);
-    let finished = !matches!(
-        status,
-        NodeStatus::Pending | NodeStatus::Running | NodeStatus::Waiting
-    );
-    Node {
-        id: id.clone(),
-        thread_id: run.thread_id.clone(),
-        run_id: Some(run.id.clone()),
-        parent_node_id: None,
-        root_node_id: id,
-        kind: NodeKind::RootTurn,
-        status,
-        provider_turn_id: None,
-        runtime_request_id: None,
-        started_at: run.started_at,
-        completed_at: finished.then_some(now),
     }
 }
 
