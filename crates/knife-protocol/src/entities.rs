@@ -80,6 +80,10 @@ pub struct Thread {
     /// The thread and run this thread was forked from (CHG-09); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ThreadFork>,
+    /// The thread's own git worktree, when it was created with `worktree: true`
+    /// (CHG-07): its runs work there instead of the project root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::ThreadWorktree>,
 }
 
 /// Longest title a thread may have, in Unicode characters (CHG-08; longer → HTTP 400).
@@ -232,6 +236,12 @@ pub struct Run {
     /// Token usage summed over the run's model calls.
     #[serde(default)]
     pub usage: Option<TokenUsage>,
+    /// The run's start and end checkpoints of its working tree (CHG-01/02).
+    #[serde(default, skip_serializing_if = "crate::RunCheckpoints::is_empty")]
+    pub checkpoints: crate::RunCheckpoints,
+    /// What the run changed in its working tree, once its end checkpoint is recorded (CHG-02).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<crate::ChangeSet>,
 }
 
 /// Token counts reported by a provider (tokens, not bytes).

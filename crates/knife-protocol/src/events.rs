@@ -134,6 +134,12 @@ event_bodies! {
         /// An `/mcp` tool call made with the thread's credential (the `/mcp`
         /// endpoint's audit record); changes no projection.
         "mcp.tool_called" => McpToolCalled(crate::McpToolCall),
+        /// A checkpoint of a thread's working tree, or why none could be taken
+        /// (CHG-01/02/04); changes no projection (the run's own `run.updated` carries it).
+        "checkpoint.recorded" => CheckpointRecorded(crate::CheckpointRecord),
+        /// A revert of a thread's files, whole (CHG-04); the revert journal (CHG-10).
+        /// Changes no projection table: reverts are read back from the log by type.
+        "revert.updated" => RevertUpdated(crate::Revert),
     }
 }
 
@@ -144,6 +150,8 @@ impl EventBody {
             EventBody::ProjectCreated(_) | EventBody::ProjectUpdated(_) => (None, None),
             EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => (Some(t.id.clone()), None),
             EventBody::ThreadDeleted { thread_id, .. } => (Some(thread_id.clone()), None),
+            EventBody::CheckpointRecorded(c) => (Some(c.thread_id.clone()), c.run_id.clone()),
+            EventBody::RevertUpdated(r) => (Some(r.thread_id.clone()), None),
             EventBody::RunCreated(r) | EventBody::RunUpdated(r) => {
                 (Some(r.thread_id.clone()), Some(r.id.clone()))
             }

@@ -7,6 +7,7 @@
 
 pub mod adapter;
 pub mod api;
+pub mod changes;
 pub mod entities;
 pub mod events;
 pub mod ids;
@@ -17,6 +18,7 @@ pub mod pricing;
 
 pub use adapter::*;
 pub use api::*;
+pub use changes::*;
 pub use entities::*;
 pub use events::*;
 pub use ids::*;

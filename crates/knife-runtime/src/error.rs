@@ -55,6 +55,37 @@ pub enum RuntimeError {
         request: RuntimeRequestId,
         reason: String,
     },
+    /// A thread has no run with that ordinal (HTTP 404).
+    #[error(
+        "thread {thread} has no run {ordinal}; its runs are listed by GET /api/threads/{thread}"
+    )]
+    RunNotFound { thread: ThreadId, ordinal: u32 },
+    /// A run (or the server) has no checkpoints to diff or revert (HTTP 409); the
+    /// text says why ("no checkpoint: …").
+    #[error("{0}")]
+    NoCheckpoint(String),
+    /// A revert would overwrite files changed since the thread's last checkpoint
+    /// (HTTP 409, CHG-04); `force` overrides.
+    #[error(
+        "these files changed since the thread's last checkpoint (another thread or a person \
+         edited them): {}; nothing was written. Revert with force to overwrite them",
+        files.join(", ")
+    )]
+    RevertConflict { files: Vec<String> },
+    /// Merging a thread's worktree branch would conflict (HTTP 409, CHG-07): nothing
+    /// was changed.
+    #[error(
+        "merging branch {branch} into the project's branch would conflict in: {}; nothing was changed. \
+         Resolve it in git (`git merge {branch}` in the project), or keep the work on its branch",
+        files.join(", ")
+    )]
+    MergeConflict { branch: String, files: Vec<String> },
+    /// A revert does not exist on the thread (HTTP 404).
+    #[error("thread {thread} has no revert {revert}")]
+    RevertNotFound { thread: ThreadId, revert: RevertId },
+    /// Reading or writing the working tree or knife's checkpoint repository failed.
+    #[error(transparent)]
+    Workspace(#[from] knife_workspace::WorkspaceError),
     /// A lifecycle operation that cannot run beside an active run (HTTP 409
     /// `run_in_progress`; CHG-08): `action` is what was refused (`deleting`, …),
     /// `hint` what to do.

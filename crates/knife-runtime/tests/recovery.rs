@@ -54,6 +54,7 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: None,
+        worktree: None,
         archived_at: None,
         untitled: false,
         forked_from: None,
@@ -71,6 +72,8 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     };
     let session = ProviderSession {
         id: ProviderSessionId::exclusive(&thread.provider_instance_id, &thread_id),

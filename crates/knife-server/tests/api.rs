@@ -115,6 +115,7 @@ impl Server {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: None,
+                worktree: None,
             },
             &instance,
             std::slice::from_ref(&instance),

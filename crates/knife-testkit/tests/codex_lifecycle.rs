@@ -455,6 +455,7 @@ async fn codex_mgr_10_threads_of_two_projects_share_one_process_with_their_own_c
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance(),
         std::slice::from_ref(&instance()),

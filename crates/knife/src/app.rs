@@ -287,16 +287,39 @@ impl App {
                     .map(|(id, p)| (id.clone(), p.model.clone()))
                     .collect(),
             }));
+        let execution = crate::checkpoints::attach(execution, config, data_dir).await;
         let options = RestartOptions {
             max_resume_attempts: config
                 .server
                 .max_resume_attempts
                 .unwrap_or(RestartOptions::default().max_resume_attempts),
         };
+        // A revert a crash cut short is finished before any run touches files (CHG-10).
+        let reverts = execution
+            .replay_revert_journal()
+            .await
+            .context("cannot finish the reverts the previous process left unfinished")?;
+        if reverts > 0 {
+            tracing::info!(
+                reverts,
+                "finished reverts the previous process left unfinished"
+            );
+        }
         let sweep = RestartService::new(execution.clone(), options)
             .resume_suspended_threads()
             .await
             .context("cannot resume the work claimed by the previous process")?;
+        // After the sweep started the resumed turns (boot stays fast): the runs the
+        // crash cut short that boot ended get their end checkpoint (CHG-10).
+        execution.checkpoint_after_boot(
+            report
+                .runs_interrupted
+                .iter()
+                .map(|(thread, _)| thread.clone())
+                .chain(sweep.exhausted.iter().cloned())
+                .chain(sweep.children_released.iter().cloned())
+                .collect(),
+        );
         if !sweep.resumed.is_empty() || !sweep.exhausted.is_empty() {
             tracing::info!(
                 resumed = sweep.resumed.len(),

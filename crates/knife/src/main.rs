@@ -4,6 +4,8 @@
 mod app;
 mod approve;
 mod bench;
+mod changes;
+mod checkpoints;
 mod client;
 mod config;
 mod demo;
@@ -53,6 +55,12 @@ enum Command {
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// A run's changes: the file list with +/- and the unified diff (coloured on a
+    /// terminal). Default run: the thread's last.
+    Diff(changes::DiffArgs),
+    /// Restore the files touched by a run and every later run to their state before
+    /// it (`--force` over files changed since; `--undo REVERT_ID` undoes a revert).
+    Revert(changes::RevertArgs),
     /// Tokens and cost of runs per provider instance and model (`--project`,
     /// `--thread`, `--since`), priced with knife.toml's `[prices]`.
     Usage(usage::UsageArgs),
@@ -122,6 +130,8 @@ fn main() -> ExitCode {
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::Usage(args) => usage::usage(config, args).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
+            Command::Diff(args) => changes::diff(config, args).await,
+            Command::Revert(args) => changes::revert(config, args).await,
             Command::Demo => demo::demo().await,
             Command::Doctor(args) => doctor::doctor(config, args).await,
             Command::Db(cmd) => threads::db(config, cmd).await,

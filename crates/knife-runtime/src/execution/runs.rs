@@ -177,6 +177,8 @@ pub(crate) async fn create_run(
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     };
     thread.status = ThreadStatus::Running;
     thread.active_run_id = Some(run_id);

@@ -27,9 +27,17 @@ use crate::execution::terminal::{Terminal, terminal_of_outcome};
 use crate::sessions::{SessionHandle, SessionManager};
 
 // `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
-// a child of this module so it shares the service's private state.
+// `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04) and
+// `execution/worktrees.rs` (CHG-07): children of this module so they share the
+// service's private state.
+#[path = "checkpoints.rs"]
+mod checkpoints;
+#[path = "revert.rs"]
+mod revert;
 #[path = "turn.rs"]
 mod turn;
+#[path = "worktrees.rs"]
+mod worktrees;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
 pub const DEFAULT_MAX_RESUME_ATTEMPTS: u32 = 10;
@@ -103,6 +111,14 @@ struct Inner {
     interrupt_grace: Duration,
     /// Set by `shutdown`: no new runs.
     closing: AtomicBool,
+    /// Checkpoints around runs (CHG-01/02).
+    tracking: checkpoints::Tracking,
+    /// The working trees' boot checkpoints (CHG-10).
+    boot: checkpoints::BootCheckpoints,
+    /// Thread worktrees (CHG-07) and the project roots that default to one.
+    worktrees: Option<(knife_workspace::Worktrees, Vec<String>)>,
+    /// `thread_workspace` is this crate's own hook (rebuilt by the builders).
+    own_hook: bool,
     /// Drops a deleted thread's worktree and checkpoints (CHG-08); `None` = nothing to drop.
     thread_workspace: Option<crate::lifecycle::SharedThreadWorkspace>,
 }
@@ -126,6 +142,10 @@ impl ExecutionService {
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
                 closing: AtomicBool::new(false),
+                tracking: checkpoints::Tracking::default(),
+                boot: checkpoints::BootCheckpoints::default(),
+                worktrees: None,
+                own_hook: false,
                 thread_workspace: None,
             }),
         }
@@ -156,6 +176,7 @@ impl ExecutionService {
     ) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.thread_workspace = Some(workspace);
+            inner.own_hook = false;
         }
         self
     }
@@ -367,11 +388,14 @@ impl ExecutionService {
                     run: run.id.clone(),
                     done: done_tx,
                 };
+                let root = worktrees::run_root(&thread, &project);
                 let ctx = RunContext {
                     thread,
-                    root: PathBuf::from(&project.root),
+                    root,
                     run,
                     text: start.text().to_owned(),
+                    continuation: matches!(start, RunStart::Continuation { .. }),
+                    end_events: Vec::new(),
                     cancel,
                     reason,
                     finishing,
@@ -515,6 +539,10 @@ struct RunContext {
     root: PathBuf,
     run: Run,
     text: String,
+    /// A resume after a restart (its start checkpoint is the boot checkpoint, CHG-10).
+    continuation: bool,
+    /// Written with the run's terminal state (the end `checkpoint.recorded`).
+    end_events: Vec<DomainEvent>,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
@@ -552,6 +580,47 @@ struct Reservation {
     inner: Arc<Inner>,
     thread: ThreadId,
     armed: bool,
+}
+
+impl ExecutionService {
+    /// Marks idle `thread` busy in this process without a run (a revert works on
+    /// its files): a message meanwhile answers `RunInProgress`. Dropping the guard
+    /// frees it. Errors: `RunInProgress` when a run is active, `ShuttingDown`.
+    fn reserve_idle(&self, thread: &ThreadId) -> Result<Reservation, RuntimeError> {
+        let inner = &self.inner;
+        let mut active = lock(&inner.active);
+        if inner.closing.load(Ordering::SeqCst) {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if let Some(run) = active.get(thread) {
+            return Err(RuntimeError::RunInProgress {
+                thread: thread.clone(),
+                run: run
+                    .run_id
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| RunId::from("(a revert)")),
+            });
+        }
+        let (_, done) = watch::channel(true);
+        let (_, run_id) = watch::channel(None);
+        active.insert(
+            thread.clone(),
+            ActiveRun {
+                run_id,
+                cancel: CancellationToken::new(),
+                reason: Arc::new(Mutex::new(None)),
+                done,
+                finishing: Arc::new(AtomicBool::new(false)),
+                session: Arc::new(Mutex::new(None)),
+            },
+        );
+        Ok(Reservation {
+            inner: inner.clone(),
+            thread: thread.clone(),
+            armed: true,
+        })
+    }
 }
 
 impl Reservation {

@@ -12,13 +12,26 @@ use crate::execution::runs::root_node;
 use crate::sessions::{OpenRequest, SessionHandle};
 
 impl ExecutionService {
-    pub(super) async fn drive(&self, ctx: RunContext) {
+    pub(super) async fn drive(&self, mut ctx: RunContext) {
+        // Before the turn starts, whatever the driver (CHG-01).
+        self.record_start(&mut ctx).await;
+        // The model learns which files a revert restored since its last run (CHG-04).
+        if !ctx.continuation
+            && self.checkpoints().is_some()
+            && let Some(note) = self.revert_note(&ctx.thread.id, ctx.run.ordinal).await
+        {
+            ctx.text = format!("{note}\n\n{}", ctx.text);
+        }
         let Ended {
             outcome,
             usage,
             teardown,
         } = self.run_turn(&ctx).await;
         ctx.finishing.store(true, Ordering::SeqCst);
+        // After it, however it ended (CHG-02); a failure is recorded, never raised.
+        if let Some(event) = self.record_end(&mut ctx).await {
+            ctx.end_events.push(event);
+        }
         // The terminal write must land, or the thread stays "running" in the store
         // until the next boot: retry a few times (a full disk may free up), then
         // leave it to `create_run`, which settles a stale active run it finds.
@@ -397,6 +410,10 @@ impl ExecutionService {
             ),
         );
         events.insert(0, DomainEvent::new(now, EventBody::RunUpdated(run.clone())));
+        // The end checkpoint is logged just before the run's terminal state.
+        for (i, event) in ctx.end_events.iter().enumerate() {
+            events.insert(i, event.clone());
+        }
         let claimed = thread.is_claimed();
         events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
         store.write(events).await?;

@@ -338,6 +338,7 @@ impl Harness {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: parent.cloned(),
+                worktree: None,
             },
             &self.instance,
             std::slice::from_ref(&self.instance),
@@ -379,6 +380,8 @@ impl Harness {
             completed_at: None,
             error: None,
             usage: None,
+            checkpoints: Default::default(),
+            changes: None,
         };
         t.status = ThreadStatus::Running;
         t.active_run_id = Some(run_id.clone());

@@ -110,6 +110,7 @@ impl Harness {
                 provider_instance_id: Some(instance.clone()),
                 model: None,
                 parent_thread_id: None,
+                worktree: None,
             },
             &instance,
             std::slice::from_ref(&instance),

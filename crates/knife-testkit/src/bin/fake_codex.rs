@@ -24,6 +24,8 @@
 //!   `mcpServer/elicitation/request`; `accept` → result `called whoami`, else failed;
 //! - `{"usage": [input, output]}`: adds to the thread's token usage;
 //! - `{"sleep_ms": N}`;
+//! - `{"write_file": {"path": "/abs/path", "content": "…"}}`: writes the file itself
+//!   (an edit no knife tool sees: checkpoints must still catch it);
 //! - `{"wait_interrupt": true}`: blocks until `turn/interrupt`;
 //! - `{"deaf": true}`: blocks forever and ignores `turn/interrupt` (a wedged turn);
 //! - `{"fail": "message"}`: ends the turn `failed`;
@@ -513,6 +515,10 @@ async fn run_command(fake: &Arc<Fake>, thread: &str, ids: &Value, command: &Valu
         );
     } else if let Some(ms) = command.get("sleep_ms").and_then(Value::as_u64) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    } else if let Some(file) = command.get("write_file") {
+        // Like codex applying a patch on its own (no knife tool involved).
+        let path = file["path"].as_str().unwrap_or_default();
+        let _ = std::fs::write(path, file["content"].as_str().unwrap_or_default());
     } else if command.get("wait_interrupt").is_some() {
         std::future::pending::<()>().await;
     } else if let Some(message) = command.get("fail").and_then(Value::as_str) {

@@ -68,6 +68,7 @@ pub async fn harness(idle: Duration) -> Harness {
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance(),
         std::slice::from_ref(&instance()),

@@ -52,6 +52,59 @@ pub struct Config {
     /// name, else the longest entry prefixing it (TURN-06).
     #[serde(default)]
     pub prices: BTreeMap<String, prices::PriceConfig>,
+    /// `[checkpoints]`: what run checkpoints leave out (CHG-01, CHG-06).
+    #[serde(default)]
+    pub checkpoints: CheckpointsConfig,
+}
+
+/// `[checkpoints]`: knife's own git checkpoints of working trees before and after
+/// each run (SPEC.md CHG-01/02; docs/2026-12-01-checkpoints.md).
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsConfig {
+    /// `false` turns checkpoints off (no diff, no revert). Default true.
+    pub enabled: Option<bool>,
+    /// Extra excludes (gitignore syntax) for every project, after `.gitignore` and
+    /// the defaults (`node_modules`, `target`, `.venv`, `dist`, `build`, …).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Files larger than this many bytes are left out (listed as skipped). Default 50 MiB.
+    pub max_file_bytes: Option<u64>,
+    /// Unified diffs are cut at this many bytes, with a note. Default 1 MiB.
+    pub max_diff_bytes: Option<usize>,
+}
+
+impl Config {
+    /// Canonical roots of the projects whose threads default to a worktree (CHG-07).
+    pub fn worktree_roots(&self) -> Vec<String> {
+        self.projects
+            .iter()
+            .filter(|p| p.worktree == Some(true))
+            .map(|p| p.resolved_root().display().to_string())
+            .collect()
+    }
+
+    /// The checkpoint options of the config: global and per-project excludes, caps.
+    pub fn checkpoint_options(&self) -> knife_workspace::CheckpointOptions {
+        let defaults = knife_workspace::CheckpointOptions::default();
+        knife_workspace::CheckpointOptions {
+            exclude: self.checkpoints.exclude.clone(),
+            max_file_bytes: self
+                .checkpoints
+                .max_file_bytes
+                .unwrap_or(defaults.max_file_bytes),
+            max_diff_bytes: self
+                .checkpoints
+                .max_diff_bytes
+                .unwrap_or(defaults.max_diff_bytes),
+            root_exclude: self
+                .projects
+                .iter()
+                .filter(|p| !p.checkpoint_exclude.is_empty())
+                .map(|p| (p.resolved_root(), p.checkpoint_exclude.clone()))
+                .collect(),
+        }
+    }
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
@@ -68,6 +121,12 @@ pub struct ProjectConfig {
     pub agent_browser_access: Option<bool>,
     /// Overrides `agent_device_access`.
     pub agent_device_access: Option<bool>,
+    /// Extra checkpoint excludes (gitignore syntax) of this project (CHG-01).
+    #[serde(default)]
+    pub checkpoint_exclude: Vec<String>,
+    /// New threads of this project get their own git worktree unless the request
+    /// says `worktree: false` (CHG-07). Default false.
+    pub worktree: Option<bool>,
 }
 
 impl ProjectConfig {
