@@ -117,6 +117,9 @@ impl ExecutionService {
                 thread_id: source_id.clone(),
                 after_run: after,
             }),
+            // A fork works in the project root: it does not share the source's
+            // worktree (CHG-07), whose branch stays the source's.
+            worktree: None,
         };
         let mut copied = vec![DomainEvent::new(
             now,
