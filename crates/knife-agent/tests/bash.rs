@@ -1,6 +1,6 @@
 //! The `bash` tool over real processes (so real time, with short timeouts):
 //! output and exit status, the output cap, timeouts, background processes,
-//! secrets, the process observer, and aborts — through the tool context's
+//! secrets, the process-group recorder, and aborts — through the tool context's
 //! cancellation and through an interrupted agent turn — that must leave no
 //! process of the command's group alive.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,28 +13,30 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use knife_agent::tools::bash::{HEAD_BYTES, MAX_TIMEOUT_MS, TAIL_BYTES};
-use knife_agent::tools::{
-    ProcessGroupRecord, ProcessObserver, ToolContext, ToolError, ToolPolicy, ToolSet,
-};
+use knife_agent::tools::{ToolContext, ToolError, ToolPolicy, ToolSet};
+use knife_process::{GroupRecord, GroupRecorder, RecordError};
 use knife_protocol::*;
 use knife_runtime::InterruptReason;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-/// Records the observer's calls in order.
+/// Records the recorder's calls in order: `spawned` (register), `exited` (unregister).
 #[derive(Default)]
 struct Observed(Mutex<Vec<(&'static str, u32)>>);
 
-impl ProcessObserver for Observed {
-    fn spawned(&self, group: &ProcessGroupRecord) {
+#[async_trait::async_trait]
+impl GroupRecorder for Observed {
+    async fn register(&self, group: &GroupRecord) -> Result<(), RecordError> {
         // Taken while the shell runs: it identifies the live group.
         assert!(group.is_still_ours(), "{group:?}");
         self.0.lock().unwrap().push(("spawned", group.pgid));
+        Ok(())
     }
-    fn exited(&self, group: &ProcessGroupRecord) {
+    async fn unregister(&self, group: &GroupRecord) -> Result<(), RecordError> {
         // The group is gone by now: there is nothing left to kill.
         assert!(!group.is_still_ours(), "{group:?}");
         self.0.lock().unwrap().push(("exited", group.pgid));
+        Ok(())
     }
 }
 
@@ -54,7 +56,7 @@ impl Observed {
 fn context(root: &Path, observer: Option<Arc<Observed>>, secrets: &[&str]) -> ToolContext {
     let policy = ToolPolicy {
         secret_env_vars: secrets.iter().map(|s| (*s).to_owned()).collect(),
-        process_observer: observer.map(|o| o as Arc<dyn ProcessObserver>),
+        process_recorder: observer.map(|o| o as Arc<dyn GroupRecorder>),
         ..ToolPolicy::default()
     };
     ToolContext::new(root)
@@ -431,7 +433,7 @@ async fn knife_variables_probe() {
 async fn interrupting_a_turn_kills_the_command_group_and_leaves_the_thread_idle() {
     let observed = Arc::new(Observed::default());
     let policy = Arc::new(ToolPolicy {
-        process_observer: Some(Arc::clone(&observed) as Arc<dyn ProcessObserver>),
+        process_recorder: Some(Arc::clone(&observed) as Arc<dyn GroupRecorder>),
         approvals: Some(Arc::new(knife_agent::permissions::AllowAll)),
         ..ToolPolicy::default()
     });

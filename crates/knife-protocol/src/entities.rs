@@ -420,6 +420,26 @@ pub enum ApprovalDecision {
     Deny,
 }
 
+impl ApprovalDecision {
+    /// The wire name, as serialized: `allow_once`, `allow_always`, `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::AllowOnce => "allow_once",
+            ApprovalDecision::AllowAlways => "allow_always",
+            ApprovalDecision::Deny => "deny",
+        }
+    }
+
+    /// The answer in words for people: `allowed once`, `allowed always`, `denied`.
+    pub fn described(self) -> &'static str {
+        match self {
+            ApprovalDecision::AllowOnce => "allowed once",
+            ApprovalDecision::AllowAlways => "allowed always",
+            ApprovalDecision::Deny => "denied",
+        }
+    }
+}
+
 /// Something the runtime asks the user mid-turn (approval, input).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeRequest {
@@ -648,5 +668,21 @@ mod token_usage_tests {
         assert_eq!(total.reasoning_tokens, u64::MAX);
         assert_eq!(total.cached_input_tokens, u64::MAX);
         assert_eq!(total.total_tokens, u64::MAX);
+    }
+}
+
+#[cfg(test)]
+mod approval_decision_tests {
+    use super::ApprovalDecision;
+
+    #[test]
+    fn as_str_is_the_serialized_name() {
+        for d in [
+            ApprovalDecision::AllowOnce,
+            ApprovalDecision::AllowAlways,
+            ApprovalDecision::Deny,
+        ] {
+            assert_eq!(serde_json::to_value(d).ok(), Some(d.as_str().into()));
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! external runtimes (knife-adapters) implement [`ProviderAdapter`].
 
 pub mod adapter;
-pub mod answers;
+pub mod boot;
 pub mod bounds;
 pub mod clock;
 pub mod commands;
@@ -17,20 +17,18 @@ pub mod lifecycle;
 pub mod mcp;
 pub mod process_groups;
 pub mod reaper;
-pub mod recovery;
-pub mod restart;
-pub mod runs;
 pub mod scope;
 pub mod sessions;
-pub mod terminal;
 
 pub use adapter::*;
+pub use boot::restart::*;
 pub use clock::*;
 pub use error::*;
-pub use execution::*;
+pub use execution::terminal::*;
+pub use execution::{
+    DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome,
+};
 pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
-pub use restart::*;
 pub use sessions::{
     OpenRequest, SessionError, SessionHandle, SessionManager, SessionManagerOptions,
 };
-pub use terminal::*;

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use knife_protocol::*;
-use knife_runtime::recovery::{TOOL_ABORTED, reconcile_after_restart};
+use knife_runtime::boot::recovery::reconcile_after_restart;
+use knife_runtime::execution::terminal::TOOL_ABORTED;
 use knife_runtime::{Clock, SystemClock};
 use knife_store::{Store, StreamFilter};
 

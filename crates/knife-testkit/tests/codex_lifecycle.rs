@@ -343,6 +343,54 @@ async fn codex_an_interrupt_while_an_approval_waits_cancels_the_request() {
     assert!(late.is_err());
 }
 
+/// Stop while codex waits on an approval: knife answers the approval `cancel` before it
+/// sends `turn/interrupt` (as the ACP driver answers `cancelled` before
+/// `session/cancel`), so codex is not left waiting on a request nobody will answer.
+#[tokio::test]
+async fn codex_stop_while_an_approval_waits_answers_it_cancel_before_turn_interrupt() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(
+            &h.thread.id,
+            script(r#"[{"approve_command":"make deploy"},{"wait_interrupt":true}]"#),
+        )
+        .await
+        .unwrap();
+    let request = pending_request(&h).await;
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    let run = h.finish(&run.id).await;
+    assert_eq!(run.status, RunStatus::Interrupted);
+    let sent = h.sent();
+    let answer = sent
+        .iter()
+        .position(|m| m.get("method").is_none() && m["result"].get("decision").is_some())
+        .expect("knife never answered codex's approval request");
+    assert_eq!(
+        sent[answer]["result"]["decision"], "cancel",
+        "{}",
+        sent[answer]
+    );
+    let interrupt = sent
+        .iter()
+        .position(|m| m["method"] == "turn/interrupt")
+        .expect("knife sent no turn/interrupt");
+    assert!(
+        answer < interrupt,
+        "the approval was answered after turn/interrupt: {sent:?}"
+    );
+    let p = h.projection().await;
+    let settled = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == request.id)
+        .unwrap();
+    assert_eq!(settled.status, RuntimeRequestStatus::Cancelled);
+}
+
 #[tokio::test]
 async fn codex_mgr_12_detach_unloads_the_native_thread_and_keeps_the_runtime() {
     let h = harness(Duration::from_secs(60)).await;

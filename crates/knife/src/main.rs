@@ -9,10 +9,10 @@ mod config;
 mod demo;
 mod lock;
 mod pipe;
-mod process_registry;
 mod providers;
 mod render;
 mod run;
+mod sandbox;
 mod serve;
 mod sessions;
 mod thread_lifecycle;
@@ -65,6 +65,9 @@ enum Command {
     /// Benchmarks: `bench store`, `bench stream`, `bench processor`, `bench restart`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Checks this machine for knife: which sandbox the commands the model runs get
+    /// (bubblewrap, Landlock, or none and why).
+    Doctor,
     /// API tokens: `token new` prints one strong enough for a non-loopback listen.
     #[command(subcommand)]
     Token(token::TokenCommand),
@@ -117,6 +120,7 @@ fn main() -> ExitCode {
             Command::Db(cmd) => threads::db(config, cmd).await,
             Command::Bench(cmd) => bench::bench(cmd).await,
             Command::Token(cmd) => token::token(cmd),
+            Command::Doctor => sandbox::doctor(config),
         }
     });
     match result {

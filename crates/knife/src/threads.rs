@@ -477,9 +477,7 @@ fn print_item(item: &TurnItem) {
             ..
         } => {
             let answer = match decision {
-                Some(ApprovalDecision::AllowOnce) => "allowed once".to_owned(),
-                Some(ApprovalDecision::AllowAlways) => "allowed always".to_owned(),
-                Some(ApprovalDecision::Deny) => "denied".to_owned(),
+                Some(decision) => decision.described().to_owned(),
                 None => format!("{:?}", item.status).to_lowercase(),
             };
             let note = message

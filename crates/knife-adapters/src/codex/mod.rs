@@ -15,8 +15,8 @@
 //!   `native_id` = codex's thread id), which the store keeps, so a later session — also
 //!   after a crash — resumes the same codex thread.
 //! - **turns**: `turn/start {threadId, input:[{type:text}]}`; notifications → adapter
-//!   events (see [`session`]); `turn/interrupt` for interrupts; `thread/unsubscribe` to
-//!   unload a thread.
+//!   events (see [`session`]); `turn/interrupt` for interrupts (approvals still open
+//!   are answered `cancel` first); `thread/unsubscribe` to unload a thread.
 //! - **approvals**: `item/commandExecution/requestApproval`,
 //!   `item/fileChange/requestApproval` and `mcpServer/elicitation/request` (MCP tool call
 //!   approvals) become runtime requests with a `live` capability, answered through

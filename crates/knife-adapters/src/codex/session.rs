@@ -583,8 +583,10 @@ impl SessionRuntime for CodexSession {
         }
     }
 
-    /// Sends `turn/interrupt` for the running turn of `thread` (once codex named the
-    /// turn); codex then ends it with `turn/completed` status `interrupted`.
+    /// Answers every approval codex waits on for the running turn of `thread` with
+    /// `cancel` (request, node and item `cancelled`), then sends `turn/interrupt` (once
+    /// codex named the turn); codex then ends it with `turn/completed` status
+    /// `interrupted`. An approval left unanswered would keep codex waiting on it.
     async fn interrupt_turn(
         &self,
         thread: &ThreadId,
@@ -596,12 +598,36 @@ impl SessionRuntime for CodexSession {
         };
         let target = {
             let mut st = lock(&inner.state);
-            let Some(turn) = st.turns.get_mut(&native) else {
-                return Ok(());
+            let target = match st.turns.get_mut(&native) {
+                Some(turn) => {
+                    turn.interrupt
+                        .get_or_insert_with(|| reason.as_str().to_owned());
+                    turn.native_turn.clone()
+                }
+                None => return Ok(()),
             };
-            turn.interrupt
-                .get_or_insert_with(|| reason.as_str().to_owned());
-            turn.native_turn.clone()
+            let mut open: Vec<RuntimeRequestId> = st
+                .requests
+                .iter()
+                .filter(|(_, p)| p.native_thread == native)
+                .map(|(id, _)| id.clone())
+                .collect();
+            open.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+            for id in open {
+                let Some(pending) = st.requests.remove(&id) else {
+                    continue;
+                };
+                if let Err(e) = inner
+                    .rpc
+                    .respond(&pending.rpc_id, cancel_answer(pending.shape))
+                {
+                    tracing::warn!(error = %e, "could not answer codex's approval request before the interrupt");
+                }
+                if let Some(turn) = st.turns.get_mut(&native) {
+                    turn.recorder.approval_cancelled(&id);
+                }
+            }
+            target
         };
         if let Some(native_turn) = target {
             inner.send_interrupt(native, native_turn).await;
@@ -748,6 +774,19 @@ impl SessionRuntime for CodexSession {
         result
             .map(|_| ())
             .map_err(|e| AdapterError::Runtime(format!("thread/unsubscribe failed: {e}")))
+    }
+}
+
+/// The answer to an approval whose turn is being interrupted: `cancel` (decline and
+/// end the turn) for command / file-change approvals, `cancel` for an elicitation.
+fn cancel_answer(shape: ApprovalShape) -> Value {
+    match shape {
+        ApprovalShape::Decision => json!(wire::ApprovalResponse { decision: "cancel" }),
+        ApprovalShape::Elicitation => json!(wire::ElicitationResponse {
+            action: "cancel",
+            content: None,
+            meta: None,
+        }),
     }
 }
 

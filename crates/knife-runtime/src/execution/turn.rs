@@ -8,6 +8,7 @@ use futures::StreamExt;
 use knife_protocol::*;
 
 use super::*;
+use crate::execution::runs::root_node;
 use crate::sessions::{OpenRequest, SessionHandle};
 
 impl ExecutionService {
@@ -294,7 +295,7 @@ impl ExecutionService {
 
     /// Writes the run's terminal state, an error item when it failed, and the idle
     /// thread, in one transaction. The terminal is classified by
-    /// [`crate::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
+    /// [`crate::execution::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
     /// that same transaction unless the run was interrupted by a shutdown (EXEC-04/05).
     /// A failure caused by a teardown (`teardown`: the open refused or stopped, the
     /// session gone, its stream ended or broken) of a run the shutdown interrupted, or
@@ -326,11 +327,11 @@ impl ExecutionService {
         // Whatever the runtime left unfinished ends with the run (a grace expiry, a
         // broken event stream or a failed write means its own settlement never came).
         let mut events = match store.thread_projection(&ctx.thread.id).await? {
-            Some(p) => crate::recovery::settle_unfinished(
+            Some(p) => crate::execution::terminal::settle_unfinished(
                 &p,
                 &run.id,
                 now,
-                crate::recovery::REQUEST_RUN_ENDED,
+                crate::execution::terminal::REQUEST_RUN_ENDED,
             ),
             None => Vec::new(),
         };
@@ -376,7 +377,9 @@ impl ExecutionService {
                 thread.last_error = Some(error.clone());
                 events.push(DomainEvent::new(
                     now,
-                    EventBody::TurnItemUpdated(crate::runs::error_item(&run, error, now)),
+                    EventBody::TurnItemUpdated(crate::execution::runs::error_item(
+                        &run, error, now,
+                    )),
                 ));
                 "failed"
             }

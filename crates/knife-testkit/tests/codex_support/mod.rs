@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use knife_adapters::codex::{CodexAdapter, CodexConfig};
-use knife_adapters::process::group_alive;
+use knife_process::group_alive;
 use knife_protocol::*;
 use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::mcp::{CredentialRegistry, McpSlots};

@@ -44,6 +44,9 @@ pub struct Config {
     /// project root) and MCP access overrides (MCP-03, MCP-05).
     #[serde(default)]
     pub projects: Vec<ProjectConfig>,
+    /// The file this config was read from (hidden from sandboxed commands, SEC-01).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
@@ -60,6 +63,52 @@ pub struct ProjectConfig {
     pub agent_browser_access: Option<bool>,
     /// Overrides `agent_device_access`.
     pub agent_device_access: Option<bool>,
+    /// Variables set for the commands the model runs in this project (`bash`), on
+    /// top of the allowlist they get from knife's environment (SEC-02).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The sandbox of this project's commands (SEC-01): `sandbox = "off"` (the
+    /// explicit opt-out, warned in the log and on the thread), or
+    /// `sandbox.network = true` (keep the network). Default: sandboxed, no network.
+    pub sandbox: Option<ProjectSandboxConfig>,
+}
+
+/// `[[projects]] sandbox`: `"off"` / `"on"`, or a table `{ network = true }`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ProjectSandboxConfig {
+    /// `sandbox = "off"` or `sandbox = "on"`.
+    Mode(String),
+    /// `sandbox.network = true` (and `sandbox.mode = "off"|"on"`).
+    Table {
+        /// `off` or `on` (default `on`).
+        #[serde(default)]
+        mode: Option<String>,
+        /// Commands keep the network (default false).
+        #[serde(default)]
+        network: bool,
+    },
+}
+
+impl ProjectSandboxConfig {
+    /// The settings, or what is wrong with them.
+    pub fn settings(&self) -> Result<knife_process::sandbox::ProjectSandbox, String> {
+        let (mode, network) = match self {
+            ProjectSandboxConfig::Mode(m) => (Some(m.as_str()), false),
+            ProjectSandboxConfig::Table { mode, network } => (mode.as_deref(), *network),
+        };
+        let off = match mode {
+            None | Some("on") => false,
+            Some("off") => true,
+            Some(other) => {
+                return Err(format!(
+                    "sandbox = \"{other}\" is not a sandbox mode; use \"off\" (no sandbox, \
+                     warned) or \"on\" (the default), or sandbox.network = true"
+                ));
+            }
+        };
+        Ok(knife_process::sandbox::ProjectSandbox { off, network })
+    }
 }
 
 impl ProjectConfig {
@@ -215,7 +264,11 @@ impl Config {
             .find(|p| p.is_file()),
         };
         let mut config = match candidate {
-            Some(p) => Self::parse_file(&p)?,
+            Some(p) => {
+                let mut config = Self::parse_file(&p)?;
+                config.source = std::fs::canonicalize(&p).ok().or(Some(p));
+                config
+            }
             None => Config::default(),
         };
         config.apply_env(|k| std::env::var(k).ok());
@@ -263,6 +316,15 @@ impl Config {
         for project in &mut config.projects {
             if project.root.is_relative() {
                 project.root = base.join(&project.root);
+            }
+            if let Some(sandbox) = &project.sandbox {
+                sandbox.settings().map_err(|e| {
+                    anyhow::anyhow!(
+                        "invalid sandbox of project {} in {}: {e}",
+                        project.root.display(),
+                        path.display()
+                    )
+                })?;
             }
             PermissionRules::new(project.permissions.clone()).with_context(|| {
                 format!(

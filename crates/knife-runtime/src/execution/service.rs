@@ -22,10 +22,13 @@ use tokio_util::task::TaskTracker;
 use crate::adapter::*;
 use crate::clock::SharedClock;
 use crate::error::RuntimeError;
-use crate::runs::{Created, RunStart};
+use crate::execution::runs::{Created, RunStart};
+use crate::execution::terminal::{Terminal, terminal_of_outcome};
 use crate::sessions::{SessionHandle, SessionManager};
-use crate::terminal::{Terminal, terminal_of_outcome};
 
+// `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
+// a child of this module so it shares the service's private state.
+#[path = "turn.rs"]
 mod turn;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
@@ -317,7 +320,7 @@ impl ExecutionService {
                 thread: thread_id.clone(),
                 armed: true,
             };
-            let created = crate::runs::create_run(
+            let created = crate::execution::runs::create_run(
                 &this.inner.store,
                 this.inner.clock.as_ref(),
                 &thread_id,
@@ -407,7 +410,7 @@ impl ExecutionService {
 
     /// Answers runtime request `request` of `thread` (a tool approval) with `answer`,
     /// through the runtime of the thread's active run, and returns the request as
-    /// stored once resolved (see [`crate::answers`]).
+    /// stored once resolved (see [`crate::execution::answers`]).
     ///
     /// Errors: `ThreadNotFound`, `RequestNotFound`, `RequestNotPending` (answered,
     /// expired, cancelled, or no live turn waits for it), `Store`.
@@ -417,7 +420,7 @@ impl ExecutionService {
         request: &RuntimeRequestId,
         answer: RequestAnswer,
     ) -> Result<RuntimeRequest, RuntimeError> {
-        use crate::answers::{check_pending, no_live_turn, refused, wait_resolved};
+        use crate::execution::answers::{check_pending, no_live_turn, refused, wait_resolved};
         if let Some(m) = answer.message.as_deref().and_then(|m| {
             knife_protocol::limits::over_bytes(
                 "message",
@@ -544,28 +547,6 @@ impl Drop for Reservation {
         if self.armed {
             lock(&self.inner.active).remove(&self.thread);
         }
-    }
-}
-
-/// The root node of `run` (the tree of work the run produces; provider turns hang off it).
-pub(crate) fn root_node(run: &Run, status: NodeStatus, now: Timestamp) -> Node {
-    let id = NodeId::root_of(&run.id);
-    let finished = !matches!(
-        status,
-        NodeStatus::Pending | NodeStatus::Running | NodeStatus::Waiting
-    );
-    Node {
-        id: id.clone(),
-        thread_id: run.thread_id.clone(),
-        run_id: Some(run.id.clone()),
-        parent_node_id: None,
-        root_node_id: id,
-        kind: NodeKind::RootTurn,
-        status,
-        provider_turn_id: None,
-        runtime_request_id: None,
-        started_at: run.started_at,
-        completed_at: finished.then_some(now),
     }
 }
 
