@@ -7,6 +7,7 @@ mod bench;
 mod client;
 mod config;
 mod demo;
+mod doctor;
 mod lock;
 mod pipe;
 mod providers;
@@ -58,6 +59,9 @@ enum Command {
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,
+    /// Check the config, data dir, provider instances, peer programs, git, sandbox and
+    /// database, and say what to fix (exit 1 when something is broken).
+    Doctor(doctor::DoctorArgs),
     /// Database maintenance: `db rebuild` recomputes every projection from the event
     /// log; `db purge` removes deleted threads' events for good.
     #[command(subcommand)]
@@ -65,9 +69,6 @@ enum Command {
     /// Benchmarks: `bench store`, `bench stream`, `bench processor`, `bench restart`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// Checks this machine for knife: which sandbox the commands the model runs get
-    /// (bubblewrap, Landlock, or none and why).
-    Doctor,
     /// API tokens: `token new` prints one strong enough for a non-loopback listen.
     #[command(subcommand)]
     Token(token::TokenCommand),
@@ -117,10 +118,10 @@ fn main() -> ExitCode {
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
             Command::Demo => demo::demo().await,
+            Command::Doctor(args) => doctor::doctor(config, args).await,
             Command::Db(cmd) => threads::db(config, cmd).await,
             Command::Bench(cmd) => bench::bench(cmd).await,
             Command::Token(cmd) => token::token(cmd),
-            Command::Doctor => sandbox::doctor(config),
         }
     });
     match result {

@@ -1,6 +1,6 @@
 //! The sandbox of model-run commands as the server configures it (SPEC.md SEC-01,
-//! SEC-02): what to hide, each project's settings, and the line `knife doctor` and
-//! `GET /healthz/detail` print.
+//! SEC-02): what to hide and each project's settings (`knife doctor`'s sandbox check
+//! and `GET /healthz/detail` describe the result).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -69,23 +69,4 @@ pub fn project_env(config: &Config) -> Vec<(PathBuf, Vec<(OsString, OsString)>)>
             (p.resolved_root(), env)
         })
         .collect()
-}
-
-/// `knife doctor`: prints which sandbox commands get here, or why none.
-pub fn doctor(config_path: Option<&Path>) -> anyhow::Result<std::process::ExitCode> {
-    let config = Config::load(config_path)?;
-    let data_dir = config.data_dir(None)?;
-    let s = settings(&config, &data_dir);
-    println!("sandbox: {}", s.support.describe());
-    for (root, p) in &s.projects {
-        if p.off {
-            println!("sandbox: OFF for project {} (sandbox = \"off\")", root.display());
-        } else if p.network {
-            println!("sandbox: project {} keeps the network", root.display());
-        }
-    }
-    Ok(match s.support {
-        SandboxSupport::Unavailable { .. } => std::process::ExitCode::FAILURE,
-        _ => std::process::ExitCode::SUCCESS,
-    })
 }

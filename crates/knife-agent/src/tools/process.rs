@@ -125,9 +125,7 @@ async fn spawn_with(
     // knife's whole environment (no provider key, token or cloud credential).
     launch.env_clear = true;
     launch.env = knife_process::sandbox::env::command_env(policy.env_for(ctx.root()));
-    launch
-        .env
-        .retain(|(name, _)| !policy.is_secret_env(name));
+    launch.env.retain(|(name, _)| !policy.is_secret_env(name));
     // Nobody can answer a prompt: make git fail instead of waiting for one.
     launch.env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
     let mut spec = SpawnSpec::new(launch, label_of(command));

@@ -33,7 +33,8 @@ impl BwrapSandbox {
     /// earlier ones).
     pub fn args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
-        let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
+        let mut push =
+            |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
         push(&[
             // No --new-session: the command stays in the process group knife made
             // for bwrap, so signals to the group reach it too.
@@ -168,7 +169,12 @@ mod tests {
             .collect();
         let sep = args.iter().position(|a| a == "--").unwrap();
         assert_eq!(&args[sep + 1..], ["sh", "-c", "echo hi"]);
-        for flag in ["--die-with-parent", "--unshare-pid", "--unshare-net", "--proc"] {
+        for flag in [
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-net",
+            "--proc",
+        ] {
             assert!(args[..sep].contains(&flag.to_owned()), "{flag}: {args:?}");
         }
         let bind = args.iter().position(|a| a == "--bind").unwrap();

@@ -66,7 +66,10 @@ pub fn command_env(project_env: &[(OsString, OsString)]) -> Vec<(OsString, OsStr
 /// The environment of an external runtime: [`COMMAND_ENV_ALLOWLIST`] and
 /// [`AGENT_ENV_EXTRA`] from knife's environment, the variables named in `own`
 /// (its API key variable), then `instance_env` on top.
-pub fn agent_env(own: &[String], instance_env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+pub fn agent_env(
+    own: &[String],
+    instance_env: &[(OsString, OsString)],
+) -> Vec<(OsString, OsString)> {
     let mut allow: Vec<&str> = COMMAND_ENV_ALLOWLIST.to_vec();
     allow.extend_from_slice(AGENT_ENV_EXTRA);
     allow.extend(own.iter().map(String::as_str));
@@ -97,7 +100,10 @@ mod tests {
             COMMAND_ENV_ALLOWLIST,
             &[pair("FOO", "bar"), pair("PATH", "/p")],
         );
-        let names: Vec<_> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        let names: Vec<_> = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
         assert_eq!(names, ["HOME", "LC_ALL", "FOO", "PATH"]);
         assert!(env.contains(&pair("PATH", "/p")), "the project's env wins");
     }

@@ -71,9 +71,9 @@ impl SandboxSupport {
                  where the kernel supports it; /tmp and /proc are shared (install bubblewrap or \
                  allow user namespaces for the full sandbox)"
             ),
-            SandboxSupport::Unavailable { why } => format!(
-                "none: {why}; commands the model runs can reach everything this user can"
-            ),
+            SandboxSupport::Unavailable { why } => {
+                format!("none: {why}; commands the model runs can reach everything this user can")
+            }
         }
     }
 }

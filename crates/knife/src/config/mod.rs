@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use knife_agent::permissions::{PermissionRule, PermissionRules};
 use serde::Deserialize;
 
+pub mod keys;
 pub mod providers;
 pub use providers::ProviderConfig;
 
@@ -16,7 +17,7 @@ pub use providers::ProviderConfig;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// The whole configuration file.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Instance used by threads that name none. Default: the only instance, or `openai`.
@@ -50,7 +51,7 @@ pub struct Config {
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectConfig {
     /// The project's root folder (as given to `knife run` / `POST /api/projects`).
@@ -74,7 +75,7 @@ pub struct ProjectConfig {
 }
 
 /// `[[projects]] sandbox`: `"off"` / `"on"`, or a table `{ network = true }`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ProjectSandboxConfig {
     /// `sandbox = "off"` or `sandbox = "on"`.
@@ -150,7 +151,7 @@ impl Config {
 }
 
 /// `[server]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Listen address, e.g. `127.0.0.1:7878`.
@@ -199,7 +200,7 @@ pub fn clamped_secs(secs: u64) -> std::time::Duration {
 /// `[sessions]`: how long provider sessions live (SPEC.md MGR) and how the reaper
 /// finds stale ones (REAP). Every key is optional; seconds, at most
 /// [`MAX_DURATION_SECS`] (30 days; larger values are clamped).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsConfig {
     /// An idle session (no turn, no activity) is released after this long (default 1800).
@@ -250,20 +251,7 @@ impl Config {
     /// `$XDG_CONFIG_HOME/knife/knife.toml`; a missing default file is an empty config.
     /// Then applies env overrides and fills the default `openai` instance when none is set.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
-        let explicit = path
-            .map(Path::to_path_buf)
-            .or_else(|| std::env::var_os("KNIFE_CONFIG").map(PathBuf::from));
-        let candidate = match explicit {
-            Some(p) => Some(p),
-            None => [
-                Some(PathBuf::from("knife.toml")),
-                config_home().map(|d| d.join("knife/knife.toml")),
-            ]
-            .into_iter()
-            .flatten()
-            .find(|p| p.is_file()),
-        };
-        let mut config = match candidate {
+        let mut config = match Self::locate(path) {
             Some(p) => {
                 let mut config = Self::parse_file(&p)?;
                 config.source = std::fs::canonicalize(&p).ok().or(Some(p));
@@ -273,6 +261,24 @@ impl Config {
         };
         config.apply_env(|k| std::env::var(k).ok());
         Ok(config)
+    }
+
+    /// The file [`Config::load`] reads: `path`, else `$KNIFE_CONFIG`, else the first of
+    /// `./knife.toml` and `$XDG_CONFIG_HOME/knife/knife.toml` that exists; `None`: no file.
+    pub fn locate(path: Option<&Path>) -> Option<PathBuf> {
+        let explicit = path
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("KNIFE_CONFIG").map(PathBuf::from));
+        match explicit {
+            Some(p) => Some(p),
+            None => [
+                Some(PathBuf::from("knife.toml")),
+                config_home().map(|d| d.join("knife/knife.toml")),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|p| p.is_file()),
+        }
     }
 
     /// A config with one `openai-chat` instance `id` at `base_url` serving `model`
@@ -308,6 +314,8 @@ impl Config {
                 path.display()
             )
         })?;
+        keys::check(&text)
+            .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
         let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
         PermissionRules::new(config.permissions.clone())
