@@ -377,19 +377,20 @@ async fn cancelling_the_turn_aborts_the_call_and_kills_the_group() {
 }
 
 #[tokio::test]
-async fn configured_secrets_are_not_in_the_environment() {
-    // cargo sets these for test binaries; one is declared secret, one is not.
+async fn sec_02_only_allowlisted_variables_are_in_the_environment() {
+    // cargo sets these for test binaries; one is declared secret, neither is on the
+    // allowlist (SEC-02): knife's environment is never inherited whole.
     assert!(std::env::var("CARGO_PKG_NAME").is_ok());
-    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok());
     let dir = tempfile::tempdir().unwrap();
     let ctx = context(dir.path(), None, &["CARGO_PKG_NAME"]);
     let out = bash(
         &ctx,
-        json!({"command": "echo \"pkg=${CARGO_PKG_NAME-unset} dir=${CARGO_MANIFEST_DIR-unset}\""}),
+        json!({"command": "echo \"pkg=${CARGO_PKG_NAME-unset} dir=${CARGO_MANIFEST_DIR-unset} path=${PATH:+set}\""}),
     )
     .await
     .unwrap();
-    assert_eq!(out, format!("pkg=unset dir={manifest}\n(exit code 0)"));
+    assert_eq!(out, "pkg=unset dir=unset path=set\n(exit code 0)");
 }
 
 /// Runs [`knife_variables_probe`] in a child test process whose environment has

@@ -82,7 +82,19 @@ impl ProcessGroup {
                     source,
                 })?;
         }
+        // The Landlock ruleset is created here, in knife: the child only restricts itself.
+        let confinement = match &launch.landlock {
+            Some(rules) => Some(rules.build().map_err(|e| SpawnError::Sandbox {
+                label: label.clone(),
+                command: launch.display(),
+                source: Box::new(e),
+            })?),
+            None => None,
+        };
         let mut wrap = CommandWrap::with_new(&launch.program, |cmd| {
+            if let Some(ruleset) = confinement {
+                confine_before_exec(cmd, ruleset);
+            }
             cmd.args(&launch.args)
                 .current_dir(&launch.cwd)
                 .stdin(stdin)
@@ -278,5 +290,31 @@ async fn wait_until_gone(
             return false;
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Makes the child apply `ruleset` (Landlock) and no-new-privs to itself right
+/// before it execs (SEC-01, the fallback where bubblewrap cannot run).
+///
+/// This is the one `unsafe` in knife (ARCHITECTURE.md "Child processes"): the
+/// `pre_exec` hook. SAFETY: the closure runs in the forked child, where only
+/// async-signal-safe work is allowed. It takes the ruleset (built in the parent,
+/// so no allocation happens here) and calls `RulesetCreated::restrict_self`, which
+/// makes two syscalls — `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self` on
+/// the ruleset's fd, inherited through the fork — and allocates nothing on success;
+/// on failure the hook returns a preallocated raw errno (EPERM), the exec does not
+/// happen, and the spawn fails instead of running the command unconfined.
+#[allow(unsafe_code)]
+fn confine_before_exec(cmd: &mut tokio::process::Command, ruleset: landlock::RulesetCreated) {
+    let mut ruleset = Some(ruleset);
+    // SAFETY: see above; the closure touches only its own captured ruleset.
+    unsafe {
+        cmd.pre_exec(move || match ruleset.take() {
+            Some(ruleset) => match ruleset.restrict_self() {
+                Ok(_) => Ok(()),
+                Err(_) => Err(io::Error::from_raw_os_error(1)),
+            },
+            None => Ok(()),
+        });
     }
 }

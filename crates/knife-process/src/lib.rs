@@ -22,6 +22,7 @@
 
 mod group;
 mod record;
+pub mod sandbox;
 pub mod signals;
 mod spawn;
 

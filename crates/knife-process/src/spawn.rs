@@ -32,6 +32,9 @@ pub struct Launch {
     pub env_remove: Vec<OsString>,
     /// Start from an empty environment instead of knife's (then [`Launch::env`]).
     pub env_clear: bool,
+    /// Landlock rules (and no-new-privs) the child applies to itself between fork
+    /// and exec: set by the Landlock sandbox (SEC-01 fallback).
+    pub landlock: Option<crate::sandbox::LandlockRules>,
 }
 
 impl Launch {
@@ -44,6 +47,7 @@ impl Launch {
             env: Vec::new(),
             env_remove: Vec::new(),
             env_clear: false,
+            landlock: None,
         }
     }
 

@@ -44,6 +44,8 @@ pub struct App {
     pub reaper: Reaper,
     /// Connection cap and header timeout of the server loop (SEC-04).
     pub limits: knife_server::ServerLimits,
+    /// The sandbox of model-run commands (SEC-01), for `/healthz/detail`.
+    pub sandbox: Arc<knife_process::sandbox::SandboxSettings>,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -165,7 +167,17 @@ impl App {
         // crash leaves running (the kill above).
         let recorder =
             knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
+        // SEC-01: the sandbox of `bash` (probed once: bubblewrap, else Landlock, else none).
+        let sandbox = Arc::new(crate::sandbox::settings(config, data_dir));
+        match &sandbox.support {
+            knife_process::sandbox::SandboxSupport::Unavailable { .. } => {
+                tracing::warn!("sandbox: {}", sandbox.support.describe())
+            }
+            _ => tracing::info!("sandbox: {}", sandbox.support.describe()),
+        }
         let tool_policy = Arc::new(ToolPolicy {
+            sandbox: Some(Arc::clone(&sandbox)),
+            project_env: crate::sandbox::project_env(config),
             process_recorder: Some(Arc::new(recorder)),
             secret_env_vars: crate::providers::secret_env_vars(config),
             permissions: PermissionRules::new(config.permissions.clone())
@@ -362,6 +374,7 @@ impl App {
             state,
             reaper,
             limits: config.server.limits(),
+            sandbox,
         })
     }
 
@@ -384,7 +397,21 @@ impl App {
                 .set_endpoint(knife_runtime::mcp::endpoint_for(listener.local_addr()?));
         }
         self.lock.record_url(url)?;
-        let router = knife_server::router(self.state.clone());
+        // `GET /healthz/detail`: which sandbox commands get (SEC-01), open like /healthz.
+        let detail = serde_json::json!({
+            "status": "ok",
+            "sandbox": {
+                "kind": self.sandbox.support.kind(),
+                "detail": self.sandbox.support.describe(),
+            },
+        });
+        let router = knife_server::router(self.state.clone()).route(
+            "/healthz/detail",
+            axum::routing::get(move || {
+                let detail = detail.clone();
+                async move { axum::Json(detail) }
+            }),
+        );
         let reaper_stop = CancellationToken::new();
         let reaper = self.reaper.clone().start(reaper_stop.clone());
         let execution = self.execution.clone();

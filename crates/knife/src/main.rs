@@ -15,6 +15,7 @@ mod pipe;
 mod providers;
 mod render;
 mod run;
+mod sandbox;
 mod serve;
 mod sessions;
 mod thread_lifecycle;

@@ -179,6 +179,10 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> Result<String
                 text.push_str("(background processes it left running were stopped)\n");
             }
             text.push_str(&describe_status(status));
+            if let Some(note) = super::process::sandbox_note(ctx) {
+                text.push('\n');
+                text.push_str(&note);
+            }
             Ok(text)
         }
     }

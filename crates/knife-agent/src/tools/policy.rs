@@ -1,10 +1,11 @@
 //! [`ToolPolicy`]: what a session's tool calls are allowed and where their
 //! process groups are recorded.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
 
 use knife_process::GroupRecorder;
+use knife_process::sandbox::SandboxSettings;
 
 use crate::permissions::{ApprovalGate, PermissionRules};
 
@@ -34,6 +35,13 @@ pub struct ToolPolicy {
     /// the key (canonical path): per-project overrides from `knife.toml`
     /// (`[[projects]]`), so they win over the global rules.
     pub project_permissions: Vec<(std::path::PathBuf, PermissionRules)>,
+    /// The sandbox of `bash` commands (SEC-01): `None` runs them unsandboxed (unit
+    /// tests, embedding); the server sets it from what the machine offers and the
+    /// projects' `sandbox` settings.
+    pub sandbox: Option<Arc<SandboxSettings>>,
+    /// Variables set for `bash` commands of the project whose root is the key
+    /// (canonical), on top of the allowlist (SEC-02; `[[projects]] env`).
+    pub project_env: Vec<(std::path::PathBuf, Vec<(OsString, OsString)>)>,
 }
 
 impl Default for ToolPolicy {
@@ -44,6 +52,8 @@ impl Default for ToolPolicy {
             permissions: PermissionRules::defaults(),
             approvals: None,
             project_permissions: Vec::new(),
+            sandbox: None,
+            project_env: Vec::new(),
         }
     }
 }
@@ -56,11 +66,22 @@ impl std::fmt::Debug for ToolPolicy {
             .field("permissions", &self.permissions.rules())
             .field("approvals", &self.approvals.is_some())
             .field("project_permissions", &self.project_permissions.len())
+            .field("sandbox", &self.sandbox.as_ref().map(|s| s.support.kind()))
             .finish_non_exhaustive()
     }
 }
 
 impl ToolPolicy {
+    /// The `env` table of the project whose root is or contains `root`.
+    pub fn env_for(&self, root: &std::path::Path) -> &[(OsString, OsString)] {
+        self.project_env
+            .iter()
+            .filter(|(r, _)| root.starts_with(r))
+            .max_by_key(|(r, _)| r.as_os_str().len())
+            .map(|(_, env)| env.as_slice())
+            .unwrap_or(&[])
+    }
+
     /// Whether environment variable `name` must not reach a command: it starts
     /// with [`KNIFE_ENV_PREFIX`] or is one of [`Self::secret_env_vars`].
     pub fn is_secret_env(&self, name: &OsStr) -> bool {

@@ -56,6 +56,42 @@ pub(crate) async fn spawn_shell(command: &str, ctx: &ToolContext) -> Result<Spaw
     Ok(Spawned { group, output })
 }
 
+/// The sandbox of a command in `ctx`'s root (SEC-01), or `None` (none configured,
+/// the project opted out, or none works here: both warned, see [`sandbox_note`]).
+fn sandbox_of(ctx: &ToolContext) -> Option<std::sync::Arc<dyn knife_process::Sandbox>> {
+    use knife_process::sandbox::SandboxChoice;
+    match ctx.policy().sandbox.as_ref()?.for_root(ctx.root()) {
+        SandboxChoice::Sandboxed(sandbox) => Some(sandbox),
+        SandboxChoice::OffByProject => {
+            tracing::warn!(root = %ctx.root().display(),
+                "running a command WITHOUT a sandbox: this project sets sandbox = \"off\"");
+            None
+        }
+        SandboxChoice::Unavailable(why) => {
+            tracing::warn!(root = %ctx.root().display(), %why,
+                "running a command WITHOUT a sandbox: none works on this machine");
+            None
+        }
+    }
+}
+
+/// The line the command's result carries when it ran unsandboxed although the
+/// server has sandbox settings (the warning "on the thread"), else `None`.
+pub(crate) fn sandbox_note(ctx: &ToolContext) -> Option<String> {
+    use knife_process::sandbox::SandboxChoice;
+    match ctx.policy().sandbox.as_ref()?.for_root(ctx.root()) {
+        SandboxChoice::Sandboxed(_) => None,
+        SandboxChoice::OffByProject => Some(
+            "(warning: this command ran without a sandbox: the project sets sandbox = \"off\" \
+             in knife.toml)"
+                .to_owned(),
+        ),
+        SandboxChoice::Unavailable(why) => Some(format!(
+            "(warning: this command ran without a sandbox: {why})"
+        )),
+    }
+}
+
 /// The label a group is recorded with: `bash: <command>`, first line, at most
 /// 80 characters.
 fn label_of(command: &str) -> String {
@@ -85,13 +121,15 @@ async fn spawn_with(
     let policy = ctx.policy();
     let mut launch = Launch::new(shell, ctx.root());
     launch.args = vec!["-c".into(), command.into()];
-    launch.env_remove = std::env::vars_os()
-        .map(|(name, _)| name)
-        .filter(|name| policy.is_secret_env(name))
-        .collect();
+    // SEC-02: an allowlist of knife's variables plus the project's `env`, never
+    // knife's whole environment (no provider key, token or cloud credential).
+    launch.env_clear = true;
+    launch.env = knife_process::sandbox::env::command_env(policy.env_for(ctx.root()));
+    launch.env.retain(|(name, _)| !policy.is_secret_env(name));
     // Nobody can answer a prompt: make git fail instead of waiting for one.
     launch.env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
     let mut spec = SpawnSpec::new(launch, label_of(command));
+    spec.sandbox = sandbox_of(ctx);
     spec.stdout = writer.into();
     spec.stderr = writer_err.into();
     spec.thread = ctx.thread().cloned();

@@ -105,6 +105,9 @@ impl Config {
                 .collect(),
         }
     }
+    /// The file this config was read from (hidden from sandboxed commands, SEC-01).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
@@ -127,6 +130,52 @@ pub struct ProjectConfig {
     /// New threads of this project get their own git worktree unless the request
     /// says `worktree: false` (CHG-07). Default false.
     pub worktree: Option<bool>,
+    /// Variables set for the commands the model runs in this project (`bash`), on
+    /// top of the allowlist they get from knife's environment (SEC-02).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The sandbox of this project's commands (SEC-01): `sandbox = "off"` (the
+    /// explicit opt-out, warned in the log and on the thread), or
+    /// `sandbox.network = true` (keep the network). Default: sandboxed, no network.
+    pub sandbox: Option<ProjectSandboxConfig>,
+}
+
+/// `[[projects]] sandbox`: `"off"` / `"on"`, or a table `{ network = true }`.
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ProjectSandboxConfig {
+    /// `sandbox = "off"` or `sandbox = "on"`.
+    Mode(String),
+    /// `sandbox.network = true` (and `sandbox.mode = "off"|"on"`).
+    Table {
+        /// `off` or `on` (default `on`).
+        #[serde(default)]
+        mode: Option<String>,
+        /// Commands keep the network (default false).
+        #[serde(default)]
+        network: bool,
+    },
+}
+
+impl ProjectSandboxConfig {
+    /// The settings, or what is wrong with them.
+    pub fn settings(&self) -> Result<knife_process::sandbox::ProjectSandbox, String> {
+        let (mode, network) = match self {
+            ProjectSandboxConfig::Mode(m) => (Some(m.as_str()), false),
+            ProjectSandboxConfig::Table { mode, network } => (mode.as_deref(), *network),
+        };
+        let off = match mode {
+            None | Some("on") => false,
+            Some("off") => true,
+            Some(other) => {
+                return Err(format!(
+                    "sandbox = \"{other}\" is not a sandbox mode; use \"off\" (no sandbox, \
+                     warned) or \"on\" (the default), or sandbox.network = true"
+                ));
+            }
+        };
+        Ok(knife_process::sandbox::ProjectSandbox { off, network })
+    }
 }
 
 impl ProjectConfig {
@@ -269,7 +318,11 @@ impl Config {
     /// Then applies env overrides and fills the default `openai` instance when none is set.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
         let mut config = match Self::locate(path) {
-            Some(p) => Self::parse_file(&p)?,
+            Some(p) => {
+                let mut config = Self::parse_file(&p)?;
+                config.source = std::fs::canonicalize(&p).ok().or(Some(p));
+                config
+            }
             None => Config::default(),
         };
         config.apply_env(|k| std::env::var(k).ok());
@@ -337,6 +390,15 @@ impl Config {
         for project in &mut config.projects {
             if project.root.is_relative() {
                 project.root = base.join(&project.root);
+            }
+            if let Some(sandbox) = &project.sandbox {
+                sandbox.settings().map_err(|e| {
+                    anyhow::anyhow!(
+                        "invalid sandbox of project {} in {}: {e}",
+                        project.root.display(),
+                        path.display()
+                    )
+                })?;
             }
             PermissionRules::new(project.permissions.clone()).with_context(|| {
                 format!(

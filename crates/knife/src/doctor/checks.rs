@@ -324,27 +324,60 @@ async fn git(cx: &Context) -> Vec<Finding> {
     }]
 }
 
-/// bubblewrap can make a sandbox here. (Reported as a warning: today's knife runs tools
-/// unsandboxed; the sandbox work replaces this with its own check.)
+/// Which sandbox the commands the model runs get here (SEC-01): bubblewrap,
+/// Landlock (and why not bubblewrap), or none and why — plus every project that
+/// opts out or keeps the network.
 async fn sandbox(cx: &Context) -> Vec<Finding> {
-    let Some(bwrap) = find_program("bwrap") else {
-        return vec![Finding::warn(
+    let config = cx.config.clone().unwrap_or_default();
+    let data_dir = cx.data_dir.clone().unwrap_or_default();
+    // The probe runs bwrap once: off the async threads.
+    let settings =
+        match tokio::task::spawn_blocking(move || crate::sandbox::settings(&config, &data_dir))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                return vec![Finding::fail(
+                    "sandbox",
+                    format!("the probe failed: {e}"),
+                    "report this",
+                )];
+            }
+        };
+    use knife_process::sandbox::SandboxSupport;
+    let mut out = vec![match &settings.support {
+        SandboxSupport::Bubblewrap { .. } => Finding::ok("sandbox", settings.support.describe()),
+        SandboxSupport::Landlock { .. } => Finding::warn(
             "sandbox",
-            "bubblewrap (bwrap) is not installed",
-            "apt-get install bubblewrap",
-        )];
-    };
-    vec![
-        match run(&bwrap, &["--ro-bind", "/", "/", "true"], cx.timeout).await {
-            Ok(_) => Finding::ok("sandbox", format!("bubblewrap works ({})", bwrap.display())),
-            Err(e) => Finding::warn(
+            settings.support.describe(),
+            "install bubblewrap (apt-get install bubblewrap) and allow unprivileged user \
+             namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also \
+             kernel.apparmor_restrict_unprivileged_userns=0)",
+        ),
+        SandboxSupport::Unavailable { .. } => Finding::fail(
+            "sandbox",
+            settings.support.describe(),
+            "apt-get install bubblewrap (or use a kernel with Landlock)",
+        ),
+    }];
+    for (root, p) in &settings.projects {
+        if p.off {
+            out.push(Finding::warn(
                 "sandbox",
-                format!("bubblewrap cannot make a sandbox here: {e}"),
-                "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; \
-             on Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0)",
-            ),
-        },
-    ]
+                format!("OFF for project {} (sandbox = \"off\")", root.display()),
+                "remove sandbox = \"off\" from its [[projects]] entry",
+            ));
+        } else if p.network {
+            out.push(Finding::ok(
+                "sandbox",
+                format!(
+                    "project {} keeps the network (sandbox.network = true)",
+                    root.display()
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// The SQLite event log opens (applying pending migrations), unless a running server
