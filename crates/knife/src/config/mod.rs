@@ -55,6 +55,9 @@ pub struct Config {
     /// `[checkpoints]`: what run checkpoints leave out (CHG-01, CHG-06).
     #[serde(default)]
     pub checkpoints: CheckpointsConfig,
+    /// The file this config was read from (hidden from sandboxed commands, SEC-01).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// `[checkpoints]`: knife's own git checkpoints of working trees before and after
@@ -105,9 +108,6 @@ impl Config {
                 .collect(),
         }
     }
-    /// The file this config was read from (hidden from sandboxed commands, SEC-01).
-    #[serde(skip)]
-    pub source: Option<PathBuf>,
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
