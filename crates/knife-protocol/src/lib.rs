@@ -11,6 +11,7 @@ pub mod entities;
 pub mod events;
 pub mod ids;
 pub mod mcp;
+pub mod pricing;
 
 pub use adapter::*;
 pub use api::*;
@@ -18,6 +19,7 @@ pub use entities::*;
 pub use events::*;
 pub use ids::*;
 pub use mcp::*;
+pub use pricing::{ModelPrice, ModelUsage, PriceTable, UsageReport, UsageTotals};
 
 /// Wall-clock timestamps (UTC). Durations never use this type; see ARCHITECTURE.md "Runtime rules".
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

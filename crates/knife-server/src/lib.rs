@@ -29,6 +29,7 @@ mod routes;
 mod sessions;
 mod threads;
 pub mod ui;
+mod usage;
 
 pub use error::ApiErr;
 pub use listen::{ApiListener, ConnectionInfo, serve};
@@ -67,4 +68,6 @@ pub struct AppState {
     pub closing: CancellationToken,
     /// The `/mcp` endpoint's credentials and settings; `None` serves no `/mcp`.
     pub mcp: Option<mcp::McpState>,
+    /// Prices of `GET /api/usage` (TURN-06): knife's defaults and the config's `[prices]`.
+    pub prices: Arc<knife_protocol::PriceTable>,
 }

@@ -52,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/events", get(crate::events::sse_events))
         .route("/events/latest", get(latest_sequence))
         .route("/providers", get(list_providers))
+        .route("/usage", get(crate::usage::usage))
         .route(
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),

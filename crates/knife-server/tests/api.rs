@@ -63,6 +63,7 @@ async fn serve(token: Option<&str>) -> Server {
         api_token: token.map(Arc::from),
         closing: Default::default(),
         mcp: None,
+        prices: Arc::new(knife_protocol::PriceTable::defaults()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

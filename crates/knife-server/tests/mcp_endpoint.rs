@@ -57,6 +57,7 @@ async fn serve() -> Server {
             access: Arc::new(FixedAccess::default()),
             debug_tokens: true,
         }),
+        prices: Arc::new(knife_protocol::PriceTable::defaults()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

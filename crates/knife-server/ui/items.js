@@ -38,7 +38,12 @@ export function renderItem(item, ctx) {
           h('span', { class: 'marker-label' }, `↻ ${item.description || 'Message from knife'}`),
           h('details', {}, h('summary', {}, 'what knife told the agent'), h('pre', { class: 'plain' }, item.text)));
       }
-      return h('div', attrs, h('div', { class: 'who' }, 'You'), h('div', { class: 'plain user-text' }, item.text));
+      {
+        // The run's model when the message (or the thread) named one (TURN-10).
+        const run = ctx && ctx.runs && ctx.runs.get(item.run_id);
+        const model = run && run.model ? h('span', { class: 'run-model muted', title: 'model of this run' }, ` · ${run.model}`) : null;
+        return h('div', attrs, h('div', { class: 'who' }, 'You', model), h('div', { class: 'plain user-text' }, item.text));
+      }
     case 'assistant_message':
       return h('div', attrs, h('div', { class: 'who' }, 'Assistant', item.streaming ? h('span', { class: 'streaming' }, ' • streaming') : null,
         item.status === 'interrupted' ? h('span', { class: 'badge' }, 'interrupted') : null),

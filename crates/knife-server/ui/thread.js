@@ -50,7 +50,13 @@ export class ThreadView {
     this.error = h('p', { class: 'error', id: 'thread-error', hidden: true });
     this.input = h('textarea', { id: 'composer-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter to send)' });
     this.sendButton = h('button', { type: 'submit', id: 'send' }, 'Send');
-    const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input, h('div', { class: 'composer-buttons' }, this.interruptButton, this.sendButton));
+    // The model picker (TURN-10): empty sends no `model` (the thread's); a name
+    // applies to each message sent while it is set, recorded on its run. The
+    // list suggests the configured instances' models; any name can be typed.
+    this.models = h('datalist', { id: 'composer-models' });
+    this.modelInput = h('input', { id: 'composer-model', list: 'composer-models', autocomplete: 'off', placeholder: 'model (default)', title: 'model of the next run; empty: the thread\'s model' });
+    const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input,
+      h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.sendButton));
     composer.addEventListener('submit', (e) => { e.preventDefault(); this.send(); });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
@@ -145,7 +151,7 @@ export class ThreadView {
     this.frame = null;
     if (!this.dirty.size) return;
     const stick = this.nearBottom();
-    const ctx = { requests: this.requests, answer: (r, d, m) => this.answer(r, d, m) };
+    const ctx = { requests: this.requests, runs: this.runs, answer: (r, d, m) => this.answer(r, d, m) };
     for (const id of this.dirty) {
       const item = this.items.get(id);
       const el = renderItem(item, ctx);
@@ -199,6 +205,7 @@ export class ThreadView {
     }
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
+    this.fillModels();
     replace(this.statusLine, parts);
     const hide = !t.active_run_id;
     // A hidden button cannot keep the focus: hand it to the composer, not to <body>.
@@ -206,14 +213,26 @@ export class ThreadView {
     this.interruptButton.hidden = hide;
   }
 
+  /** The picker's suggestions: the thread's model and every configured instance's. */
+  fillModels() {
+    const t = this.thread;
+    const known = [t && t.model, ...((this.sidebar && this.sidebar.providers) || []).map((p) => p.model)];
+    const names = [...new Set(known.filter(Boolean))];
+    if (names.join('\n') === this.models.dataset.names) return;
+    this.models.dataset.names = names.join('\n');
+    replace(this.models, names.map((m) => h('option', { value: m })));
+  }
+
   async send() {
     const text = this.input.value;
+    const model = this.modelInput.value.trim();
     // One message per press: Ctrl+Enter again while the first is on its way is ignored.
     if (!text.trim() || this.sending) return;
     this.sending = true;
     this.sendButton.disabled = true;
     try {
-      await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body: { text } });
+      const body = model ? { text, model } : { text };
+      await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body });
       this.input.value = '';
       this.showError(null);
     } catch (e) {

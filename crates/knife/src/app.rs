@@ -90,6 +90,14 @@ fn describe_metrics() {
         "Provider sessions stopped by the reaper for inactivity"
     );
     metrics::describe_counter!(
+        crate::usage_metrics::TOKENS_TOTAL,
+        "Tokens of ended runs by provider instance, model and kind (input, cached_input, output, reasoning)"
+    );
+    metrics::describe_counter!(
+        crate::usage_metrics::COST_TOTAL,
+        "Cost of ended runs in micro-dollars by provider instance and model (priced models only)"
+    );
+    metrics::describe_counter!(
         "knife_resume_budget_exhausted_total",
         "Threads ended with `aborted` because their work was interrupted max_resume_attempts times"
     );
@@ -267,7 +275,17 @@ impl App {
             )),
             config.sessions.reaper_options(),
         );
-        let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+        let prices = Arc::new(crate::config::prices::price_table(&config.prices));
+        let execution = ExecutionService::new(store.clone(), clock.clone(), manager)
+            .with_run_observer(Arc::new(crate::usage_metrics::UsageMetrics {
+                prices: Arc::clone(&prices),
+                default_models: config
+                    .providers
+                    .iter()
+                    .filter(|(_, p)| !p.model.is_empty())
+                    .map(|(id, p)| (id.clone(), p.model.clone()))
+                    .collect(),
+            }));
         let options = RestartOptions {
             max_resume_attempts: config
                 .server
@@ -310,6 +328,7 @@ impl App {
                 access: mcp_access,
                 debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
             }),
+            prices,
         };
         Ok(App {
             lock,

@@ -18,6 +18,8 @@ mod serve;
 mod sessions;
 mod thread_lifecycle;
 mod threads;
+mod usage;
+mod usage_metrics;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +53,9 @@ enum Command {
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Tokens and cost of runs per provider instance and model (`--project`,
+    /// `--thread`, `--since`), priced with knife.toml's `[prices]`.
+    Usage(usage::UsageArgs),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages, OpenAI
     /// Responses and Gemini streamGenerateContent from one script), for tests, demos,
     /// benchmarks and external agents (codex, Claude, Gemini CLI, opencode). Script
@@ -112,6 +117,7 @@ fn main() -> ExitCode {
             Command::Approve(args) => approve::approve(config, args).await,
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
+            Command::Usage(args) => usage::usage(config, args).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
             Command::Demo => demo::demo().await,
             Command::Doctor(args) => doctor::doctor(config, args).await,

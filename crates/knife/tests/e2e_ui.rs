@@ -264,6 +264,13 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             None,
         ),
         (
+            // The composer's model picker (TURN-10).
+            "model",
+            "repeat_last = true\n\n[[response]]\ntext = \"Answered on the picked model.\"\n".into(),
+            "",
+            None,
+        ),
+        (
             "token",
             "[[response]]\ntext = \"Authorised answer.\"\n".into(),
             "",

@@ -81,10 +81,19 @@ struct ActiveRun {
     session: Arc<Mutex<Option<SessionHandle>>>,
 }
 
+/// Told about every run whose terminal state was written (after the write), e.g.
+/// to count its tokens and cost in metrics (TURN-06). Must not block.
+pub trait RunObserver: Send + Sync {
+    /// `run` as written: terminal status, `usage` summed over its model calls.
+    fn run_finished(&self, run: &Run);
+}
+
 struct Inner {
     store: Store,
     clock: SharedClock,
     manager: SessionManager,
+    /// See [`ExecutionService::with_run_observer`].
+    run_observer: Option<Arc<dyn RunObserver>>,
     // std Mutex: only held for map lookups, never across an `.await`.
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
@@ -109,6 +118,7 @@ impl ExecutionService {
                 store,
                 clock,
                 manager,
+                run_observer: None,
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
@@ -123,6 +133,14 @@ impl ExecutionService {
     pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.interrupt_grace = grace;
+        }
+        self
+    }
+
+    /// Calls `observer` after each run's terminal write. Call before sharing the service.
+    pub fn with_run_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.run_observer = Some(observer);
         }
         self
     }

@@ -397,6 +397,9 @@ impl ExecutionService {
         let claimed = thread.is_claimed();
         events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
         store.write(events).await?;
+        if let Some(observer) = &self.inner.run_observer {
+            observer.run_finished(&run);
+        }
         metrics::counter!("knife_runs_total", "outcome" => label).increment(1);
         let seconds = (now - run.requested_at).num_milliseconds().max(0) as f64 / 1000.0;
         metrics::histogram!("knife_run_duration_seconds", "outcome" => label).record(seconds);

@@ -10,6 +10,7 @@ use knife_agent::permissions::{PermissionRule, PermissionRules};
 use serde::Deserialize;
 
 pub mod keys;
+pub mod prices;
 pub mod providers;
 pub use providers::ProviderConfig;
 
@@ -45,6 +46,12 @@ pub struct Config {
     /// project root) and MCP access overrides (MCP-03, MCP-05).
     #[serde(default)]
     pub projects: Vec<ProjectConfig>,
+    /// Model prices in USD per million tokens (`[prices."gpt-4o"] input = 2.5,
+    /// cached_input = 1.25, output = 10`), over knife's default table
+    /// (`knife_protocol::pricing::DEFAULT_PRICES`); a model is priced by its exact
+    /// name, else the longest entry prefixing it (TURN-06).
+    #[serde(default)]
+    pub prices: BTreeMap<String, prices::PriceConfig>,
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.

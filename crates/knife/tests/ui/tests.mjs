@@ -35,6 +35,36 @@ const assistant = (page) => page.locator('.item-assistant_message');
 export const CHAT_ANSWER = 'Hello from **knife**: this answer streams in `piece by piece` over the WebSocket.';
 
 export const tests = {
+  // The composer's model picker (TURN-10): a model typed there goes with the
+  // message, is recorded on its run and shown on the message; empty again, the
+  // next run uses the thread's model.
+  model_picker: {
+    server: 'model',
+    async run({ page, server }) {
+      await newThread(page, server, 'Model picker');
+      const picker = page.locator('#composer-model');
+      const suggested = () => page.locator('#composer-models option').evaluateAll((os) => os.map((o) => o.value));
+      await eventually('the configured model in the suggestions', async () => (await suggested()).includes('gpt-4o-mini'));
+      assert.deepEqual(await suggested(), ['gpt-4o-mini']);
+      await picker.fill('picked-model');
+      await send(page, 'first on the picked model');
+      await assistant(page).locator('.md', { hasText: 'Answered on the picked model.' }).first().waitFor();
+      const first = page.locator('.item-user_message', { hasText: 'first on the picked model' });
+      assert.equal((await first.locator('.run-model').innerText()).trim(), '· picked-model');
+      assert.equal(await picker.inputValue(), 'picked-model', 'the picker keeps its choice');
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      await picker.fill('');
+      await send(page, 'second on the default');
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      const thread = decodeURIComponent(page.url().split('#/thread/')[1]);
+      const runs = () => page.evaluate(async (id) => (await (await fetch(`/api/threads/${encodeURIComponent(id)}`)).json()).runs, thread);
+      await eventually('two completed runs', async () => (await runs()).filter((r) => r.status === 'completed').length === 2);
+      assert.deepEqual((await runs()).map((r) => r.model), ['picked-model', null]);
+      const second = page.locator('.item-user_message', { hasText: 'second on the default' });
+      assert.equal(await second.locator('.run-model').count(), 0);
+    },
+  },
+
   // Threads a server crash cut short (e2e_ui.rs killed and restarted the server
   // before the browser came): one is "resuming after restart" in the sidebar, then
   // shows the "continuing after restart" marker and the resumed answer; the other's
