@@ -37,7 +37,13 @@ pub enum Change {
     },
 }
 
-/// Applies `change` to thread `id` and prints what happened.
+/// The thread `id` names: a full id or a unique prefix (UX-04).
+async fn resolve(client: &crate::client::ApiClient, id: &str) -> anyhow::Result<ThreadId> {
+    let threads: Vec<knife_protocol::Thread> = client.get("/api/threads?archived=true").await?;
+    Ok(crate::thread_ids::pick(&threads, id)?)
+}
+
+/// Applies `change` to thread `id` (its id or a unique prefix) and prints what happened.
 pub async fn apply(
     config_path: Option<&Path>,
     id: &str,
@@ -45,7 +51,6 @@ pub async fn apply(
     target: &Target,
 ) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
-    let thread = ThreadId::from(id);
     if let Some(client) = find_server(
         &config,
         target.server.as_deref(),
@@ -53,11 +58,16 @@ pub async fn apply(
     )
     .await?
     {
+        let thread = resolve(&client, id).await?;
         return send(&client, &thread, change).await;
     }
     let data_dir = config.data_dir(target.data_dir.as_deref())?;
     let server = InProcessServer::start(&config, &data_dir).await?;
-    let result = send(&server.client()?, &thread, change).await;
+    let client = server.client()?;
+    let result = match resolve(&client, id).await {
+        Ok(thread) => send(&client, &thread, change).await,
+        Err(e) => Err(e),
+    };
     server.stop().await?;
     result
 }

@@ -222,6 +222,11 @@ impl Reader {
             .is_ok_and(|rs| rs.iter().any(|r| r.status == RuntimeRequestStatus::Pending))
     }
 
+    /// The thread `given` names: its id or a unique prefix of one (UX-04).
+    async fn resolve(&self, given: &str) -> anyhow::Result<ThreadId> {
+        Ok(crate::thread_ids::pick(&self.threads(true).await?, given)?)
+    }
+
     async fn thread(&self, id: &ThreadId) -> anyhow::Result<ThreadProjection> {
         match self {
             Reader::Api(c) => c.get(&format!("/api/threads/{id}")).await,
@@ -286,22 +291,26 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             let status_w = rows.iter().map(|(_, s)| s.len()).max().unwrap_or(6).max(6);
             if !rows.is_empty() {
                 println!(
-                    "{:<id_w$}  {:<status_w$}  {:>4}  {:<19}  TITLE",
+                    "{:<id_w$}  {:<status_w$}  {:>4}  {:<28}  TITLE",
                     "THREAD", "STATUS", "RUNS", "UPDATED"
                 );
             }
+            let now = chrono::Utc::now();
             for (t, status) in rows {
-                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
+                // A claim on a thread that is not running: work a restart resumes (EXEC-04).
                 let claim = match (t.is_claimed(), t.is_archived()) {
-                    (true, _) => " (claimed)",
+                    (true, _) if t.status != ThreadStatus::Running => {
+                        " (unfinished: resumes when the server restarts)"
+                    }
+                    (true, _) => "",
                     (false, true) => " (archived)",
                     (false, false) => "",
                 };
                 println!(
-                    "{:<id_w$}  {status:<status_w$}  {:>4}  {}  {}{claim}",
+                    "{:<id_w$}  {status:<status_w$}  {:>4}  {:<28}  {}{claim}",
                     t.id.as_str(),
                     t.run_count,
-                    t.updated_at.format("%Y-%m-%d %H:%M:%S"),
+                    crate::human::when(t.updated_at, now),
                     t.title
                 );
             }
@@ -321,7 +330,8 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                      a stopped server resumes when `knife serve` starts; interrupt it then)"
                 );
             };
-            let thread = ThreadId::from(id);
+            let threads: Vec<Thread> = client.get("/api/threads?archived=true").await?;
+            let thread = crate::thread_ids::pick(&threads, &id)?;
             let stopped: InterruptResponse = client
                 .post(
                     &format!("/api/threads/{thread}/interrupt"),
@@ -335,7 +345,8 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
         }
         ThreadsCommand::Show { id, source, json } => {
             let reader = Reader::open(&config, &source).await?;
-            let p = reader.thread(&ThreadId::from(id)).await?;
+            let id = reader.resolve(&id).await?;
+            let p = reader.thread(&id).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&p)?);
             } else {
