@@ -702,6 +702,7 @@ impl TurnRecorder {
             attempt,
             message,
             next,
+            max_attempts: None,
         });
     }
 

@@ -81,7 +81,7 @@ pub(crate) async fn compact(
                 delay,
                 message,
             } => {
-                wait_for_retry(rec, attempt, delay, message).await;
+                wait_for_retry(rec, attempt, retry.max_attempts, delay, message).await;
                 continue;
             }
             RetryDecision::Compact => {

@@ -53,11 +53,12 @@ pub(crate) fn gave_up(
     failure
 }
 
-/// Publishes `retry{attempt, message, next}` (next = now + `delay`, wall clock)
-/// and sleeps `delay` (PROC-06, PROC-10). Cancellable: dropping it stops the wait.
+/// Publishes `retry{attempt, message, next, max_attempts}` (next = now + `delay`, wall
+/// clock) and sleeps `delay` (PROC-06, PROC-10). Cancellable: dropping it stops the wait.
 pub(crate) async fn wait_for_retry(
     rec: &mut TurnRecorder,
     attempt: u32,
+    max_attempts: u32,
     delay: std::time::Duration,
     message: String,
 ) {
@@ -70,6 +71,7 @@ pub(crate) async fn wait_for_retry(
         attempt,
         message,
         next,
+        max_attempts: Some(max_attempts),
     });
     tokio::time::sleep(delay).await;
 }

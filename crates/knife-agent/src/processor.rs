@@ -217,7 +217,7 @@ impl Processor<'_> {
                     message: why,
                 } => {
                     rec.discard_since(mark);
-                    wait_for_retry(rec, attempt, delay, why).await;
+                    wait_for_retry(rec, attempt, self.retry.max_attempts, delay, why).await;
                 }
                 // PROC-07: no error on the message; the failed call's parts are
                 // dropped and the loop compacts.

@@ -102,8 +102,8 @@ pub fn classify(error: &LlmError) -> ErrorClass {
                 None => ErrorClass::Fatal { name: API_ERROR },
             },
         },
-        LlmError::Transport(_) => ErrorClass::Retryable {
-            message: "Could not reach the model endpoint".to_owned(),
+        LlmError::Transport(detail) => ErrorClass::Retryable {
+            message: transport_message(detail),
         },
         LlmError::Timeout { .. } => ErrorClass::Retryable {
             message: "The model endpoint stopped answering".to_owned(),
@@ -384,6 +384,33 @@ fn is_deterministic_refusal(code: Option<&str>, body: Option<&Value>, message: &
 }
 
 /// The status message for a transient code or text, when it is one (PROC-05).
+/// A transport failure as the retry status says it (UX-03): the URL and the innermost
+/// cause of the error chain, e.g. `Could not reach http://127.0.0.1:9/v1/chat/completions:
+/// connection refused`; without a URL in the chain, `Could not reach the model endpoint
+/// (<cause>)`.
+pub fn transport_message(detail: &str) -> String {
+    let url = detail
+        .split_once("for url (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(url, _)| url.trim());
+    let cause = detail.rsplit(": ").next().unwrap_or(detail).trim();
+    let cause = match cause.find(" (os error") {
+        Some(at) => &cause[..at],
+        None => cause,
+    };
+    let mut chars = cause.chars();
+    let cause: String = match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    };
+    match (url, cause.is_empty()) {
+        (Some(url), false) => format!("Could not reach {url}: {cause}"),
+        (Some(url), true) => format!("Could not reach {url}"),
+        (None, false) => format!("Could not reach the model endpoint ({cause})"),
+        (None, true) => "Could not reach the model endpoint".to_owned(),
+    }
+}
+
 fn transient_message(code: Option<&str>, text: &str) -> Option<String> {
     let code = code.map(str::to_lowercase).unwrap_or_default();
     let text = text.to_lowercase();

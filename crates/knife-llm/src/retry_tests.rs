@@ -476,3 +476,20 @@ fn turn_09_attempts_note_says_how_many_calls_over_how_long() {
     assert_eq!(human_duration(Duration::from_secs(42)), "42s");
     assert_eq!(human_duration(Duration::from_secs(3900)), "1h 5m");
 }
+
+#[test]
+fn ux_03_a_transport_retry_names_the_url_and_the_cause() {
+    let chain = "error sending request for url (http://127.0.0.1:9/v1/chat/completions): \
+                 client error (Connect): tcp connect error: Connection refused (os error 111)";
+    assert_eq!(
+        classify(&LlmError::Transport(chain.into())),
+        ErrorClass::Retryable {
+            message: "Could not reach http://127.0.0.1:9/v1/chat/completions: connection refused"
+                .into()
+        }
+    );
+    assert_eq!(
+        crate::retry::transport_message("connection reset"),
+        "Could not reach the model endpoint (connection reset)"
+    );
+}

@@ -148,6 +148,11 @@ pub enum AgentStatus {
         message: String,
         /// Wall-clock time of the next try.
         next: Timestamp,
+        /// Most model calls of the step, the first included (PROC-11), when the
+        /// runtime knows it: the next try is call `attempt + 1` of `max_attempts`
+        /// (`knife run` prints "attempt 2 of 8", UX-03).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_attempts: Option<u32>,
     },
 }
 

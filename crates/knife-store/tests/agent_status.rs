@@ -43,6 +43,7 @@ async fn proc_06_thread_status_events_set_the_threads_agent_status() {
         attempt: 1,
         message: "Too Many Requests".into(),
         next: ts(7),
+        max_attempts: None,
     };
     let written = store
         .write(vec![

@@ -99,9 +99,8 @@ async fn follow_all(client: &ApiClient, thread: &ThreadId) -> anyhow::Result<Exi
         )
         .await?;
         eprintln!(
-            "thread {thread} · run {} · {}",
-            done.ordinal,
-            status_word(done.status)
+            "thread {thread} · {}",
+            crate::render::run_summary(&done, crate::render::colour_for(&std::io::stderr()))
         );
         if let Some(e) = &done.error
             && done.status != RunStatus::Completed

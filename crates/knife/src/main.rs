@@ -13,6 +13,7 @@ mod demo;
 mod doctor;
 mod human;
 mod lock;
+mod markdown;
 mod pipe;
 mod providers;
 mod render;

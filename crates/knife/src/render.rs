@@ -1,17 +1,20 @@
-//! Terminal rendering of a run: streams assistant text to stdout as it grows,
-//! prints tool calls compactly to stderr, shows a spinner while waiting, and hands
-//! the run's approval requests to the terminal prompt (or prints how to answer them).
+//! Terminal rendering of a run: streams assistant text to stdout as it grows (Markdown
+//! rendered, line by line, on a colour terminal: UX-03), prints reasoning dimmed and tool
+//! calls with an output preview to stderr, shows a spinner while waiting, and hands the
+//! run's approval requests to the terminal prompt (or prints how to answer them).
 
 use std::collections::{HashMap, HashSet};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::time::Duration;
 
+use anstyle::{AnsiColor, Effects, Style};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use knife_protocol::*;
 
 use crate::approve::{Prompter, approve_hint, describe};
 use crate::client::ApiClient;
+use crate::markdown::MarkdownStream;
 
 /// Follows `thread`'s events after `after` until `run` reaches a terminal status,
 /// rendering as it goes. A pending approval request of the run goes to `prompter`
@@ -101,6 +104,11 @@ pub async fn follow_run_from(
 pub struct RunView<'p> {
     printed: HashMap<TurnItemId, usize>,
     tools: HashMap<TurnItemId, TurnItemStatus>,
+    /// Transcript positions of the tool calls not finished yet.
+    open_tools: HashMap<TurnItemId, u64>,
+    /// Live text of items after an unfinished tool call: deltas overtake the durable
+    /// tool result, so they wait for it to keep the transcript's order.
+    held: Vec<ItemDelta>,
     /// The spinner, on stderr, only while nothing is printed on the current line and
     /// no approval is being asked: it redraws its line with `\r` + clear-line, which
     /// would wipe streamed text or a prompt.
@@ -112,8 +120,22 @@ pub struct RunView<'p> {
     /// Requests already shown as pending / as settled.
     asked: HashSet<RuntimeRequestId>,
     settled: HashSet<RuntimeRequestId>,
-    /// The last retry attempt printed on a line of its own (no terminal).
+    /// The last retry attempt printed on a line of its own.
     retry_shown: u32,
+    /// Colour and rendered Markdown on stdout / colour and reasoning on stderr (a
+    /// terminal without NO_COLOR; anstream's rules).
+    colour_out: bool,
+    colour_err: bool,
+    /// Answers being rendered as Markdown (only with `colour_out`).
+    markdown: HashMap<TurnItemId, MarkdownStream>,
+    /// Reasoning text waiting for the end of its line (only with `colour_err`).
+    reasoning: HashMap<TurnItemId, String>,
+}
+
+/// True when `stream` gets colour: a terminal, and neither `NO_COLOR` nor `TERM=dumb`
+/// (anstream's rules; `CLICOLOR_FORCE` forces it on).
+pub fn colour_for(stream: &impl anstream::stream::RawStream) -> bool {
+    anstream::AutoStream::choice(stream) != anstream::ColorChoice::Never
 }
 
 impl<'p> RunView<'p> {
@@ -121,6 +143,8 @@ impl<'p> RunView<'p> {
         let mut view = Self {
             printed: HashMap::new(),
             tools: HashMap::new(),
+            open_tools: HashMap::new(),
+            held: Vec::new(),
             spinner: None,
             message: WAITING.to_owned(),
             mid_line: false,
@@ -128,6 +152,10 @@ impl<'p> RunView<'p> {
             asked: HashSet::new(),
             settled: HashSet::new(),
             retry_shown: 0,
+            colour_out: colour_for(&std::io::stdout()),
+            colour_err: colour_for(&std::io::stderr()),
+            markdown: HashMap::new(),
+            reasoning: HashMap::new(),
         };
         view.show_spinner();
         view
@@ -173,11 +201,70 @@ impl<'p> RunView<'p> {
     /// Prints `line` to stderr on a line of its own (ending a streamed line first),
     /// with the spinner out of the way.
     fn line(&mut self, line: &str) {
+        self.flush_text();
         self.hide_spinner();
         if std::mem::take(&mut self.mid_line) {
             println!();
         }
         eprintln!("{line}");
+    }
+
+    /// `text` in `style` on stderr when it has colour, else plain.
+    fn paint(&self, style: Style, text: &str) -> String {
+        if self.colour_err {
+            format!("{}{text}{}", style.render(), style.render_reset())
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Prints what the Markdown renderers and the reasoning buffers still hold (a
+    /// partial last line); text arriving later for the same item starts afresh.
+    fn flush_text(&mut self) {
+        let mut out = String::new();
+        for stream in self.markdown.values_mut() {
+            out.push_str(&std::mem::take(stream).finish());
+        }
+        let held: Vec<String> = self
+            .reasoning
+            .values_mut()
+            .map(std::mem::take)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if !out.is_empty() {
+            self.hide_spinner();
+            print!("{out}");
+            let _ = std::io::stdout().flush();
+        }
+        for line in held {
+            self.reasoning_line(&line);
+        }
+    }
+
+    fn reasoning_line(&mut self, line: &str) {
+        self.hide_spinner();
+        if std::mem::take(&mut self.mid_line) {
+            println!();
+        }
+        eprintln!("{}", self.paint(DIM_ITALIC, &format!("  ┊ {line}")));
+    }
+
+    /// More reasoning of `item`, shown dimmed line by line on a colour terminal.
+    fn print_reasoning(&mut self, item: &TurnItemId, fresh: &str) {
+        if !self.colour_err {
+            return;
+        }
+        let buf = self.reasoning.entry(item.clone()).or_default();
+        buf.push_str(fresh);
+        let mut lines = Vec::new();
+        while let Some(at) = buf.find('\n') {
+            let line: String = buf.drain(..=at).collect();
+            lines.push(line.trim_end().to_owned());
+        }
+        for line in lines {
+            self.reasoning_line(&line);
+        }
+        self.show_spinner();
     }
 
     /// A runtime request of the run: pending → hide the spinner and ask (or print
@@ -240,6 +327,11 @@ impl<'p> RunView<'p> {
     }
 
     fn finish(&mut self) {
+        self.open_tools.clear();
+        if let Some(run) = self.held.first().and_then(|d| d.run_id.clone()) {
+            self.release_held(Some(run));
+        }
+        self.flush_text();
         self.hide_spinner();
         if self.mid_line {
             println!();
@@ -265,14 +357,18 @@ impl<'p> RunView<'p> {
                 ..
             } if r == run => match status {
                 AgentStatus::Retry {
-                    attempt, message, ..
+                    attempt,
+                    message,
+                    next,
+                    max_attempts,
                 } => {
-                    let text = format!("{message}; retrying (attempt {attempt})…");
-                    // Without a terminal there is no spinner: say it on a line of its
-                    // own, once per attempt, so a stuck-looking run shows why.
-                    if !std::io::stderr().is_terminal() && self.retry_shown < *attempt {
+                    let text = retry_text(message, *attempt, *max_attempts, *next);
+                    // Said at once, on a line of its own, once per attempt (UX-03): the
+                    // spinner alone hides a dead endpoint for minutes.
+                    if self.retry_shown < *attempt {
                         self.retry_shown = *attempt;
-                        self.line(&format!("  {text}"));
+                        let line = self.paint(YELLOW, &format!("  ⟳ {text}"));
+                        self.line(&line);
                     }
                     self.set_message(text);
                 }
@@ -287,7 +383,16 @@ impl<'p> RunView<'p> {
     /// Prints an answer's live text as it arrives (LIVE-01); the durable snapshots
     /// then add nothing already printed.
     fn delta(&mut self, delta: &ItemDelta, run: &RunId) {
-        if delta.field != DeltaField::Text || delta.run_id.as_ref() != Some(run) {
+        let text = match delta.field {
+            DeltaField::Text => true,
+            DeltaField::Reasoning => false,
+            _ => return,
+        };
+        if delta.run_id.as_ref() != Some(run) {
+            return;
+        }
+        if self.open_tools.values().any(|at| *at < delta.ordinal) {
+            self.held.push(delta.clone());
             return;
         }
         let done = self.printed.entry(delta.item_id.clone()).or_insert(0);
@@ -300,7 +405,11 @@ impl<'p> RunView<'p> {
             return;
         };
         *done += fresh.len();
-        self.print_text(fresh);
+        if text {
+            self.print_text(&delta.item_id, fresh);
+        } else {
+            self.print_reasoning(&delta.item_id, fresh);
+        }
     }
 
     /// A discarded attempt: its printed text cannot be taken back, so the retry's
@@ -310,13 +419,30 @@ impl<'p> RunView<'p> {
             && *done > 0
         {
             *done = 0;
+            self.markdown.remove(&reset.item_id);
+            self.reasoning.remove(&reset.item_id);
             if self.mid_line {
-                self.print_text("\n");
+                self.print_text(&reset.item_id, "\n");
             }
         }
     }
 
-    fn print_text(&mut self, fresh: &str) {
+    /// More answer text of `item`: rendered Markdown, a line once it is complete, on a
+    /// colour terminal; else printed as it comes.
+    fn print_text(&mut self, item: &TurnItemId, fresh: &str) {
+        if self.colour_out {
+            let out = self.markdown.entry(item.clone()).or_default().push(fresh);
+            if !out.is_empty() {
+                self.hide_spinner();
+                if std::mem::take(&mut self.mid_line) {
+                    println!();
+                }
+                print!("{out}");
+                let _ = std::io::stdout().flush();
+            }
+            self.show_spinner();
+            return;
+        }
         self.hide_spinner();
         print!("{fresh}");
         let _ = std::io::stdout().flush();
@@ -326,12 +452,23 @@ impl<'p> RunView<'p> {
 
     fn item(&mut self, item: &TurnItem) {
         match &item.kind {
-            TurnItemKind::AssistantMessage { text, .. } => {
+            TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => {
+                let answer = matches!(item.kind, TurnItemKind::AssistantMessage { .. });
                 let done = self.printed.entry(item.id.clone()).or_insert(0);
                 if text.len() > *done && text.is_char_boundary(*done) {
                     let fresh = text[*done..].to_owned();
                     *done = text.len();
-                    self.print_text(&fresh);
+                    if answer {
+                        self.print_text(&item.id, &fresh);
+                    } else {
+                        self.print_reasoning(&item.id, &fresh);
+                    }
+                }
+                if !matches!(
+                    item.status,
+                    TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+                ) {
+                    self.flush_item(&item.id);
                 }
             }
             TurnItemKind::ToolCall {
@@ -345,21 +482,42 @@ impl<'p> RunView<'p> {
                 if before == Some(item.status) {
                     return;
                 }
+                if matches!(
+                    item.status,
+                    TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+                ) {
+                    self.open_tools.insert(item.id.clone(), item.ordinal);
+                } else {
+                    self.open_tools.remove(&item.id);
+                }
                 let started = matches!(before, None | Some(TurnItemStatus::Pending));
                 let mut lines = Vec::new();
                 if started && item.status != TurnItemStatus::Pending {
-                    lines.push(format!("→ {tool} {}", compact(input)));
+                    lines.push(format!(
+                        "{} {}",
+                        self.paint(BOLD, &format!("→ {tool}")),
+                        compact(input)
+                    ));
                 }
                 match item.status {
                     TurnItemStatus::Completed => {
+                        let output = output.as_deref().unwrap_or("");
                         lines.push(format!(
-                            "  ✓ {tool}: {}",
-                            summarize_output(tool, output.as_deref().unwrap_or(""))
+                            "  {} {}",
+                            self.paint(GREEN, "✓"),
+                            self.paint(
+                                Style::new(),
+                                &format!("{tool}: {}", summarize_output(tool, output))
+                            )
                         ));
+                        for line in output_preview(tool, output) {
+                            lines.push(self.paint(DIM, &format!("    │ {line}")));
+                        }
                     }
                     TurnItemStatus::Failed | TurnItemStatus::Interrupted => {
                         lines.push(format!(
-                            "  ✗ {tool}: {}",
+                            "  {} {tool}: {}",
+                            self.paint(RED, "✗"),
                             error.as_deref().unwrap_or("failed")
                         ));
                     }
@@ -376,9 +534,11 @@ impl<'p> RunView<'p> {
                     }
                     _ => self.set_message(WAITING),
                 }
+                self.release_held(item.run_id.clone());
             }
             TurnItemKind::Error { error } => {
-                self.line(&format!("✗ {} ({})", error.message, error.error_type));
+                let text = self.paint(RED, &format!("✗ {} ({})", error.message, error.error_type));
+                self.line(&text);
                 self.show_spinner();
             }
             TurnItemKind::Compaction { .. } if item.status == TurnItemStatus::Completed => {
@@ -388,10 +548,146 @@ impl<'p> RunView<'p> {
             _ => {}
         }
     }
+
+    /// Replays the held deltas that no unfinished tool call precedes any more.
+    fn release_held(&mut self, run: Option<RunId>) {
+        let Some(run) = run else {
+            return;
+        };
+        let held = std::mem::take(&mut self.held);
+        for delta in held {
+            self.delta(&delta, &run);
+        }
+    }
+
+    /// Prints what is held of `item`'s text (its partial last line).
+    fn flush_item(&mut self, item: &TurnItemId) {
+        if let Some(mut stream) = self.markdown.remove(item) {
+            let out = stream.finish();
+            if !out.is_empty() {
+                self.hide_spinner();
+                print!("{out}");
+                let _ = std::io::stdout().flush();
+            }
+        }
+        if let Some(line) = self.reasoning.remove(item)
+            && !line.is_empty()
+        {
+            self.reasoning_line(&line);
+        }
+        self.show_spinner();
+    }
 }
 
 /// What the spinner says while the model is working.
 const WAITING: &str = "waiting for the model…";
+
+const DIM: Style = Style::new().effects(Effects::DIMMED);
+const DIM_ITALIC: Style = Style::new().effects(Effects::DIMMED.insert(Effects::ITALIC));
+const BOLD: Style = Style::new().effects(Effects::BOLD);
+const GREEN: Style = Style::new().fg_color(Some(anstyle::Color::Ansi(AnsiColor::Green)));
+const RED: Style = Style::new().fg_color(Some(anstyle::Color::Ansi(AnsiColor::Red)));
+const YELLOW: Style = Style::new().fg_color(Some(anstyle::Color::Ansi(AnsiColor::Yellow)));
+
+/// A retry as people read it (UX-03): `Could not reach http://…: connection refused;
+/// retrying (attempt 2 of 8, next in 2 s)`. `attempt` is the retry number (1 = the
+/// first retry), so the next call is `attempt + 1`.
+pub fn retry_text(
+    message: &str,
+    attempt: u32,
+    max_attempts: Option<u32>,
+    next: Timestamp,
+) -> String {
+    let call = attempt + 1;
+    let of = max_attempts.map(|m| format!(" of {m}")).unwrap_or_default();
+    let wait = (next - chrono::Utc::now()).num_milliseconds().max(0);
+    let secs = (wait + 500) / 1000;
+    format!("{message}; retrying (attempt {call}{of}, next in {secs} s)")
+}
+
+/// The line that ends a followed run (UX-03): `run 2 · completed · 3.4s · 1,234 tokens
+/// (1,200 in, 34 out)`; the status coloured when `colour`.
+pub fn run_summary(run: &Run, colour: bool) -> String {
+    let status = format!("{:?}", run.status).to_lowercase();
+    let style = match run.status {
+        RunStatus::Completed => GREEN,
+        RunStatus::Failed => RED,
+        _ => YELLOW,
+    };
+    let status = if colour {
+        format!("{}{status}{}", style.render(), style.render_reset())
+    } else {
+        status
+    };
+    let mut parts = vec![format!("run {}", run.ordinal), status];
+    let from = run.started_at.unwrap_or(run.requested_at);
+    if let Some(to) = run.completed_at
+        && let Ok(elapsed) = (to - from).to_std()
+    {
+        parts.push(knife_llm::retry::human_duration(elapsed));
+    }
+    if let Some(u) = &run.usage {
+        let total = if u.total_tokens > 0 {
+            u.total_tokens
+        } else {
+            u.input_tokens + u.output_tokens
+        };
+        parts.push(format!(
+            "{} tokens ({} in, {} out)",
+            thousands(total),
+            thousands(u.input_tokens),
+            thousands(u.output_tokens)
+        ));
+    }
+    parts.join(" · ")
+}
+
+/// `1234567` → `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The first lines of a tool's output, for the preview under its summary (UX-03): at
+/// most [`PREVIEW_LINES`], each cut at 160 characters, then `… N more lines`; bash's
+/// own status lines left out.
+pub fn output_preview(tool: &str, output: &str) -> Vec<String> {
+    let lines: Vec<&str> = output
+        .lines()
+        .filter(|l| {
+            tool != "bash"
+                || !(l.starts_with("(exit ")
+                    || l.starts_with("(killed by signal")
+                    || *l == "(no output)"
+                    || l.starts_with("(background processes it left running"))
+        })
+        .collect();
+    let mut out: Vec<String> = lines
+        .iter()
+        .take(PREVIEW_LINES)
+        .map(|l| {
+            if l.chars().count() > 160 {
+                format!("{}…", l.chars().take(159).collect::<String>())
+            } else {
+                (*l).to_owned()
+            }
+        })
+        .collect();
+    if lines.len() > PREVIEW_LINES {
+        out.push(format!("… {} more lines", lines.len() - PREVIEW_LINES));
+    }
+    out
+}
+
+/// Lines of tool output shown under a tool call.
+pub const PREVIEW_LINES: usize = 4;
 
 /// A short summary of a tool's output: its line count, and for `bash` the exit
 /// status it ends with (`no output, exit code 0`, `3 lines, exit code 1`).
@@ -436,7 +732,7 @@ fn compact(input: &serde_json::Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::summarize_output;
+    use super::*;
 
     #[test]
     fn bash_output_is_summarised_with_its_exit_status() {
@@ -450,5 +746,17 @@ mod tests {
         );
         assert_eq!(summarize_output("read", "one\n"), "1 line");
         assert_eq!(summarize_output("list", ""), "no output");
+    }
+
+    #[test]
+    fn ux_03_tool_output_preview_shows_the_first_lines_and_counts_the_rest() {
+        let out = "a\nb\nc\nd\ne\nf\n(exit code 0)";
+        assert_eq!(
+            output_preview("bash", out),
+            ["a", "b", "c", "d", "… 2 more lines"]
+        );
+        assert!(output_preview("bash", "(no output)\n(exit code 0)").is_empty());
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(12), "12");
     }
 }

@@ -134,12 +134,17 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
             }
         }
     };
+    let colour = crate::render::colour_for(&std::io::stderr());
     eprintln!(
-        "thread {} · run {} · {}",
+        "thread {} · {}",
         thread.id,
-        run.ordinal,
-        format!("{:?}", run.status).to_lowercase()
+        crate::render::run_summary(&run, colour)
     );
+    let error_word = if colour {
+        "\u{1b}[1;31merror:\u{1b}[0m"
+    } else {
+        "error:"
+    };
     match run.status {
         RunStatus::Completed => Ok(ExitCode::SUCCESS),
         _ if interrupted => Ok(ExitCode::from(130)),
@@ -148,9 +153,9 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
                 // The type only when the message does not already say it
                 // ("the run was interrupted (user)" is type `interrupted`).
                 if e.message.contains(e.error_type.as_str()) {
-                    eprintln!("error: {}", e.message);
+                    eprintln!("{error_word} {}", e.message);
                 } else {
-                    eprintln!("error: {} ({})", e.message, e.error_type);
+                    eprintln!("{error_word} {} ({})", e.message, e.error_type);
                 }
             }
             Ok(ExitCode::FAILURE)

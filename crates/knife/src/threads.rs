@@ -422,6 +422,7 @@ fn print_projection(p: &ThreadProjection) {
             attempt,
             message,
             next,
+            ..
         }) => println!("agent    retrying ({message}), attempt {attempt}, next at {next}"),
         Some(AgentStatus::Busy) => println!("agent    busy"),
         Some(AgentStatus::Idle) | None => {}

@@ -512,7 +512,7 @@ async fn e2e_cli_run_without_a_terminal_prints_retries() {
     let retries = out
         .stderr
         .lines()
-        .filter(|l| l.contains("retrying (attempt 1)"))
+        .filter(|l| l.contains("Provider Server Error; retrying (attempt 2 of 8, next in 0 s)"))
         .count();
     assert_eq!(retries, 1, "{}", out.stderr);
 }

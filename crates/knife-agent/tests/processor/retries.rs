@@ -138,6 +138,7 @@ async fn proc_06_a_retry_publishes_busy_retry_busy_idle() {
                 attempt: 1,
                 message: "Too Many Requests".into(),
                 next: origin() + chrono::TimeDelta::seconds(2),
+                max_attempts: Some(8),
             },
             AgentStatus::Busy,
             AgentStatus::Idle,
