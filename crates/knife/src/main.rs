@@ -25,6 +25,7 @@ mod thread_ids;
 mod thread_lifecycle;
 mod threads;
 mod token;
+mod tui;
 mod usage;
 mod usage_metrics;
 
@@ -36,17 +37,29 @@ use clap::{Parser, Subcommand};
 /// knife hosts agent threads inside project folders, records every turn in
 /// SQLite, and streams it over HTTP, WebSocket and this CLI.
 #[derive(Parser)]
-#[command(name = "knife", version, about, long_about = None)]
+#[command(
+    name = "knife",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     /// Config file (default: ./knife.toml, then $XDG_CONFIG_HOME/knife/knife.toml).
     #[arg(long, global = true, env = "KNIFE_CONFIG")]
     config: Option<PathBuf>,
+    /// Without a command, in a terminal: the interactive view (`knife tui`).
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    tui: tui::TuiArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// The interactive terminal: threads, the live transcript, approvals, Esc to
+    /// interrupt (also `knife` alone).
+    Tui(tui::TuiArgs),
     /// Run the knife server (HTTP + WebSocket API).
     Serve(serve::ServeArgs),
     /// Send one prompt to an agent in a project and stream the answer.
@@ -114,10 +127,11 @@ fn main() -> ExitCode {
     protect_process_memory();
     pipe::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
-    init_tracing(matches!(
-        cli.command,
-        Command::Serve(_) | Command::MockLlm(_)
-    ));
+    let command = cli.command.unwrap_or(Command::Tui(cli.tui));
+    // The full-screen view has no log lines: they would draw over it.
+    if !matches!(command, Command::Tui(_)) {
+        init_tracing(matches!(command, Command::Serve(_) | Command::MockLlm(_)));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -130,7 +144,8 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         let config = cli.config.as_deref();
-        match cli.command {
+        match command {
+            Command::Tui(args) => tui::tui(config, args).await,
             Command::Serve(args) => serve::serve(config, args).await,
             Command::Run(args) => run::run(config, args).await,
             Command::Approve(args) => approve::approve(config, args).await,

@@ -496,7 +496,7 @@ impl<'p> RunView<'p> {
                     lines.push(format!(
                         "{} {}",
                         self.paint(BOLD, &format!("→ {tool}")),
-                        compact(input)
+                        compact_input(input)
                     ));
                 }
                 match item.status {
@@ -718,7 +718,7 @@ pub fn summarize_output(tool: &str, output: &str) -> String {
 }
 
 /// A one-line, at most 120-char rendering of a tool input.
-fn compact(input: &serde_json::Value) -> String {
+pub fn compact_input(input: &serde_json::Value) -> String {
     let text = match input {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),

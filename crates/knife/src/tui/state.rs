@@ -1,0 +1,234 @@
+//! What the interactive terminal shows of one thread (SPEC UX-02): its transcript items
+//! kept from the projection, the durable events and the live deltas, in transcript order.
+
+use std::collections::HashMap;
+
+use knife_protocol::*;
+
+/// One transcript entry: a turn item with its live text merged in.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub id: TurnItemId,
+    pub ordinal: u64,
+    pub run: Option<RunId>,
+    pub status: TurnItemStatus,
+    pub kind: TurnItemKind,
+}
+
+/// The open thread as the terminal shows it.
+#[derive(Debug, Default)]
+pub struct ThreadView {
+    pub thread: Option<Thread>,
+    pub runs: Vec<Run>,
+    entries: Vec<Entry>,
+    index: HashMap<TurnItemId, usize>,
+    /// Runtime requests by id (pending ones are answered inline).
+    pub requests: Vec<RuntimeRequest>,
+    /// The sequence of the last durable event applied.
+    pub after: u64,
+    /// What the agent is doing (busy, retrying …).
+    pub agent: Option<AgentStatus>,
+}
+
+impl ThreadView {
+    /// A view of `p` (a `GET /api/threads/{id}` answer).
+    pub fn from_projection(p: ThreadProjection) -> Self {
+        let mut view = ThreadView {
+            agent: p.thread.agent_status.clone(),
+            thread: Some(p.thread),
+            runs: p.runs,
+            requests: p.runtime_requests,
+            after: p.latest_sequence,
+            ..Default::default()
+        };
+        for item in p.turn_items {
+            view.upsert(item);
+        }
+        view
+    }
+
+    /// The entries in transcript order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The run in progress, if any.
+    pub fn active_run(&self) -> Option<&Run> {
+        self.runs.iter().rev().find(|r| !r.status.is_terminal())
+    }
+
+    /// The last run.
+    pub fn last_run(&self) -> Option<&Run> {
+        self.runs.iter().max_by_key(|r| r.ordinal)
+    }
+
+    /// The first request waiting for an answer.
+    pub fn pending_request(&self) -> Option<&RuntimeRequest> {
+        self.requests
+            .iter()
+            .find(|r| r.status == RuntimeRequestStatus::Pending)
+    }
+
+    /// Applies one durable event of the thread.
+    pub fn apply(&mut self, event: &StoredEvent) {
+        self.after = self.after.max(event.sequence);
+        match &event.event.body {
+            EventBody::TurnItemUpdated(item) => self.upsert(item.clone()),
+            EventBody::RunCreated(run) | EventBody::RunUpdated(run) => {
+                match self.runs.iter_mut().find(|r| r.id == run.id) {
+                    Some(r) => *r = run.clone(),
+                    None => self.runs.push(run.clone()),
+                }
+                self.runs.sort_by_key(|r| r.ordinal);
+            }
+            EventBody::RuntimeRequestUpdated(r) => {
+                match self.requests.iter_mut().find(|x| x.id == r.id) {
+                    Some(x) => *x = r.clone(),
+                    None => self.requests.push(r.clone()),
+                }
+            }
+            EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => {
+                self.agent = t.agent_status.clone();
+                self.thread = Some(t.clone());
+            }
+            EventBody::ThreadStatusChanged { status, .. } => self.agent = Some(status.clone()),
+            _ => {}
+        }
+    }
+
+    /// Applies a live delta: text continuing an item's field at `offset` (LIVE-01). A
+    /// delta for an item not seen yet makes a streaming placeholder at its ordinal.
+    pub fn delta(&mut self, d: &ItemDelta) {
+        if !self.index.contains_key(&d.item_id) {
+            let kind = match d.field {
+                DeltaField::Text => TurnItemKind::AssistantMessage {
+                    text: String::new(),
+                    streaming: true,
+                },
+                DeltaField::Reasoning => TurnItemKind::Reasoning {
+                    text: String::new(),
+                    streaming: true,
+                },
+                _ => return,
+            };
+            self.insert(Entry {
+                id: d.item_id.clone(),
+                ordinal: d.ordinal,
+                run: d.run_id.clone(),
+                status: TurnItemStatus::Running,
+                kind,
+            });
+        }
+        let Some(&at) = self.index.get(&d.item_id) else {
+            return;
+        };
+        let Some(entry) = self.entries.get_mut(at) else {
+            return;
+        };
+        let text = match (&mut entry.kind, d.field) {
+            (TurnItemKind::AssistantMessage { text, .. }, DeltaField::Text)
+            | (TurnItemKind::Reasoning { text, .. }, DeltaField::Reasoning) => text,
+            (TurnItemKind::ToolCall { output, .. }, DeltaField::Output) => {
+                output.get_or_insert_with(String::new)
+            }
+            _ => return,
+        };
+        let offset = d.offset as usize;
+        if offset > text.len() || d.end() as usize <= text.len() || !text.is_char_boundary(offset) {
+            return;
+        }
+        text.truncate(offset);
+        text.push_str(&d.text);
+    }
+
+    /// A discarded attempt: the item's live text is void.
+    pub fn reset(&mut self, r: &ItemReset) {
+        if let Some(&at) = self.index.get(&r.item_id)
+            && let Some(entry) = self.entries.get_mut(at)
+        {
+            match &mut entry.kind {
+                TurnItemKind::AssistantMessage { text, .. }
+                | TurnItemKind::Reasoning { text, .. } => text.clear(),
+                _ => {}
+            }
+        }
+    }
+
+    /// A durable item: replaces what is shown, except that live text already longer
+    /// than the durable snapshot is kept (deltas run ahead of the log).
+    fn upsert(&mut self, item: TurnItem) {
+        let entry = Entry {
+            id: item.id.clone(),
+            ordinal: item.ordinal,
+            run: item.run_id.clone(),
+            status: item.status,
+            kind: item.kind,
+        };
+        let Some(&at) = self.index.get(&entry.id) else {
+            self.insert(entry);
+            return;
+        };
+        let Some(old) = self.entries.get_mut(at) else {
+            return;
+        };
+        let mut entry = entry;
+        match (&old.kind, &mut entry.kind) {
+            (
+                TurnItemKind::AssistantMessage { text: live, .. },
+                TurnItemKind::AssistantMessage { text, .. },
+            )
+            | (TurnItemKind::Reasoning { text: live, .. }, TurnItemKind::Reasoning { text, .. })
+                if live.len() > text.len() && live.starts_with(text.as_str()) =>
+            {
+                *text = live.clone();
+            }
+            _ => {}
+        }
+        *old = entry;
+    }
+
+    fn insert(&mut self, entry: Entry) {
+        let at = self.entries.partition_point(|e| e.ordinal <= entry.ordinal);
+        self.entries.insert(at, entry);
+        self.index = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.id.clone(), i))
+            .collect();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn delta(item: &str, ordinal: u64, offset: u64, text: &str) -> ItemDelta {
+        serde_json::from_value(serde_json::json!({
+            "thread_id": "t", "run_id": "run:t:1", "item_id": item, "ordinal": ordinal,
+            "field": "text", "offset": offset, "text": text,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn ux_02_live_deltas_build_the_answer_in_transcript_order_once() {
+        let mut view = ThreadView::default();
+        view.delta(&delta("b", 1_000_002, 0, "Hel"));
+        view.delta(&delta("b", 1_000_002, 3, "lo"));
+        // A repeated or overlapping delta adds nothing twice.
+        view.delta(&delta("b", 1_000_002, 3, "lo"));
+        view.delta(&delta("b", 1_000_002, 4, "o!"));
+        view.delta(&delta("a", 1_000_001, 0, "first"));
+        let texts: Vec<String> = view
+            .entries()
+            .iter()
+            .map(|e| match &e.kind {
+                TurnItemKind::AssistantMessage { text, .. } => text.clone(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(texts, ["first", "Hello!"]);
+    }
+}
