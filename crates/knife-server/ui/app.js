@@ -14,8 +14,18 @@ const status = h('span', { class: 'conn', id: 'conn', title: 'live updates (WebS
 let sidebar = null;
 let view = null;
 
+/** Opens or closes the sidebar on a phone (UX-05). */
+function toggleSidebar(open) {
+  const app = document.getElementById('app');
+  const on = open === undefined ? !app.classList.contains('sidebar-open') : open;
+  app.classList.toggle('sidebar-open', on);
+  const button = document.getElementById('sidebar-toggle');
+  if (button) button.setAttribute('aria-expanded', String(on));
+}
+
 function nav() {
   return h('nav', { class: 'top' },
+    h('button', { type: 'button', class: 'sidebar-toggle', id: 'sidebar-toggle', 'aria-label': 'projects and threads', 'aria-expanded': 'false', on: { click: () => toggleSidebar() } }, '☰'),
     h('a', { href: '#/', class: 'brand' }, 'knife'),
     h('a', { href: '#/approvals', id: 'nav-approvals' }, 'Approvals'),
     h('a', { href: '#/sessions', id: 'nav-sessions' }, 'Sessions'),
@@ -42,6 +52,7 @@ function askToken(reason) {
 }
 
 function route() {
+  toggleSidebar(false); // picking a thread (or any view) closes the phone sidebar
   if (view && view.destroy) view.destroy();
   view = null;
   const path = location.hash.replace(/^#\/?/, '').split('/');
@@ -109,6 +120,8 @@ async function start() {
     status.classList.toggle('ok', connected);
   });
   replace(document.getElementById('app'), nav(), h('div', { class: 'layout' }, sidebar.el, main));
+  // A link picked in the phone sidebar closes it, also the thread already open (no hashchange).
+  sidebar.el.addEventListener('click', (e) => { if (e.target.closest('a')) toggleSidebar(false); });
   window.addEventListener('hashchange', route);
   route();
 }

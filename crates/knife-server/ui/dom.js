@@ -60,13 +60,20 @@ export function relative(ts) {
   return d >= 0 ? `in ${duration(d)}` : `${duration(-d)} ago`;
 }
 
+/** Lines a folded text block shows (UX-06). */
+export const FOLD_LINES = 12;
+
 /**
- * A text block truncated to `limit` characters with a "show more" toggle.
- * `cls` is the class of the <pre>.
+ * A text block folded to its first `FOLD_LINES` lines with a "show all N lines" toggle
+ * (UX-06); a text of few but long lines is cut at `limit` characters instead. `cls` is
+ * the class of the <pre>.
  */
 export function truncated(text, limit = 600, cls = 'output') {
   const pre = h('pre', { class: cls });
-  if (text.length <= limit) {
+  const lines = text.replace(/\n$/, '').split('\n');
+  const byLines = lines.length > FOLD_LINES;
+  const short = byLines ? lines.slice(0, FOLD_LINES).join('\n') : text.slice(0, Math.max(limit, 2000));
+  if (!byLines && short.length === text.length) {
     pre.textContent = text;
     return pre;
   }
@@ -74,8 +81,9 @@ export function truncated(text, limit = 600, cls = 'output') {
   const button = h('button', { class: 'link show-more', type: 'button' });
   const box = h('div', { class: 'truncated' }, pre, button);
   const render = () => {
-    pre.textContent = open ? text : `${text.slice(0, limit)}…`;
-    button.textContent = open ? 'show less' : `show more (${text.length - limit} more characters)`;
+    pre.textContent = open ? text : `${short}\n…`;
+    button.textContent = open ? 'show less'
+      : byLines ? `show all ${lines.length} lines` : `show all (${text.length - short.length} more characters)`;
     box.classList.toggle('open', open); // open: the whole text, in a box of its own that scrolls
   };
   button.addEventListener('click', () => { open = !open; render(); });

@@ -66,10 +66,16 @@ export function renderItem(item, ctx) {
         diffed
           ? h('details', { class: 'tool-args' }, h('summary', { class: 'label' }, 'arguments (the approval shows the change)'), input)
           : [h('div', { class: 'label' }, 'input'), input],
+        // The approval that gates this call sits here, before its output (UX-06).
+        h('div', { class: 'approval-slot', dataset: { call: item.call_id, run: item.run_id || '' } }),
         item.output != null ? [h('div', { class: 'label' }, 'output'), truncated(item.output, 600, 'tool-output')] : null,
         item.error != null ? [h('div', { class: 'label' }, 'error'), truncated(item.error, 600, 'tool-error error')] : null);
     }
     case 'error':
+      // A user's interrupt is no error: a neutral marker (UX-06).
+      if (item.error.type === 'interrupted') {
+        return h('div', { ...attrs, class: `${attrs.class} marker interrupted` }, '■ Interrupted');
+      }
       return h('div', { ...attrs, class: `${attrs.class} error-box` },
         h('strong', {}, `Error (${item.error.type})`), ' ', h('span', { class: 'error-message' }, item.error.message),
         item.error.http_status ? h('span', { class: 'muted' }, ` HTTP ${item.error.http_status}`) : null);
@@ -88,7 +94,10 @@ export function renderItem(item, ctx) {
 
 /** A short line about a run's end (interrupted, failed with its error). */
 export function runNote(run) {
-  if (run.status === 'interrupted') return h('div', { class: 'marker run-end', dataset: { run: run.id } }, `■ Run ${run.ordinal} interrupted at ${clock(run.completed_at)}`);
+  if (run.status === 'interrupted') {
+    return h('div', { class: 'marker run-end interrupted', dataset: { run: run.id } }, '■ Interrupted',
+      h('span', { class: 'muted' }, ` · run ${run.ordinal}, ${clock(run.completed_at)}`));
+  }
   if (run.status === 'failed' && run.error) {
     return h('div', { class: 'error-box run-end', dataset: { run: run.id } },
       h('strong', {}, `Run ${run.ordinal} failed (${run.error.type}) `), h('span', { class: 'error-message' }, run.error.message));

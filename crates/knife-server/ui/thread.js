@@ -69,6 +69,10 @@ export class ThreadView {
     this.interruptButton = h('button', { type: 'button', id: 'interrupt', class: 'danger', hidden: true, on: { click: () => this.interrupt() } }, 'Interrupt');
     this.transcript = h('div', { class: 'transcript', id: 'transcript' });
     this.scroller = h('div', { class: 'transcript-scroll', id: 'transcript-scroll' }, this.transcript);
+    this.following = false; // set by a send: stay at the bottom while the answer streams
+    const unfollow = (e) => { if (!(e.deltaY > 0)) this.following = false; };
+    this.scroller.addEventListener('wheel', unfollow, { passive: true });
+    this.scroller.addEventListener('touchmove', unfollow, { passive: true });
     this.dirty = new Set(); // item ids to re-render at the next frame
     this.reopened = new Set(); // items reset (a retried attempt) whose durable copy is still the voided one
     this.live = new Map(); // `${item id}\u0000${field}` -> {text, bytes}: live text past the durable copy (LIVE-01)
@@ -199,7 +203,8 @@ export class ThreadView {
         if (this.thread) this.thread.agent_status = p.status;
         break;
       case 'thread.error':
-        this.showError(`${p.error.name}: ${p.error.message}`);
+        // A user's interrupt shows as the neutral "Interrupted" marker, not an error (UX-06).
+        if (p.error.name !== 'MessageAbortedError') this.showError(`${p.error.name}: ${p.error.message}`);
         break;
       case 'run.created':
       case 'run.updated':
@@ -289,7 +294,7 @@ export class ThreadView {
     if (this.frame) cancelAnimationFrame(this.frame);
     this.frame = null;
     if (!this.dirty.size) return;
-    const stick = this.nearBottom();
+    const stick = this.following || this.nearBottom();
     const ctx = { requests: this.requests, runs: this.runs, answer: (r, d, m) => this.answer(r, d, m) };
     for (const id of this.dirty) {
       if (!this.items.has(id)) continue;
@@ -310,7 +315,23 @@ export class ThreadView {
       this.nodes.set(id, el);
     }
     this.dirty.clear();
+    this.placeApprovals();
     if (stick) this.scrollDown();
+  }
+
+  /**
+   * Puts each approval card into the slot of the tool call it gates, before that
+   * call's output (UX-06); a card whose call is not shown stays in transcript order.
+   */
+  placeApprovals() {
+    for (const item of this.items.values()) {
+      if (item.type !== 'approval') continue;
+      const node = this.nodes.get(item.id);
+      if (!node) continue;
+      const slot = [...this.transcript.querySelectorAll('.approval-slot')]
+        .find((s) => s.dataset.call === item.call_id && s.dataset.run === (item.run_id || ''));
+      if (slot && node.parentElement !== slot) slot.append(node);
+    }
   }
 
   /** Run-end notes (interrupted / failed) after the run's last item. */
@@ -374,6 +395,9 @@ export class ThreadView {
     try {
       const body = model ? { text, model } : { text };
       await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body });
+      // Sending jumps to the end and follows the answer until the reader scrolls up (UX-06).
+      this.following = true;
+      this.scrollDown();
       this.input.value = '';
       this.showError(null);
     } catch (e) {

@@ -7,7 +7,12 @@
 import { createRequire } from 'node:module';
 import { readFileSync, mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { tests } from './tests.mjs';
+import { pathToFileURL } from 'node:url';
+
+// $KNIFE_UI_TESTS: another module of tests (e2e_ux_page.rs runs ux_tests.mjs).
+const { tests } = await import(process.env.KNIFE_UI_TESTS
+  ? pathToFileURL(path.resolve(process.env.KNIFE_UI_TESTS)).href
+  : './tests.mjs');
 
 const config = JSON.parse(readFileSync(process.env.KNIFE_UI_CONFIG, 'utf8'));
 const modules = process.env.KNIFE_UI_NODE_MODULES;
@@ -33,7 +38,8 @@ for (const [name, test] of Object.entries(tests)) {
   if (only && !only.includes(name)) continue;
   ran += 1;
   const server = config.servers[test.server];
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  // A test may ask for another window, e.g. a phone's 390 px (UX-05).
+  const context = await browser.newContext({ viewport: test.viewport || { width: 1280, height: 860 }, isMobile: !!test.mobile, hasTouch: !!test.mobile });
   const page = await context.newPage();
   page.setDefaultTimeout(15000);
   const consoleErrors = [];

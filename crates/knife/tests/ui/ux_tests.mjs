@@ -1,0 +1,143 @@
+// Browser tests of the page's UX (SPEC UX-05, UX-06), run by e2e_ux_page.rs through
+// run.mjs ($KNIFE_UI_TESTS) against real `knife serve` + `knife mock-llm` processes.
+
+import assert from 'node:assert/strict';
+
+/** Adds the server's project folder and a thread from the page; opens the thread. */
+async function newThread(page, server, title) {
+  await page.fill('#project-root', server.project);
+  await page.click('#project-create');
+  const project = page.locator('section.project').first();
+  await project.locator('.thread-title').fill(title);
+  await project.locator('.new-thread-button').click();
+  await page.waitForURL(/#\/thread\//);
+  await page.locator('.thread-view .thread-title', { hasText: title }).waitFor();
+}
+
+async function send(page, text) {
+  await page.fill('#composer-input', text);
+  await page.click('#send');
+  await page.locator('.item-user_message .user-text', { hasText: text }).first().waitFor();
+}
+
+const box = (page, sel) => page.locator(sel).first().evaluate((el) => el.getBoundingClientRect().toJSON());
+const atBottom = (page) => page.locator('#transcript-scroll').evaluate((s) => s.scrollHeight - s.scrollTop - s.clientHeight < 2);
+
+export const tests = {
+  // A phone (390 px): the sidebar is hidden behind ☰ and the transcript takes the
+  // width; ☰ opens the sidebar over the page, picking a thread closes it.
+  ux_05_phone_layout: {
+    server: 'phone',
+    viewport: { width: 390, height: 844 },
+    mobile: true,
+    async run({ page, server, shot }) {
+      await page.goto(server.url);
+      const sidebar = page.locator('.sidebar');
+      const toggle = page.locator('#sidebar-toggle');
+      await toggle.waitFor();
+      assert.equal(await sidebar.isVisible(), false, 'the sidebar starts hidden on a phone');
+      await toggle.click();
+      await sidebar.waitFor({ state: 'visible' });
+      assert.equal(await toggle.getAttribute('aria-expanded'), 'true');
+      await page.screenshot({ path: shot.replace(/\.png$/, '-sidebar-open.png') });
+      await newThread(page, server, 'Phone thread');
+      // Opening the thread closed the sidebar.
+      await sidebar.waitFor({ state: 'hidden' });
+      await send(page, 'hello from a phone');
+      await page.locator('.item-assistant_message .md', { hasText: 'Short answer for a small screen.' }).waitFor();
+      const scroll = await box(page, '#transcript-scroll');
+      assert.ok(scroll.width >= 360, `the transcript is ${scroll.width} px wide of 390`);
+      const composer = await box(page, '#composer-input');
+      assert.ok(composer.width >= 340, `the composer is ${composer.width} px wide of 390`);
+      assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 390), 'the page scrolls sideways');
+      // ☰ again: the thread is in the list; picking it closes the sidebar.
+      await toggle.click();
+      const link = page.locator('.thread-link', { hasText: 'Phone thread' });
+      await link.waitFor();
+      await link.click();
+      await sidebar.waitFor({ state: 'hidden' });
+      assert.equal(await toggle.getAttribute('aria-expanded'), 'false');
+    },
+  },
+
+  // A desktop window keeps the sidebar beside the transcript and no ☰ button.
+  ux_05_desktop_keeps_the_sidebar: {
+    server: 'phone',
+    async run({ page, server }) {
+      await page.goto(server.url);
+      await page.locator('.sidebar').waitFor({ state: 'visible' });
+      assert.equal(await page.locator('#sidebar-toggle').isVisible(), false);
+      const side = await box(page, '.sidebar');
+      const main = await box(page, '#main');
+      assert.ok(side.right <= main.left + 1, 'the sidebar sits beside the main view');
+      assert.ok(server.project);
+    },
+  },
+
+  // The transcript: the approval card sits in the tool call it gates, before its
+  // output; long output folds by lines; a user interrupt is a neutral marker; sending
+  // scrolls to the end and follows the answer.
+  ux_06_transcript: {
+    server: 'transcript',
+    viewport: { width: 1100, height: 640 },
+    async run({ page, server, shot }) {
+      await page.goto(server.url);
+      await newThread(page, server, 'Transcript thread');
+      await send(page, 'count to forty');
+      const pending = page.locator('.item-tool_call .approval-slot .approval-pending');
+      await pending.waitFor();
+      await page.screenshot({ path: shot.replace(/\.png$/, '-approval-in-call.png') });
+      await pending.locator('.decide-allow_once').click();
+      const output = page.locator('.item-tool_call .tool-output');
+      await output.filter({ hasText: '12' }).waitFor();
+      // The answered card is still in the call, before the output.
+      const order = await page.evaluate(() => {
+        const card = document.querySelector('.item-tool_call .approval-slot .approval');
+        const out = document.querySelector('.item-tool_call .tool-output');
+        return card && out ? card.compareDocumentPosition(out) & Node.DOCUMENT_POSITION_FOLLOWING : 0;
+      });
+      assert.ok(order, 'the approval card comes before the output');
+      // Folded by lines: the first 12, and "show all N lines".
+      const more = page.locator('.item-tool_call .show-more');
+      assert.match(await more.innerText(), /^show all 4\d lines$/);
+      const folded = await output.innerText();
+      assert.ok(!folded.includes('\n13\n') && folded.includes('\n12'), `folded output: ${folded}`);
+      await page.locator('.item-assistant_message .md', { hasText: 'Counted.' }).waitFor();
+      await more.click();
+      await output.filter({ hasText: /\n39\n40/ }).waitFor();
+      await more.click();
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+
+      // A user interrupt: "Interrupted", neutral, no error anywhere.
+      await send(page, 'tell a long story');
+      await page.locator('.item-assistant_message .streaming').waitFor();
+      await page.locator('#interrupt').click();
+      await page.locator('.transcript .interrupted', { hasText: 'Interrupted' }).first().waitFor();
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      await page.waitForTimeout(300); // a late thread.error would show by now
+      assert.equal(await page.locator('#thread-error').isVisible(), false);
+      assert.equal(await page.locator('.transcript .error-box').count(), 0);
+      assert.ok(!(await page.locator('#main').innerText()).includes('MessageAbortedError'));
+      await page.screenshot({ path: shot.replace(/\.png$/, '-interrupted.png') });
+
+      // Scrolled up, then send: the view jumps to the end and follows the answer.
+      await page.locator('#transcript-scroll').evaluate((s) => { s.scrollTop = 0; });
+      assert.ok(await page.locator('#transcript-scroll').evaluate((s) => s.scrollHeight > s.clientHeight + 100),
+        'the transcript is taller than its box');
+      assert.equal(await atBottom(page), false);
+      await send(page, 'a tall answer please');
+      const streaming = page.locator('.item-assistant_message .streaming');
+      await streaming.waitFor();
+      await page.waitForFunction(() => {
+        const s = document.getElementById('transcript-scroll');
+        return s.scrollHeight - s.scrollTop - s.clientHeight < 2;
+      });
+      await page.locator('.item-assistant_message .md', { hasText: 'LAST LINE' }).waitFor();
+      await page.waitForFunction(() => {
+        const s = document.getElementById('transcript-scroll');
+        return s.scrollHeight - s.scrollTop - s.clientHeight < 2;
+      });
+    },
+    allowConsole: [],
+  },
+};
