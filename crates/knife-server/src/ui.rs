@@ -37,6 +37,10 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("approvals.js", JS, include_str!("../ui/approvals.js")),
     ("sessions.js", JS, include_str!("../ui/sessions.js")),
     ("events.js", JS, include_str!("../ui/events.js")),
+    ("notify.js", JS, include_str!("../ui/notify.js")),
+    ("shortcuts.js", JS, include_str!("../ui/shortcuts.js")),
+    ("search.js", JS, include_str!("../ui/search.js")),
+    ("usage.js", JS, include_str!("../ui/usage.js")),
 ];
 
 const JS: &str = "text/javascript; charset=utf-8";

@@ -20,6 +20,9 @@ pub struct UsageQuery {
     pub project_id: Option<ProjectId>,
     /// Only this thread.
     pub thread_id: Option<ThreadId>,
+    /// Only this run (its ordinal) of `thread_id`: the page's per-run tokens and cost
+    /// (UX-07). Needs `thread_id`.
+    pub run: Option<u32>,
     /// Only runs requested at or after this instant: RFC 3339, or a date
     /// `YYYY-MM-DD` (its start, UTC).
     pub since: Option<String>,
@@ -52,6 +55,11 @@ pub async fn usage(
     let Query(q) = query
         .map_err(|e| ApiErr::bad_request(format!("invalid query string: {}", e.body_text())))?;
     let since = q.since.as_deref().map(parse_since).transpose()?;
+    if q.run.is_some() && q.thread_id.is_none() {
+        return Err(ApiErr::bad_request(
+            "run = N needs thread_id: a run ordinal counts within one thread".to_owned(),
+        ));
+    }
     let threads = match &q.thread_id {
         Some(id) => match s.store.get_thread(id).await? {
             Some(t) => vec![t],
@@ -76,6 +84,7 @@ pub async fn usage(
             .runs
             .iter()
             .filter(|r| since.is_none_or(|at| r.requested_at >= at))
+            .filter(|r| q.run.is_none_or(|n| r.ordinal == n))
         {
             let model = run
                 .model

@@ -8,9 +8,18 @@ import { ThreadView } from './thread.js';
 import { EventsView } from './events.js';
 import { SessionsView } from './sessions.js';
 import { ApprovalsView } from './approvals.js';
+import { Notifier } from './notify.js';
+import { installShortcuts } from './shortcuts.js';
+import { installSearch } from './search.js';
 
 const main = h('main', { id: 'main' });
 const status = h('span', { class: 'conn', id: 'conn', title: 'live updates (WebSocket)' }, 'connecting…');
+const notifyButton = h('button', { type: 'button', class: 'link nav-button', id: 'notify-toggle' }, 'Notify: off');
+let shortcuts = null;
+const shortcutsButton = h('button', {
+  type: 'button', class: 'link nav-button', id: 'shortcuts-button', title: 'keyboard shortcuts (?)',
+  on: { click: () => { if (shortcuts) shortcuts.hidden = !shortcuts.hidden; } },
+}, '?');
 let sidebar = null;
 let view = null;
 
@@ -29,7 +38,7 @@ function nav() {
     h('a', { href: '#/', class: 'brand' }, 'knife'),
     h('a', { href: '#/approvals', id: 'nav-approvals' }, 'Approvals'),
     h('a', { href: '#/sessions', id: 'nav-sessions' }, 'Sessions'),
-    status);
+    status, notifyButton, shortcutsButton);
 }
 
 /** Shows the token form (the server answered 401). */
@@ -120,6 +129,9 @@ async function start() {
     status.classList.toggle('ok', connected);
   });
   replace(document.getElementById('app'), nav(), h('div', { class: 'layout' }, sidebar.el, main));
+  installSearch(sidebar);
+  new Notifier(sidebar, notifyButton);
+  shortcuts = installShortcuts();
   // A link picked in the phone sidebar closes it, also the thread already open (no hashchange).
   sidebar.el.addEventListener('click', (e) => { if (e.target.closest('a')) toggleSidebar(false); });
   window.addEventListener('hashchange', route);

@@ -13,6 +13,8 @@ import { api, LiveSocket } from './api.js';
 import { renderItem, runNote } from './items.js';
 import { answerRequest } from './approvals.js';
 import { threadStatus } from './sidebar.js';
+import { runCost, runUsageLine } from './usage.js';
+import { keyboardNav } from './shortcuts.js';
 
 /**
  * Carries what the reader opened in `old` over to its re-rendered copy `el`: open
@@ -162,7 +164,8 @@ export class ThreadView {
       this.showError(null);
       this.socket.subscribe(this.id, p.latest_sequence, (ev) => this.apply(ev), (m) => this.applyLive(m));
       const fresh = this.sidebar && this.sidebar.created === this.id;
-      if (fresh || !document.activeElement || document.activeElement === document.body) this.input.focus();
+      // The composer takes the focus unless the reader is moving through threads with j / k.
+      if (fresh || (!keyboardNav.byKeys && (!document.activeElement || document.activeElement === document.body))) this.input.focus();
       if (fresh) this.sidebar.created = null;
     } catch (e) {
       if (this.destroyed) return;
@@ -348,6 +351,30 @@ export class ThreadView {
       const after = [...this.transcript.children].find((c) => c.dataset.ordinal !== undefined && Number(c.dataset.ordinal) > bound - 0.5);
       this.transcript.insertBefore(note, after || null);
     }
+    this.drawUsage();
+  }
+
+  /** Under each finished run: its time, tokens and cost (UX-07); the cost is read once per run. */
+  drawUsage() {
+    if (!this.costs) this.costs = new Map(); // run id -> {text} | 'loading'
+    const stick = this.following || this.nearBottom();
+    for (const n of this.transcript.querySelectorAll('.run-usage')) n.remove();
+    for (const run of this.runs.values()) {
+      if (!['completed', 'failed', 'interrupted'].includes(run.status)) continue;
+      const cost = this.costs.get(run.id);
+      if (cost === undefined && run.usage) {
+        this.costs.set(run.id, 'loading');
+        runCost(this.id, run.ordinal)
+          .then((c) => { this.costs.set(run.id, c); if (!this.destroyed) this.drawUsage(); })
+          .catch(() => this.costs.set(run.id, null));
+      }
+      const line = runUsageLine(run, cost && cost !== 'loading' ? cost : null);
+      const at = (run.ordinal + 1) * 1e6 - 0.4;
+      line.dataset.ordinal = at;
+      const after = [...this.transcript.children].find((c) => c !== line && c.dataset.ordinal !== undefined && Number(c.dataset.ordinal) > at);
+      this.transcript.insertBefore(line, after || null);
+    }
+    if (stick) this.scrollDown();
   }
 
   drawStatus() {

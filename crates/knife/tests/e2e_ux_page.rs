@@ -114,3 +114,18 @@ async fn ux_06_approvals_sit_in_their_call_output_folds_by_lines_interrupts_are_
     );
     browser(&[("transcript", script)], &["ux_06_transcript"]).await;
 }
+
+/// UX-07's parts that need no other branch: per-run tokens and cost, notifications,
+/// shortcuts, thread search. (Named `ux_07_…` once the diff view and the queue are in
+/// the same test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_browser),
+    ignore = "needs Node, playwright-core and Chromium: run scripts/test"
+)]
+async fn page_run_cost_notifications_shortcuts_and_search() {
+    let script = "[[response]]\ntext = \"First answer.\"\nusage = { prompt_tokens = 1000, completion_tokens = 200 }\n\n\
+                  [[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo hi\" } }]\n\n\
+                  [[response]]\ntext = \"Ran it.\"\n";
+    browser(&[("tools", script.to_owned())], &["ux_07_page_tools"]).await;
+}

@@ -140,4 +140,87 @@ export const tests = {
     },
     allowConsole: [],
   },
+
+  // The page's tools (UX-07, the parts that do not wait for other work): per-run tokens
+  // and cost, opt-in notifications while the tab is hidden, shortcuts under `?`, the
+  // thread search box, rename / archive / delete and the model picker present.
+  ux_07_page_tools: {
+    server: 'tools',
+    async run({ page, server, shot }) {
+      // The browser's Notification, recorded (a headless browser shows none), and a
+      // switchable "hidden" tab.
+      await page.addInitScript(() => {
+        window.__notes = [];
+        window.__hidden = false;
+        Object.defineProperty(document, 'hidden', { get: () => window.__hidden });
+        Object.defineProperty(document, 'visibilityState', { get: () => (window.__hidden ? 'hidden' : 'visible') });
+        window.Notification = class {
+          constructor(title, opts) { window.__notes.push(opts.body); }
+          static get permission() { return window.__permission || 'default'; }
+          static requestPermission() { window.__permission = 'granted'; return Promise.resolve('granted'); }
+        };
+      });
+      await page.goto(server.url);
+      await newThread(page, server, 'Tools thread');
+      for (const id of ['#thread-rename', '#thread-archive', '#thread-delete', '#composer-model']) {
+        assert.ok(await page.locator(id).isVisible(), `${id} is on the page`);
+      }
+      const toggle = page.locator('#notify-toggle');
+      assert.equal(await toggle.innerText(), 'Notify: off');
+      await toggle.click();
+      await page.locator('#notify-toggle', { hasText: 'Notify: on' }).waitFor();
+
+      // Per-run tokens and cost under the finished run.
+      await send(page, 'first');
+      await page.locator('.item-assistant_message .md', { hasText: 'First answer.' }).waitFor();
+      const usage = page.locator('.run-usage').first();
+      await usage.filter({ hasText: '$' }).waitFor();
+      assert.match(await usage.innerText(), /^run 1 · .+ · 1,200 tokens \(1,000 in, 200 out\) · \$0\.0003$/);
+
+      // Hidden tab: an approval and the run's end notify; nothing while visible.
+      assert.deepEqual(await page.evaluate(() => window.__notes), []);
+      await page.evaluate(() => { window.__hidden = true; });
+      await send(page, 'run a command');
+      const pending = page.locator('.approval-pending .decide-allow_once');
+      await pending.waitFor();
+      await page.waitForFunction(() => window.__notes.includes('Tools thread: waits for your approval'));
+      await pending.click();
+      await page.locator('.item-assistant_message .md', { hasText: 'Ran it.' }).waitFor();
+      await page.waitForFunction(() => window.__notes.includes('Tools thread: the run ended'));
+      await page.evaluate(() => { window.__hidden = false; });
+
+      // Shortcuts: ? lists them, Esc closes, c goes to the composer.
+      await page.locator('.thread-view h2.thread-title').click();
+      await page.keyboard.press('Shift+Slash');
+      const list = page.locator('#shortcuts');
+      await list.waitFor({ state: 'visible' });
+      assert.match(await list.innerText(), /j \/ k\s+next \/ previous thread/);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-shortcuts.png') });
+      await page.keyboard.press('Escape');
+      await list.waitFor({ state: 'hidden' });
+      await page.keyboard.press('c');
+      assert.equal(await page.evaluate(() => document.activeElement.id), 'composer-input');
+      await page.keyboard.press('Escape');
+
+      // Search: a second thread; the box filters the list by title; j / k move.
+      const project = page.locator('section.project').first();
+      await project.locator('.thread-title').fill('Other thread');
+      await project.locator('.new-thread-button').click();
+      await page.locator('.thread-view .thread-title', { hasText: 'Other thread' }).waitFor();
+      await page.locator('.thread-view h2.thread-title').click();
+      await page.keyboard.press('/');
+      assert.equal(await page.evaluate(() => document.activeElement.id), 'thread-search');
+      await page.keyboard.type('tools');
+      await page.locator('.thread-link', { hasText: 'Other thread' }).waitFor({ state: 'hidden' });
+      assert.ok(await page.locator('.thread-link', { hasText: 'Tools thread' }).isVisible());
+      await page.fill('#thread-search', '');
+      await page.locator('.thread-link', { hasText: 'Other thread' }).waitFor();
+      await page.keyboard.press('Escape');
+      await page.keyboard.press('j');
+      await page.locator('.thread-view .thread-title', { hasText: 'Tools thread' }).waitFor();
+      await page.keyboard.press('k');
+      await page.locator('.thread-view .thread-title', { hasText: 'Other thread' }).waitFor();
+    },
+    allowConsole: [/status of 404/, /HTTP 404 for .*\/search/],
+  },
 };
