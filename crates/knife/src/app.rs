@@ -115,7 +115,7 @@ impl App {
         // Before touching the database: two processes on one data directory would
         // each take the other's runs for leftovers of a crash.
         let lock = DataDirLock::acquire(data_dir).await?;
-        let store = Store::open(data_dir.join(DB_FILE))
+        let store = knife_store_sqlite::open(data_dir.join(DB_FILE))
             .await
             .with_context(|| format!("cannot open the knife database in {}", data_dir.display()))?;
         let clock: SharedClock = Arc::new(SystemClock);

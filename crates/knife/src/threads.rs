@@ -73,7 +73,7 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 );
             }
             let _lock = crate::lock::DataDirLock::acquire(dir).await?;
-            let store = Store::open(&db).await?;
+            let store = knife_store_sqlite::open(&db).await?;
             let stats = store.rebuild().await?;
             println!(
                 "rebuilt the projections of {} from {} events in {:.1} ms",
@@ -119,7 +119,7 @@ impl Reader {
                 db.display()
             );
         }
-        Ok(Reader::Db(Store::open(db).await?))
+        Ok(Reader::Db(knife_store_sqlite::open(db).await?))
     }
 
     async fn threads(&self) -> anyhow::Result<Vec<Thread>> {

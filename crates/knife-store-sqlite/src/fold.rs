@@ -1,8 +1,9 @@
 // The projection fold: the ONE function that applies a stored event to the projection
 // tables, used by both `write` (incrementally) and `rebuild` (from the whole log).
 
-use crate::error::StoreError;
+use crate::error::DbError;
 use knife_protocol::{DomainEvent, EventBody, ProjectId, StoredEvent};
+use knife_store::StoreError;
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use serde::Serialize;
@@ -45,10 +46,7 @@ pub(crate) enum FoldMode {
 /// Appends `event` to the `events` table and returns it with its sequence.
 ///
 /// Errors: [`StoreError::DuplicateEvent`] when its id is already in the log.
-pub(crate) fn append_event(
-    conn: &Connection,
-    event: DomainEvent,
-) -> Result<StoredEvent, StoreError> {
+pub(crate) fn append_event(conn: &Connection, event: DomainEvent) -> Result<StoredEvent, DbError> {
     let payload = serde_json::to_string(&event)?;
     let occurred_at = event
         .occurred_at
@@ -69,7 +67,7 @@ pub(crate) fn append_event(
     match inserted {
         Ok(_) => {}
         Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == ErrorCode::ConstraintViolation => {
-            return Err(StoreError::DuplicateEvent { event_id: event.id });
+            return Err(StoreError::DuplicateEvent { event_id: event.id }.into());
         }
         Err(e) => return Err(e.into()),
     }
@@ -92,7 +90,7 @@ pub(crate) fn apply_event(
     conn: &Connection,
     stored: &StoredEvent,
     mode: FoldMode,
-) -> Result<(), StoreError> {
+) -> Result<(), DbError> {
     let seq = seq_i64(stored.sequence);
     let thread = stored.event.thread_id.as_ref().map(|t| t.as_str());
     match &stored.event.body {
@@ -109,7 +107,8 @@ pub(crate) fn apply_event(
                     return Err(StoreError::ProjectRootTaken {
                         root: p.root.clone(),
                         project_id: ProjectId::from(holder.as_str()),
-                    });
+                    }
+                    .into());
                 }
                 // A log written before migration 0002 may hold several projects on one
                 // root: as the migration did, the first keeps it and later ones get NULL,
@@ -320,7 +319,7 @@ pub(crate) fn apply_event(
 }
 
 /// Empties every projection table (the first step of a rebuild).
-pub(crate) fn clear_projections(conn: &Connection) -> Result<(), StoreError> {
+pub(crate) fn clear_projections(conn: &Connection) -> Result<(), DbError> {
     for table in PROJECTION_TABLES {
         conn.execute(&format!("DELETE FROM {table}"), [])?;
     }
@@ -332,7 +331,7 @@ pub(crate) fn read_version(
     conn: &Connection,
     table: &str,
     id: &str,
-) -> Result<Option<i64>, StoreError> {
+) -> Result<Option<i64>, DbError> {
     Ok(conn
         .prepare_cached(&format!("SELECT version FROM {table} WHERE id = ?1"))?
         .query_row([id], |row| row.get(0))
@@ -348,7 +347,7 @@ fn upsert<T: Serialize>(
     columns: &[(&str, Value)],
     entity: &T,
     seq: i64,
-) -> Result<(), StoreError> {
+) -> Result<(), DbError> {
     let names: Vec<&str> = columns.iter().map(|c| c.0).collect();
     let placeholders: String = (0..columns.len())
         .map(|i| format!(", ?{}", i + 4))
@@ -381,7 +380,7 @@ fn opt_text(s: Option<&str>) -> Value {
 }
 
 /// The serde name of a unit enum variant (`"running"`), for status columns.
-fn enum_text<T: Serialize>(v: &T) -> Result<Value, StoreError> {
+fn enum_text<T: Serialize>(v: &T) -> Result<Value, DbError> {
     Ok(match serde_json::to_value(v)? {
         serde_json::Value::String(s) => Value::Text(s),
         other => Value::Text(other.to_string()),

@@ -7,7 +7,8 @@ mod common;
 use common::*;
 use futures::StreamExt;
 use knife_protocol::*;
-use knife_store::{Store, StoreOptions, StreamFilter};
+use knife_store::{Store, StreamFilter};
+use knife_store_sqlite::StoreOptions;
 use std::time::Duration;
 
 /// Guard against a hung stream; not a sleep (tests finish as soon as events arrive).

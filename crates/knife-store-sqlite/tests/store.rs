@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use knife_protocol::*;
-use knife_store::{EntityKind, RowGuard, Store, StoreError, StreamFilter};
+use knife_store::{EntityKind, RowGuard, StoreError, StreamFilter};
 
 #[tokio::test]
 async fn write_returns_consecutive_sequences_and_reads_return_the_exact_events() {
@@ -449,7 +449,7 @@ async fn a_failed_write_rolls_back_the_whole_batch() {
 async fn reopening_the_same_file_keeps_events_projections_and_sequences() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("knife.db");
-    let store = Store::open(&path).await.unwrap();
+    let store = knife_store_sqlite::open(&path).await.unwrap();
     let stored = store
         .write(vec![
             ev(EventBody::ProjectCreated(project("p1", 1))),
@@ -462,7 +462,7 @@ async fn reopening_the_same_file_keeps_events_projections_and_sequences() {
     let version = store.schema_version().await.unwrap();
     drop(store);
 
-    let store = Store::open(&path).await.unwrap();
+    let store = knife_store_sqlite::open(&path).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), version);
     assert_eq!(
         store
@@ -478,7 +478,7 @@ async fn reopening_the_same_file_keeps_events_projections_and_sequences() {
         .unwrap();
     assert_eq!(more[0].sequence, 4);
     // Two handles on the same file at once also work (WAL; one writer at a time).
-    let other = Store::open(&path).await.unwrap();
+    let other = knife_store_sqlite::open(&path).await.unwrap();
     assert_eq!(other.latest_sequence(None).await.unwrap(), 4);
 }
 
@@ -488,7 +488,7 @@ async fn open_on_an_unwritable_path_says_which_path_and_what_to_do() {
     // A regular file where the data directory should be (fails even as root).
     let blocker = dir.path().join("not-a-dir");
     std::fs::write(&blocker, b"x").unwrap();
-    let err = Store::open(blocker.join("data").join("knife.db"))
+    let err = knife_store_sqlite::open(blocker.join("data").join("knife.db"))
         .await
         .unwrap_err();
     let msg = err.to_string();
@@ -503,7 +503,7 @@ async fn open_on_an_unwritable_path_says_which_path_and_what_to_do() {
     // A file that is not a SQLite database.
     let junk = dir.path().join("junk.db");
     std::fs::write(&junk, vec![7_u8; 4096]).unwrap();
-    let err = Store::open(&junk).await.unwrap_err();
+    let err = knife_store_sqlite::open(&junk).await.unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, StoreError::Open { .. }), "{msg}");
     assert!(

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use knife_protocol::*;
-use knife_store::{Store, StoreOptions};
+use knife_store::Store;
+use knife_store_sqlite::StoreOptions;
 
 /// A fixed timestamp `secs` seconds after 2025-01-01T00:00:00Z.
 pub fn ts(secs: i64) -> Timestamp {
@@ -17,7 +18,7 @@ pub async fn temp_store() -> (tempfile::TempDir, Store) {
 
 pub async fn temp_store_with(options: StoreOptions) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(dir.path().join("data").join("knife.db"), options)
+    let store = knife_store_sqlite::open_with(dir.path().join("data").join("knife.db"), options)
         .await
         .unwrap();
     (dir, store)

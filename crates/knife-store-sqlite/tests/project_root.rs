@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use knife_protocol::*;
-use knife_store::{Store, StoreError};
+use knife_store::StoreError;
 
 fn project_on(id: &str, root: &str) -> Project {
     Project {
@@ -122,7 +122,7 @@ async fn schema_1_database_with_duplicate_roots_migrates_and_rebuilds() {
             .unwrap();
         }
     }
-    let store = Store::open(&path).await.unwrap();
+    let store = knife_store_sqlite::open(&path).await.unwrap();
     assert_eq!(store.list_projects().await.unwrap().len(), 2);
     let holder = store.project_by_root("/same").await.unwrap().unwrap();
     assert_eq!(holder.id.as_str(), "old");

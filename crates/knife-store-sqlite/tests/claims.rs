@@ -6,12 +6,14 @@ mod common;
 
 use common::*;
 use knife_protocol::*;
-use knife_store::{ProcessGroupRecord, Store};
+use knife_store::ProcessGroupRecord;
 
 #[tokio::test]
 async fn claimed_threads_are_listed_by_kind_and_survive_a_rebuild() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let mut parent = thread("parent", "p", 1);
     parent.claim(ts(5));
     parent.resume_attempts = 2;
@@ -57,7 +59,9 @@ async fn claimed_threads_are_listed_by_kind_and_survive_a_rebuild() {
 #[tokio::test]
 async fn process_groups_round_trip_and_are_not_touched_by_rebuild() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let record = ProcessGroupRecord {
         pgid: 4242,
         owner_pid: 17,
