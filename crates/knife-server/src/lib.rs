@@ -20,6 +20,7 @@
 
 mod error;
 mod events;
+pub mod listen;
 pub mod mcp;
 mod origin;
 mod routes;
@@ -27,6 +28,7 @@ mod sessions;
 pub mod ui;
 
 pub use error::ApiErr;
+pub use listen::{ApiListener, ConnectionInfo, serve};
 pub use routes::router;
 
 use std::sync::Arc;

@@ -347,8 +347,8 @@ impl App {
                 closing.cancel();
             });
         };
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(graceful)
+        // Accepted sockets get TCP_NODELAY (LIVE-04).
+        let served = knife_server::serve(listener, router, graceful)
             .await
             .context("the HTTP server failed");
         // Idempotent; covers a server that stopped for another reason.
