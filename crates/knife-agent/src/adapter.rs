@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{TurnPlan, run_turn};
 use crate::approvals::ApprovalBroker;
+use crate::compaction::{CompactionMode, DEFAULT_MAX_COMPACTIONS};
 use crate::messages::{build_messages, default_system_prompt};
 use crate::processor::ContextLimits;
 use crate::recorder::{EventSender, TurnIdentity, TurnRecorder};
@@ -65,6 +66,13 @@ pub struct BuiltinAgentConfig {
     /// Tokens reserved for the model's answer (default [`DEFAULT_OUTPUT_LIMIT`]): a
     /// step whose usage reaches `context_limit - output_limit` triggers compaction.
     pub output_limit: u64,
+    /// `Auto` (default) compacts the history when the context is full; `Off`
+    /// fails the turn with a `provider.context_overflow` error instead (TURN-03).
+    pub compaction: CompactionMode,
+    /// Most compactions in a row that leave the context over the threshold
+    /// before the turn fails as irreducible (default
+    /// [`DEFAULT_MAX_COMPACTIONS`] = 2; at least 1; TURN-04).
+    pub max_compactions: u32,
     /// Permissions, approvals, secret environment variables and process hooks
     /// of the tool calls (default: [`ToolPolicy::default`]).
     pub tool_policy: Arc<ToolPolicy>,
@@ -82,6 +90,8 @@ impl std::fmt::Debug for BuiltinAgentConfig {
             .field("retry", &self.retry)
             .field("context_limit", &self.context_limit)
             .field("output_limit", &self.output_limit)
+            .field("compaction", &self.compaction)
+            .field("max_compactions", &self.max_compactions)
             .field("tool_policy", &self.tool_policy)
             .finish_non_exhaustive()
     }
@@ -108,6 +118,8 @@ impl BuiltinAgentConfig {
             retry: RetryPolicy::default(),
             context_limit: DEFAULT_CONTEXT_LIMIT,
             output_limit: DEFAULT_OUTPUT_LIMIT,
+            compaction: CompactionMode::Auto,
+            max_compactions: DEFAULT_MAX_COMPACTIONS,
             tool_policy: Arc::new(ToolPolicy::default()),
         }
     }
@@ -310,6 +322,9 @@ impl SessionRuntime for BuiltinSession {
                 context_limit: self.config.context_limit,
                 output_limit: self.config.output_limit,
             },
+            compaction: self.config.compaction,
+            max_compactions: self.config.max_compactions,
+            instance: self.config.provider_instance_id.to_string(),
             approvals: Arc::clone(&self.approvals),
         };
         let slot = Arc::clone(&self.active);

@@ -13,10 +13,10 @@ use knife_protocol::{AgentError, RunError};
 use tokio_util::sync::CancellationToken;
 
 use crate::approvals::ApprovalBroker;
-use crate::compaction::compact;
+use crate::compaction::{CompactionMode, compact};
 use crate::messages::wire_tool_call;
 use crate::permissions::{ApprovalDecision, ApprovalRequest};
-use crate::processor::{Call, ContextLimits, ProcessResult, Processor};
+use crate::processor::{AssistantMessage, Call, ContextLimits, ProcessResult, Processor, used};
 use crate::recorder::{TurnRecorder, TurnStop};
 use crate::tools::{Permission, ToolContext, ToolError, ToolSet};
 
@@ -33,6 +33,13 @@ pub(crate) struct TurnPlan {
     pub pending: String,
     pub retry: RetryPolicy,
     pub limits: ContextLimits,
+    /// `auto`: compact when the context is full; `off`: fail the turn (TURN-03).
+    pub compaction: CompactionMode,
+    /// Most compactions in a row (no step that fits in between) before the turn
+    /// fails as irreducible (TURN-04; at least 1).
+    pub max_compactions: u32,
+    /// The provider instance id, named in errors that point at its settings.
+    pub instance: String,
     /// The session's open approvals and `allow_always` grants.
     pub approvals: Arc<ApprovalBroker>,
 }
@@ -70,6 +77,12 @@ pub(crate) async fn run_turn(
 /// The loop: model step, tools, model step, … until a step without tool calls.
 /// A step that returns `Compact` has its tool calls run first, then the history
 /// is summarised and the turn continues from the summary (PROC-02, PROC-07).
+///
+/// Compaction is bounded (TURN-03, TURN-04): with `compaction = off` an overflow
+/// fails the turn at once; an overflow *error* right after a compaction fails
+/// it too (the provider refused the compacted request); otherwise at most
+/// `max_compactions` compactions run in a row (a step that fits resets the count)
+/// before the turn fails saying the context cannot be reduced.
 async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
     let TurnPlan {
         llm,
@@ -81,6 +94,9 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         pending,
         retry,
         limits,
+        compaction,
+        max_compactions,
+        instance,
         approvals,
     } = plan;
     let specs = tools.specs();
@@ -89,9 +105,10 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         retry,
         limits,
     };
-    // True right after a compaction: overflowing again at once means the summary
-    // plus the pending message do not fit either, and compacting again cannot help.
+    // True right after a compaction; `in_a_row` counts the compactions since the
+    // last step that fit after which the context was still over the threshold.
     let mut just_compacted = false;
+    let mut in_a_row: u32 = 0;
     for _ in 0..max_steps {
         let request = LlmRequest {
             model: model.clone(),
@@ -107,82 +124,160 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
                 .unwrap_or_else(|| RunError::new("runtime", "the model step stopped")));
         }
         let has_output = !message.text.is_empty() || !message.calls.is_empty();
-        if has_output {
-            // The step's reasoning goes back first, with its signatures: Anthropic
-            // requires signed thinking blocks during a tool loop (other protocols
-            // skip these messages when they build the request).
-            for block in &message.reasoning {
-                messages.push(ChatMessage::Reasoning {
-                    text: block.text.clone(),
-                    signature: block.signature.clone(),
-                });
-            }
-            messages.push(ChatMessage::Assistant {
-                text: (!message.text.is_empty()).then(|| message.text.clone()),
-                tool_calls: message
-                    .calls
-                    .iter()
-                    .map(|c| wire_tool_call(&c.id, &c.name, &c.arguments))
-                    .collect(),
-            });
-        }
-        let mut calls = message.calls;
-        if message.finish == Some(FinishReason::Length) {
-            // Arguments that do not parse after a length finish were cut by the
-            // output limit, not malformed: say so, so the model can split the work.
-            for call in &mut calls {
-                if let Err(reason) = &call.parsed {
-                    call.parsed = Err(format!(
-                        "{reason}; the response reached the model's output token limit while \
-                         writing these arguments, so they were cut off: call the tool again \
-                         with shorter arguments (e.g. write a large file in parts, then \
-                         append with edit)"
-                    ));
-                }
-            }
-        }
-        let had_calls = !calls.is_empty();
-        run_tools(rec, &tools, &tool_ctx, &approvals, calls, &mut messages).await;
         if result == ProcessResult::Compact {
-            if just_compacted && !has_output {
-                let error = RunError {
-                    code: Some("context_overflow".to_owned()),
-                    ..RunError::new(
-                        "provider.context_overflow",
-                        "the conversation does not fit the model's context even after \
-                         compaction; shorten the message, start a new thread, or check \
-                         context_limit / output_limit for this provider instance",
-                    )
-                };
-                rec.set_error(AgentError {
-                    name: CONTEXT_OVERFLOW_ERROR.to_owned(),
-                    message: error.message.clone(),
-                });
-                return Err(error);
+            let detail = overflow_detail(&limits, &message);
+            if compaction == CompactionMode::Off {
+                return Err(overflow_failure(
+                    rec,
+                    "context_overflow",
+                    format!(
+                        "the conversation no longer fits the model's context ({detail}) and \
+                         compaction is off for provider instance `{instance}`; start a new \
+                         thread, or set compaction = \"auto\" in [providers.{instance}] of \
+                         knife.toml to let knife summarise the history"
+                    ),
+                ));
             }
-            if just_compacted && !had_calls {
-                // The answer given right after a compaction overflows by itself:
-                // compacting and asking again would only buy the same answer again
-                // (each one paid). The turn ends with it; the next message's first
-                // step compacts if the history still does not fit.
+            if just_compacted && !has_output {
+                return Err(overflow_failure(
+                    rec,
+                    "context_overflow",
+                    format!(
+                        "the conversation does not fit the model's context even after \
+                         compaction ({detail}); shorten the message, start a new thread, or \
+                         check context_limit / output_limit in [providers.{instance}] of \
+                         knife.toml"
+                    ),
+                ));
+            }
+            let prompt_fits = message
+                .usage
+                .as_ref()
+                .is_some_and(|u| limits.prompt_fits(u));
+            if just_compacted && message.calls.is_empty() && prompt_fits {
+                // The answer given right after a compaction overflows by itself
+                // (its prompt fits): compacting and asking again would only buy
+                // the same answer again (each one paid). The turn ends with it;
+                // the next message's first step compacts if the history still
+                // does not fit.
                 return Ok(());
             }
+            in_a_row = if just_compacted && !prompt_fits {
+                in_a_row + 1
+            } else {
+                0
+            };
+            if in_a_row >= max_compactions.max(1) {
+                return Err(overflow_failure(
+                    rec,
+                    "context_not_reduced",
+                    format!(
+                        "the context cannot be reduced: after {in_a_row} compaction{s} in a row \
+                         {detail}. Start a new thread or send a shorter message; if the model's \
+                         window is really larger, raise context_limit (or lower output_limit) \
+                         in [providers.{instance}] of knife.toml; max_compactions there sets \
+                         how many compactions in a row are tried (default {default})",
+                        s = if in_a_row == 1 { "" } else { "s" },
+                        default = crate::compaction::DEFAULT_MAX_COMPACTIONS,
+                    ),
+                ));
+            }
+            push_step(&mut messages, &message);
+            let calls = cut_calls(message);
+            run_tools(rec, &tools, &tool_ctx, &approvals, calls, &mut messages).await;
             messages = compact(llm.as_ref(), retry, &model, rec, &messages, &pending).await?;
             just_compacted = true;
             continue;
         }
         just_compacted = false;
-        if !had_calls {
+        push_step(&mut messages, &message);
+        let calls = cut_calls(message);
+        if calls.is_empty() {
             return Ok(());
         }
+        run_tools(rec, &tools, &tool_ctx, &approvals, calls, &mut messages).await;
     }
     Err(RunError::new(
         "runtime",
         format!(
-            "the agent made {max_steps} model calls without reaching a final answer (max_steps); \
-             ask a narrower question or raise max_steps for this provider instance"
+            "the agent made {max_steps} model calls without reaching a final answer; ask a \
+             narrower question, or raise max_steps in [providers.{instance}] of knife.toml"
         ),
     ))
+}
+
+/// Appends the step's reasoning and assistant message to `messages` (nothing for
+/// a step without text or tool calls). The reasoning goes back first, with its
+/// signatures: Anthropic requires signed thinking blocks during a tool loop
+/// (other protocols skip these messages when they build the request).
+fn push_step(messages: &mut Vec<ChatMessage>, message: &AssistantMessage) {
+    if message.text.is_empty() && message.calls.is_empty() {
+        return;
+    }
+    for block in &message.reasoning {
+        messages.push(ChatMessage::Reasoning {
+            text: block.text.clone(),
+            signature: block.signature.clone(),
+        });
+    }
+    messages.push(ChatMessage::Assistant {
+        text: (!message.text.is_empty()).then(|| message.text.clone()),
+        tool_calls: message
+            .calls
+            .iter()
+            .map(|c| wire_tool_call(&c.id, &c.name, &c.arguments))
+            .collect(),
+    });
+}
+
+/// The step's tool calls, with arguments that do not parse after a length finish
+/// explained: they were cut by the output limit, not malformed, so the model can
+/// split the work.
+fn cut_calls(message: AssistantMessage) -> Vec<Call> {
+    let mut calls = message.calls;
+    if message.finish == Some(FinishReason::Length) {
+        for call in &mut calls {
+            if let Err(reason) = &call.parsed {
+                call.parsed = Err(format!(
+                    "{reason}; the response reached the model's output token limit while \
+                     writing these arguments, so they were cut off: call the tool again \
+                     with shorter arguments (e.g. write a large file in parts, then \
+                     append with edit)"
+                ));
+            }
+        }
+    }
+    calls
+}
+
+/// What the overflowing step shows: its usage against the usable context, or
+/// that the provider refused the request as too long.
+fn overflow_detail(limits: &ContextLimits, message: &AssistantMessage) -> String {
+    match &message.usage {
+        Some(usage) if limits.context_limit > 0 && limits.overflows(usage) => format!(
+            "the last step used {} tokens of the {} usable: context_limit {} minus \
+             output_limit {}",
+            used(usage),
+            limits.usable(),
+            limits.context_limit,
+            limits.output_limit
+        ),
+        _ => "the provider said the request exceeds the model's context window".to_owned(),
+    }
+}
+
+/// The turn's context-overflow failure (`provider.context_overflow` with `code`),
+/// recorded on the turn as `ContextOverflowError`.
+fn overflow_failure(rec: &mut TurnRecorder, code: &str, message: String) -> RunError {
+    let error = RunError {
+        code: Some(code.to_owned()),
+        ..RunError::new("provider.context_overflow", message)
+    };
+    rec.set_error(AgentError {
+        name: CONTEXT_OVERFLOW_ERROR.to_owned(),
+        message: error.message.clone(),
+    });
+    error
 }
 
 /// Runs the step's tool calls sequentially, in the order the model asked, and
@@ -408,6 +503,9 @@ mod tests {
                 context_limit: 0,
                 output_limit: 0,
             },
+            compaction: CompactionMode::Auto,
+            max_compactions: 2,
+            instance: "test".into(),
             approvals: Arc::default(),
         };
         let cancel = CancellationToken::new();

@@ -8,8 +8,24 @@ use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 
 use crate::agent::run_error;
-use crate::processor::wait_for_retry;
+use crate::processor::{gave_up, wait_for_retry};
 use crate::recorder::TurnRecorder;
+
+/// Whether the built-in agent compacts the history when the context is full
+/// (`compaction = "auto" | "off"` of a provider instance, TURN-03).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompactionMode {
+    /// Summarise the history and continue (PROC-02, PROC-07). The default.
+    #[default]
+    Auto,
+    /// Never send a summary request: a context overflow ends the run with a
+    /// `provider.context_overflow` error.
+    Off,
+}
+
+/// Default bound of compactions in a row (TURN-04): a third compaction without a
+/// step in between that fits the context is not tried; the run fails instead.
+pub const DEFAULT_MAX_COMPACTIONS: u32 = 2;
 
 /// The instruction appended to the conversation to get its summary.
 pub const COMPACTION_PROMPT: &str = "The conversation above no longer fits the model's context. \
@@ -52,6 +68,7 @@ pub(crate) async fn compact(
     let mut truncated = false;
     let mut request = summary_request(model, &history);
     let mut calls_made = 0;
+    let mut started = tokio::time::Instant::now();
     let summary = loop {
         rec.set_status(AgentStatus::Busy);
         calls_made += 1;
@@ -73,6 +90,7 @@ pub(crate) async fn compact(
                     history = smaller;
                     request = summary_request(model, &history);
                     calls_made = 0;
+                    started = tokio::time::Instant::now();
                     continue;
                 }
                 (
@@ -88,7 +106,7 @@ pub(crate) async fn compact(
                     },
                 )
             }
-            RetryDecision::Stop { name } => (name, run_error(&error)),
+            RetryDecision::Stop { name } => (name, gave_up(run_error(&error), calls_made, started)),
         };
         rec.compaction_finished(idx, None);
         rec.set_error(AgentError {

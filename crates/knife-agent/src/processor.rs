@@ -45,15 +45,34 @@ impl ContextLimits {
     /// True when `usage` leaves less than `output_limit` tokens of the context.
     /// Counts `total_tokens`, or input + output when the provider gave no total.
     pub(crate) fn overflows(&self, usage: &Usage) -> bool {
-        if self.context_limit == 0 {
-            return false;
-        }
-        let count = if usage.total_tokens > 0 {
-            usage.total_tokens
+        self.context_limit != 0 && used(usage) >= self.usable()
+    }
+
+    /// Tokens a step may use before it asks for compaction: `context_limit -
+    /// output_limit` (0 when the reserve takes the whole window).
+    pub(crate) fn usable(&self) -> u64 {
+        self.context_limit.saturating_sub(self.output_limit)
+    }
+
+    /// True when the step's prompt alone (`input_tokens`, or the total minus the
+    /// output when the provider gave no split) stays under [`Self::usable`]: the
+    /// context itself fits and only the answer pushed the usage over (TURN-04).
+    pub(crate) fn prompt_fits(&self, usage: &Usage) -> bool {
+        let prompt = if usage.input_tokens > 0 {
+            usage.input_tokens
         } else {
-            usage.input_tokens.saturating_add(usage.output_tokens)
+            usage.total_tokens.saturating_sub(usage.output_tokens)
         };
-        count >= self.context_limit.saturating_sub(self.output_limit)
+        self.context_limit == 0 || prompt < self.usable()
+    }
+}
+
+/// Tokens a step used: `total_tokens`, or input + output when the provider gave no total.
+pub(crate) fn used(usage: &Usage) -> u64 {
+    if usage.total_tokens > 0 {
+        usage.total_tokens
+    } else {
+        usage.input_tokens.saturating_add(usage.output_tokens)
     }
 }
 
@@ -75,6 +94,8 @@ pub(crate) struct AssistantMessage {
     pub reasoning: Vec<ReasoningBlock>,
     pub calls: Vec<Call>,
     pub finish: Option<FinishReason>,
+    /// The step's usage as the provider reported it at its finish.
+    pub usage: Option<Usage>,
     pub error: Option<RunError>,
 }
 
@@ -165,6 +186,7 @@ impl Processor<'_> {
         request: &LlmRequest,
     ) -> (ProcessResult, AssistantMessage) {
         let mark = rec.mark();
+        let started = tokio::time::Instant::now();
         let mut calls_made = 0;
         loop {
             rec.set_status(AgentStatus::Busy);
@@ -204,11 +226,12 @@ impl Processor<'_> {
                     return (ProcessResult::Compact, AssistantMessage::default());
                 }
                 RetryDecision::Stop { name } => {
+                    let failure = gave_up(run_error(&error), calls_made, started);
                     rec.set_error(AgentError {
                         name: name.to_owned(),
-                        message: error.to_string(),
+                        message: failure.message.clone(),
                     });
-                    message.error = Some(run_error(&error));
+                    message.error = Some(failure);
                     return (ProcessResult::Stop, message);
                 }
             }
@@ -292,6 +315,7 @@ impl Processor<'_> {
                 LlmEvent::StepFinish { reason, usage, .. } => {
                     rec.step_finished(usage.as_ref());
                     message.finish = Some(reason);
+                    message.usage.clone_from(&usage);
                     // The provider says the context filled up (Anthropic
                     // `model_context_window_exceeded`), or the usage shows it.
                     let overflow = reason == FinishReason::ContextOverflow
@@ -302,6 +326,24 @@ impl Processor<'_> {
             }
         }
     }
+}
+
+/// `failure` of a step that made `calls_made` model calls since `started`: after
+/// more than one, its message ends with how many over how long (TURN-09), e.g.
+/// `… HTTP 503: Service Unavailable (gave up after 8 attempts over 2m 0s)`.
+pub(crate) fn gave_up(
+    mut failure: RunError,
+    calls_made: u32,
+    started: tokio::time::Instant,
+) -> RunError {
+    if calls_made > 1 {
+        failure.message = format!(
+            "{} (gave up {})",
+            failure.message,
+            knife_llm::retry::attempts_note(calls_made, started.elapsed())
+        );
+    }
+    failure
 }
 
 /// Publishes `retry{attempt, message, next}` (next = now + `delay`, wall clock)

@@ -64,14 +64,19 @@ pub fn http_error(status: u16, headers: &HeaderMap, body: &str) -> LlmError {
             .and_then(Value::as_str)
             .map(str::to_owned)
     });
+    let reason = || {
+        reqwest::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+    };
     let message = from_json.unwrap_or_else(|| {
         let trimmed = body.trim();
         if trimmed.is_empty() {
-            reqwest::StatusCode::from_u16(status)
-                .ok()
-                .and_then(|s| s.canonical_reason())
-                .unwrap_or("no response body")
-                .to_owned()
+            reason().unwrap_or("no response body").to_owned()
+        } else if is_html(headers, trimmed) {
+            // A proxy's or gateway's error page (TURN-09): the status line says it
+            // all; the markup would only clutter the retry status and the error.
+            reason().unwrap_or("an HTML error page").to_owned()
         } else {
             let mut excerpt: String = trimmed.chars().take(MESSAGE_BODY_CHARS).collect();
             if trimmed.chars().count() > MESSAGE_BODY_CHARS {
@@ -86,6 +91,21 @@ pub fn http_error(status: u16, headers: &HeaderMap, body: &str) -> LlmError {
         body: json,
         message,
     }
+}
+
+/// True when an error body is an HTML page: `content-type: text/html`, or markup
+/// that opens like a page (`<!doctype html`, `<html`, `<head`, `<body`, `<title`).
+fn is_html(headers: &HeaderMap, body: &str) -> bool {
+    let declared = headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("text/html"));
+    let head: String = body.chars().take(200).collect::<String>().to_lowercase();
+    declared
+        || (head.starts_with('<')
+            && ["<!doctype html", "<html", "<head", "<body", "<title"]
+                .iter()
+                .any(|tag| head.contains(tag)))
 }
 
 /// Reads a non-2xx response (headers, then body) into [`LlmError::Http`].
@@ -185,14 +205,40 @@ mod tests {
         assert_eq!(message, "Rate limit reached");
         assert_eq!(body.unwrap()["error"]["type"], "requests");
 
-        let err = http_error(502, &HeaderMap::new(), "<html>bad gateway</html>");
+        let err = http_error(500, &HeaderMap::new(), "upstream crashed");
         assert!(
-            matches!(err, LlmError::Http { body: None, ref message, .. } if message == "<html>bad gateway</html>")
+            matches!(err, LlmError::Http { body: None, ref message, .. } if message == "upstream crashed")
         );
         let err = http_error(503, &HeaderMap::new(), "");
         assert!(
             matches!(err, LlmError::Http { ref message, .. } if message == "Service Unavailable")
         );
+    }
+
+    #[test]
+    fn turn_09_an_html_error_page_is_summarised_to_its_status_line() {
+        let page = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n\
+                    <center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n\
+                    </body>\r\n</html>\r\n";
+        for (headers, body) in [
+            (HeaderMap::new(), page.to_owned()),
+            (HeaderMap::new(), format!("<!DOCTYPE html>{page}")),
+            (
+                headers(&[("content-type", "text/html; charset=utf-8")]),
+                "Bad gateway, try again".to_owned(),
+            ),
+        ] {
+            let err = http_error(502, &headers, &body);
+            let LlmError::Http { message, body, .. } = &err else {
+                panic!("not Http")
+            };
+            assert_eq!(message, "Bad Gateway");
+            assert_eq!(body, &None);
+            assert_eq!(
+                err.to_string(),
+                "the model endpoint answered HTTP 502: Bad Gateway"
+            );
+        }
     }
 }
 

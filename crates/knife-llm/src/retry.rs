@@ -216,6 +216,29 @@ impl RetryPolicy {
     }
 }
 
+/// What a final error adds when a step gave up after retrying (TURN-09):
+/// `after N attempts over T`, e.g. `after 8 attempts over 2m 0s`. `attempts`
+/// counts the first call; `elapsed` is from the first call to the give-up.
+pub fn attempts_note(attempts: u32, elapsed: Duration) -> String {
+    format!("after {attempts} attempts over {}", human_duration(elapsed))
+}
+
+/// `d` for people: `350ms`, `4.5s`, `42s`, `2m 0s`, `1h 5m`.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 3600 {
+        format!("{}h {}m", secs / 3600, secs % 3600 / 60)
+    } else if secs >= 60 {
+        format!("{}m {}s", secs / 60, secs % 60)
+    } else if secs >= 10 {
+        format!("{secs}s")
+    } else if d >= Duration::from_secs(1) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
 /// The server's `retry-after-ms` / `retry-after` hint, when the error carries one.
 pub fn retry_after(error: &LlmError) -> Option<Duration> {
     match error {

@@ -464,3 +464,15 @@ fn proc_11_gemini_per_minute_quota_is_retried_but_daily_quota_stops() {
         r#"{"error":{"message":"Service busy; see the billing FAQ for priority access"}}"#
     )));
 }
+
+#[test]
+fn turn_09_attempts_note_says_how_many_calls_over_how_long() {
+    assert_eq!(
+        attempts_note(8, Duration::from_secs(120)),
+        "after 8 attempts over 2m 0s"
+    );
+    assert_eq!(human_duration(Duration::from_millis(350)), "350ms");
+    assert_eq!(human_duration(Duration::from_millis(4500)), "4.5s");
+    assert_eq!(human_duration(Duration::from_secs(42)), "42s");
+    assert_eq!(human_duration(Duration::from_secs(3900)), "1h 5m");
+}

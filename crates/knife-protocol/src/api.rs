@@ -98,6 +98,10 @@ pub struct CloseSessionResponse {
 #[serde(deny_unknown_fields)]
 pub struct PostMessageRequest {
     pub text: String,
+    /// Model for this run only (TURN-10), recorded on the run; absent or `null`:
+    /// the thread's model. Later messages go back to the thread's model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Answer to `POST /api/threads/{id}/messages`: the run started (HTTP 202).

@@ -31,8 +31,9 @@ const CONTINUED_AFTER_RESTART: &str =
 /// What opens a run.
 #[derive(Clone, Debug)]
 pub(crate) enum RunStart {
-    /// A message typed by the user.
-    User(String),
+    /// A message typed by the user; `model` overrides the thread's model for
+    /// this run (TURN-10).
+    User { text: String, model: Option<String> },
     /// A resume of claimed work after a restart (EXEC-07): counts one attempt and
     /// opens the run with the system continuation message, unless `max_attempts`
     /// resumes were already spent (EXEC-08).
@@ -43,7 +44,7 @@ impl RunStart {
     /// The text the model sees as the run's user message.
     pub(crate) fn text(&self) -> &str {
         match self {
-            RunStart::User(text) => text,
+            RunStart::User { text, .. } => text,
             RunStart::Continuation { .. } => CONTINUE_AFTER_SERVER_RESTART,
         }
     }
@@ -86,6 +87,12 @@ pub(crate) async fn create_run(
         .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
     let now = clock.now();
     let mut events = Vec::new();
+    // The run's model (TURN-10): the message's, else the thread's; a continuation
+    // keeps the model of the run it continues.
+    let mut model = match start {
+        RunStart::User { model, .. } => model.clone().or_else(|| thread.model.clone()),
+        RunStart::Continuation { .. } => thread.model.clone(),
+    };
     if let RunStart::Continuation { max_attempts } = start {
         if !thread.is_claimed() {
             return Ok(Created::NotClaimed);
@@ -102,6 +109,12 @@ pub(crate) async fn create_run(
             };
         }
         thread.resume_attempts = attempts;
+        if let Some(active) = &thread.active_run_id
+            && let Some(run) = store.get_run(active).await?
+            && run.model.is_some()
+        {
+            model = run.model;
+        }
         if thread.active_run_id.is_some() {
             let error = RunError {
                 code: Some("shutdown".into()),
@@ -131,7 +144,7 @@ pub(crate) async fn create_run(
     let ordinal = thread.run_count + 1;
     let run_id = RunId::for_thread(thread_id, ordinal);
     let (origin, description) = match start {
-        RunStart::User(_) => (MessageOrigin::User, None),
+        RunStart::User { .. } => (MessageOrigin::User, None),
         RunStart::Continuation { .. } => {
             (MessageOrigin::System, Some(CONTINUE_DESCRIPTION.to_owned()))
         }
@@ -157,7 +170,7 @@ pub(crate) async fn create_run(
         thread_id: thread_id.clone(),
         ordinal,
         provider_instance_id: thread.provider_instance_id.clone(),
-        model: thread.model.clone(),
+        model,
         status: RunStatus::Running,
         user_message_id: user_item.id.clone(),
         requested_at: now,

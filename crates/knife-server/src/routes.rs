@@ -242,7 +242,10 @@ async fn post_message(
     payload: Result<Json<PostMessageRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<PostMessageResponse>), ApiErr> {
     let request = body(payload)?;
-    let run = s.execution.start_run(&id, request.text).await?;
+    let run = s
+        .execution
+        .start_run_with_model(&id, request.text, request.model)
+        .await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(PostMessageResponse {

@@ -220,6 +220,15 @@ impl App {
             if let Some(tokens) = p.output_limit {
                 agent.output_limit = u64::from(tokens);
             }
+            if p.compaction == Some(crate::config::providers::Compaction::Off) {
+                agent.compaction = knife_agent::compaction::CompactionMode::Off;
+            }
+            if let Some(n) = p.max_compactions {
+                agent.max_compactions = n.max(1);
+            }
+            if let Some(n) = p.max_steps {
+                agent.max_steps = n.max(1);
+            }
             if let Some(attempts) = p.max_retry_attempts {
                 agent.retry.max_attempts = attempts.max(1);
             }

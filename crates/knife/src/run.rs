@@ -23,7 +23,8 @@ pub struct RunArgs {
     /// Continue this thread instead of starting a new one.
     #[arg(long)]
     pub thread: Option<String>,
-    /// Model override (default: the provider instance's model).
+    /// Model of this run (default: the thread's, else the provider instance's).
+    /// With `--thread` it applies to this run only (recorded on the run).
     #[arg(long)]
     pub model: Option<String>,
     /// Provider instance from knife.toml (default: `default_provider`).
@@ -79,6 +80,8 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
             &format!("/api/threads/{}/messages", thread.id),
             &PostMessageRequest {
                 text: args.prompt.clone(),
+                // With --thread: this run's model (TURN-10); a new thread has it too.
+                model: args.model.clone(),
             },
         )
         .await?;

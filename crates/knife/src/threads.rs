@@ -292,7 +292,13 @@ fn print_projection(p: &ThreadProjection) {
             .as_ref()
             .map(|u| format!(", {} tokens", u.total_tokens))
             .unwrap_or_default();
-        println!("\n── run {} · {status}{tokens}", run.ordinal);
+        // The run's model when it named one (TURN-10): the thread's or the message's.
+        let model = run
+            .model
+            .as_deref()
+            .map(|m| format!(" · {m}"))
+            .unwrap_or_default();
+        println!("\n── run {} · {status}{model}{tokens}", run.ordinal);
         for item in p
             .turn_items
             .iter()

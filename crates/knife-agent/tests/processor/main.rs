@@ -7,6 +7,8 @@ mod common;
 
 mod cancel;
 mod compaction;
+mod context_control;
 mod retries;
+mod retry_reports;
 mod stream;
 mod support;

@@ -157,13 +157,38 @@ impl ExecutionService {
     /// `RunInProgress` (one run per thread at a time), `Invalid` (empty text),
     /// `ProjectNotFound`, `ShuttingDown`.
     pub async fn start_run(&self, thread_id: &ThreadId, text: String) -> Result<Run, RuntimeError> {
+        self.start_run_with_model(thread_id, text, None).await
+    }
+
+    /// [`Self::start_run`] with a model for this run only (TURN-10): `Some(m)`
+    /// is recorded on the run (`Run::model`) and asked of the runtime for its
+    /// turn; `None` uses the thread's model. Later runs go back to the thread's
+    /// model unless they name one. Errors: those of `start_run`, and `Invalid`
+    /// for a blank model name.
+    pub async fn start_run_with_model(
+        &self,
+        thread_id: &ThreadId,
+        text: String,
+        model: Option<String>,
+    ) -> Result<Run, RuntimeError> {
         if text.trim().is_empty() {
             return Err(RuntimeError::Invalid(
                 "the message text is empty; write what the agent should do".into(),
             ));
         }
+        if model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(RuntimeError::Invalid(
+                "the message's model is empty; name a model, or leave `model` out to use the \
+                 thread's"
+                    .into(),
+            ));
+        }
+        let model = model.map(|m| m.trim().to_owned());
         self.wait_if_finishing(thread_id).await;
-        match self.begin(thread_id, RunStart::User(text)).await? {
+        match self
+            .begin(thread_id, RunStart::User { text, model })
+            .await?
+        {
             Begun::Started { run, .. } => Ok(*run),
             Begun::Busy(run) => Err(RuntimeError::RunInProgress {
                 thread: thread_id.clone(),

@@ -129,7 +129,8 @@ impl ExecutionService {
             attempt: 1,
             text: ctx.text.clone(),
             history,
-            model: ctx.thread.model.clone(),
+            // The run's model: the message's (TURN-10), else the thread's.
+            model: ctx.run.model.clone(),
             cwd: Some(ctx.root.clone()),
         };
         // Subscribed before the turn starts, so no event of the turn is missed.

@@ -68,7 +68,10 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
         let _: PostMessageResponse = client
             .post(
                 &format!("/api/threads/{t}/messages"),
-                &PostMessageRequest { text: "go".into() },
+                &PostMessageRequest {
+                    text: "go".into(),
+                    model: None,
+                },
             )
             .await?;
     }

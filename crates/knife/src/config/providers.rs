@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::bail;
+use knife_agent::{DEFAULT_CONTEXT_LIMIT, DEFAULT_OUTPUT_LIMIT};
 use serde::Deserialize;
 
 /// The provider drivers `driver = "…"` accepts, and each one's default `base_url`.
@@ -58,6 +59,19 @@ pub struct ProviderConfig {
     /// window: the history is compacted once a step's usage reaches
     /// `context_limit - output_limit` (default reserve 32 000; PROC-02).
     pub output_limit: Option<u32>,
+    /// Built-in agent drivers only: `"auto"` (default) summarises the history when
+    /// the context is full; `"off"` ends the run with a context-overflow error
+    /// instead, sending no summary request (TURN-03). `true` / `false` are read
+    /// as `"auto"` / `"off"`.
+    #[serde(default)]
+    pub compaction: Option<Compaction>,
+    /// Built-in agent drivers only: compactions in a row that leave the context
+    /// over `context_limit - output_limit` before the run fails saying the
+    /// context cannot be reduced (default 2, at least 1; TURN-04).
+    pub max_compactions: Option<u32>,
+    /// Built-in agent drivers only: model calls per run before it fails without a
+    /// final answer (default 50).
+    pub max_steps: Option<u32>,
     /// Model calls per step when the provider fails transiently, the first one
     /// included (default 8; 1 = never retry; PROC-11).
     #[serde(default)]
@@ -85,6 +99,40 @@ pub struct ProviderConfig {
     /// `codex` only: sandbox of new threads (`read-only`, `workspace-write`,
     /// `danger-full-access`; default `workspace-write`).
     pub sandbox: Option<String>,
+}
+
+/// `compaction = "auto" | "off"` of a provider instance (TURN-03).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compaction {
+    /// Summarise the history when the context is full (the default).
+    Auto,
+    /// Never summarise: an overflow ends the run with an error.
+    Off,
+}
+
+impl<'de> Deserialize<'de> for Compaction {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Compaction;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(r#""auto" or "off""#)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Compaction, E> {
+                match v {
+                    "auto" => Ok(Compaction::Auto),
+                    "off" => Ok(Compaction::Off),
+                    other => Err(E::custom(format!(
+                        r#"compaction = "{other}" is not a mode; use "auto" (summarise the history when the context is full) or "off""#
+                    ))),
+                }
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Compaction, E> {
+                Ok(if v { Compaction::Auto } else { Compaction::Off })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl ProviderConfig {
@@ -130,7 +178,63 @@ impl ProviderConfig {
                 path.display()
             );
         }
+        if self.is_external() && (self.compaction.is_some() || self.max_compactions.is_some()) {
+            bail!(
+                "provider `{id}` in {} has driver `{}`, which manages its own context: \
+                 `compaction` and `max_compactions` apply to the built-in agent's drivers \
+                 (openai-chat, openai-responses, anthropic) only; remove them",
+                path.display(),
+                self.driver
+            );
+        }
+        if !self.is_external()
+            && let Some(warning) = self.check_limits(id, path)?
+        {
+            tracing::warn!("{warning}");
+        }
         Ok(())
+    }
+
+    /// Checks that the output reserve leaves usable context (TURN-05) and returns
+    /// a warning when it corrected the default reserve. `context_limit = 0` means
+    /// no usage check: nothing to check.
+    ///
+    /// - An explicit `output_limit >= context_limit` is refused: every step would
+    ///   compact. The error names both numbers and what to set.
+    /// - Without `output_limit`, the default reserve (32 000 tokens) is meant for
+    ///   large windows: when it is more than half of `context_limit`, the reserve
+    ///   becomes a quarter of the window (`output_limit` is set to it) and the
+    ///   warning names the numbers.
+    pub fn check_limits(&mut self, id: &str, path: &Path) -> anyhow::Result<Option<String>> {
+        let context = self.context_limit.unwrap_or(DEFAULT_CONTEXT_LIMIT);
+        if context == 0 {
+            return Ok(None);
+        }
+        if let Some(output) = self.output_limit {
+            if u64::from(output) >= context {
+                bail!(
+                    "provider `{id}` in {}: output_limit = {output} leaves no usable context of \
+                     context_limit = {context} (every step would have to compact); set \
+                     output_limit below context_limit, e.g. output_limit = {}, or set \
+                     context_limit to the model's real window (0 turns the usage check off)",
+                    path.display(),
+                    context / 4
+                );
+            }
+            return Ok(None);
+        }
+        if DEFAULT_OUTPUT_LIMIT.saturating_mul(2) <= context {
+            return Ok(None);
+        }
+        let reserve = context / 4;
+        self.output_limit = Some(u32::try_from(reserve).unwrap_or(u32::MAX));
+        Ok(Some(format!(
+            "provider `{id}` in {}: context_limit = {context} is too small for the default \
+             output reserve of {DEFAULT_OUTPUT_LIMIT} tokens (compaction would run at almost \
+             every step); reserving {reserve} tokens instead. Set output_limit = {reserve} (or \
+             the model's real output limit, below {context}) in [providers.{id}] to say so",
+            path.display()
+        )))
     }
 
     /// The default `base_url` of `driver`, or `None` for an unknown driver.

@@ -329,3 +329,105 @@ fn approvals_project_permission_overrides_come_after_the_global_rules() {
     let err = format!("{:#}", Config::parse_file(&path).unwrap_err());
     assert!(err.contains("[[projects.permissions]]"), "{err}");
 }
+
+/// Writes `text` as a knife.toml in a temp folder and parses it like `--config`.
+fn parse_toml(text: &str) -> anyhow::Result<Config> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("knife.toml");
+    std::fs::write(&path, text).unwrap();
+    Config::parse_file(&path)
+}
+
+const MOCK: &str =
+    "[providers.mock]\ndriver = 'openai-chat'\nbase_url = 'http://127.0.0.1:1/v1'\nmodel = 'm'\n";
+
+#[test]
+fn turn_03_compaction_is_auto_or_off_per_instance() {
+    use providers::Compaction;
+    for (value, expected) in [
+        ("\"off\"", Compaction::Off),
+        ("\"auto\"", Compaction::Auto),
+        ("false", Compaction::Off),
+        ("true", Compaction::Auto),
+    ] {
+        let c = parse_toml(&format!(
+            "{MOCK}compaction = {value}\nmax_compactions = 3\n"
+        ))
+        .unwrap();
+        assert_eq!(c.providers["mock"].compaction, Some(expected), "{value}");
+        assert_eq!(c.providers["mock"].max_compactions, Some(3));
+    }
+    assert_eq!(parse_toml(MOCK).unwrap().providers["mock"].compaction, None);
+    let error = format!(
+        "{:#}",
+        parse_toml(&format!("{MOCK}compaction = \"never\"\n")).unwrap_err()
+    );
+    assert!(
+        error.contains("\"auto\"") && error.contains("\"off\""),
+        "{error}"
+    );
+    // External runtimes manage their own context.
+    let error = format!(
+        "{:#}",
+        parse_toml("[providers.c]\ndriver = 'codex'\ncompaction = 'off'\n").unwrap_err()
+    );
+    assert!(error.contains("built-in agent"), "{error}");
+}
+
+#[test]
+fn turn_05_an_output_reserve_that_leaves_no_context_is_refused_with_the_numbers() {
+    for output in [8000, 9000] {
+        let error = format!(
+            "{:#}",
+            parse_toml(&format!(
+                "{MOCK}context_limit = 8000\noutput_limit = {output}\n"
+            ))
+            .unwrap_err()
+        );
+        assert!(
+            error.contains(&format!("output_limit = {output}"))
+                && error.contains("context_limit = 8000")
+                && error.contains("output_limit = 2000"),
+            "{error}"
+        );
+    }
+    // The default window is 128 000 tokens.
+    assert!(parse_toml(&format!("{MOCK}output_limit = 128000\n")).is_err());
+    // A reserve below the window is the user's choice.
+    let c = parse_toml(&format!(
+        "{MOCK}context_limit = 8000\noutput_limit = 7000\n"
+    ))
+    .unwrap();
+    assert_eq!(c.providers["mock"].output_limit, Some(7000));
+    // context_limit = 0 still means no usage check, whatever the reserve.
+    let c = parse_toml(&format!("{MOCK}context_limit = 0\noutput_limit = 64000\n")).unwrap();
+    assert_eq!(c.providers["mock"].output_limit, Some(64000));
+    assert!(parse_toml(&format!("{MOCK}context_limit = 0\n")).is_ok());
+}
+
+#[test]
+fn turn_05_a_small_window_gets_a_quarter_reserve_with_a_warning_naming_the_numbers() {
+    let mut p = parse_toml(MOCK).unwrap().providers["mock"].clone();
+    // The default window keeps the default reserve.
+    assert_eq!(p.check_limits("mock", Path::new("k.toml")).unwrap(), None);
+    assert_eq!(p.output_limit, None);
+
+    p.context_limit = Some(8192);
+    let warning = p
+        .check_limits("mock", Path::new("k.toml"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.output_limit, Some(2048));
+    assert!(
+        warning.contains("context_limit = 8192")
+            && warning.contains("32000")
+            && warning.contains("output_limit = 2048")
+            && warning.contains("[providers.mock]"),
+        "{warning}"
+    );
+    // Loading applies the correction.
+    let c = parse_toml(&format!("{MOCK}context_limit = 8192\n")).unwrap();
+    assert_eq!(c.providers["mock"].output_limit, Some(2048));
+    let c = parse_toml(&format!("{MOCK}context_limit = 64000\n")).unwrap();
+    assert_eq!(c.providers["mock"].output_limit, None);
+}
