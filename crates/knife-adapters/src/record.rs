@@ -68,6 +68,8 @@ pub struct ApprovalAsk {
     pub input: Value,
     /// Which rule of the runtime asked (e.g. `codex approval policy`).
     pub rule: String,
+    /// The proposed change as a unified diff (codex file changes, CHG-05); `None` otherwise.
+    pub diff: Option<String>,
 }
 
 /// Per-runtime differences of recording, for [`TurnRecorder::start_with`]; the
@@ -526,6 +528,7 @@ impl TurnRecorder {
                 input: ask.input.clone(),
                 rule: ask.rule.clone(),
                 message: None,
+                diff: ask.diff.clone(),
             },
             self.clock.now(),
         );

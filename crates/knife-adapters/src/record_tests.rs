@@ -85,6 +85,7 @@ async fn finish_settles_items_and_approvals_then_ends_once() {
             subject: "ls".into(),
             input: Value::Null,
             rule: "test".into(),
+            diff: None,
         },
     );
     rec.text_delta("m", TextKind::Assistant, "partial");

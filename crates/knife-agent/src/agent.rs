@@ -347,7 +347,7 @@ async fn approve(
     tool_ctx: &ToolContext,
     approvals: &Arc<ApprovalBroker>,
     tool_idx: usize,
-    ask: ApprovalRequest,
+    mut ask: ApprovalRequest,
     mutating: bool,
 ) -> Result<(), ToolError> {
     if approvals.always_allows(&ask.tool, &ask.subject) {
@@ -360,6 +360,8 @@ async fn approve(
             ApprovalDecision::Deny { message } => Err(ToolError::Rejected { tool, message }),
         };
     }
+    // The user sees the change a `write` / `edit` would make, not its JSON (CHG-05).
+    ask.diff = crate::tools::diff::proposed_diff(&ask.tool, &ask.input, tool_ctx).await;
     let id = knife_protocol::RuntimeRequestId::new();
     let (answer, _guard) = approvals.register(id.clone());
     rec.approval_requested(tool_idx, &ask, &id, mutating);

@@ -267,6 +267,9 @@ pub struct ApprovalRequest {
     pub input: Value,
     /// Which rule asked: `permission rule N` (0-based) or `the default rule`.
     pub rule: String,
+    /// The proposed change of a `write` / `edit` call as a unified diff (CHG-05), filled
+    /// in before the user is asked ([`crate::tools::diff::proposed_diff`]); `None` otherwise.
+    pub diff: Option<String>,
 }
 
 /// The answer to an [`ApprovalRequest`].
@@ -527,6 +530,7 @@ mod tests {
                 subject: "ls".into(),
                 input: serde_json::json!({"command": "ls"}),
                 rule: "the default rule".into(),
+                diff: None,
             })
             .await;
         assert_eq!(d, ApprovalDecision::Allow);

@@ -414,3 +414,56 @@ async fn approvals_per_project_rules_win_over_the_global_ones() {
         assert_eq!(dir.join("out.txt").exists(), ran, "{}", dir.display());
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn chg_05_write_and_edit_approvals_carry_the_proposed_change_as_a_unified_diff() {
+    let llm = FakeLlm::new(vec![
+        tool_step(
+            "call_1",
+            "edit",
+            r#"{"path":"src/lib.rs","old_string":"two","new_string":"2"}"#,
+        ),
+        tool_step(
+            "call_2",
+            "write",
+            r#"{"path":"notes.md","content":"new file\n"}"#,
+        ),
+        text_step(&["done"]),
+    ]);
+    let mut h = asking(Arc::clone(&llm)).await;
+    fs::create_dir_all(h._project.path().join("src")).unwrap();
+    fs::write(h._project.path().join("src/lib.rs"), "one\ntwo\nthree\n").unwrap();
+    h.session.start_turn(turn(1, "go", vec![])).await.unwrap();
+
+    let (edit, _) = until_request(&mut h).await;
+    let diff = edit.tool_approval.clone().unwrap().diff.unwrap();
+    assert_eq!(
+        diff,
+        "--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n"
+    );
+    // The file is untouched until the answer.
+    assert_eq!(
+        fs::read_to_string(h._project.path().join("src/lib.rs")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    h.session
+        .respond_to_runtime_request(&edit.id, answer(ApprovalDecision::AllowOnce, None))
+        .await
+        .unwrap();
+
+    let (write, _) = until_request(&mut h).await;
+    let diff = write.tool_approval.clone().unwrap().diff.unwrap();
+    assert!(
+        diff.starts_with("--- /dev/null\n+++ b/notes.md\n") && diff.ends_with("+new file\n"),
+        "{diff}"
+    );
+    h.session
+        .respond_to_runtime_request(&write.id, answer(ApprovalDecision::Deny, None))
+        .await
+        .unwrap();
+    collect_turn(&mut h.events).await;
+    assert_eq!(
+        fs::read_to_string(h._project.path().join("src/lib.rs")).unwrap(),
+        "one\n2\nthree\n"
+    );
+}

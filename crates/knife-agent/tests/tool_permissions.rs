@@ -148,6 +148,7 @@ async fn permission_is_the_verdict_without_waiting() {
             subject: "cargo build".into(),
             input: args,
             rule: "the default rule".into(),
+            diff: None,
         })
     );
     match tools.permission("c4", "bash", &json!({"command": "rm -rf src"}), &ctx) {

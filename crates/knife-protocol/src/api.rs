@@ -93,6 +93,42 @@ pub struct CloseSessionResponse {
     pub closed: bool,
 }
 
+/// `PATCH /api/threads/{id}` (CHG-08): rename and/or archive / unarchive. Fields left
+/// out stay as they are. `title` is trimmed and must be 1..=[`TITLE_MAX_CHARS`]
+/// characters without control characters (else 400).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateThreadRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `true` archives (refused with 409 while a run is active), `false` unarchives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived: Option<bool>,
+}
+
+/// Answer to `DELETE /api/threads/{id}` (CHG-08).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeleteThreadResponse {
+    pub thread_id: ThreadId,
+    pub deleted_at: Timestamp,
+    /// The run that was stopped first (`?force=true` while a run was active).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_run_id: Option<RunId>,
+}
+
+/// `POST /api/threads/{id}/fork` (CHG-09).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkThreadRequest {
+    /// Ordinal of the last source run the fork keeps; default: the source's last
+    /// finished run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_run: Option<u32>,
+    /// Title of the new thread; default `<source title> (fork)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
 /// `POST /api/threads/{id}/messages`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

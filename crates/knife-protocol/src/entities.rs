@@ -68,9 +68,44 @@ pub struct Thread {
     /// Child claims are never resumed, only released (EXEC-03).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+    /// When the thread was archived (CHG-08): hidden from default lists, its provider
+    /// session released, nothing deleted. `None` = not archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<Timestamp>,
+    /// True while the thread has no title of its own: its first message names it
+    /// (first line, at most [`AUTO_TITLE_MAX_CHARS`] characters; CHG-08). Cleared by
+    /// that automatic title or by a rename.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untitled: bool,
+    /// The thread and run this thread was forked from (CHG-09); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ThreadFork>,
+}
+
+/// Longest title a thread may have, in Unicode characters (CHG-08; longer → HTTP 400).
+pub const TITLE_MAX_CHARS: usize = 200;
+
+/// Longest automatic title taken from a thread's first message, in characters (CHG-08).
+pub const AUTO_TITLE_MAX_CHARS: usize = 60;
+
+/// The title a thread created without one shows until its first message names it.
+pub const UNTITLED_THREAD_TITLE: &str = "New thread";
+
+/// Where a forked thread's history comes from (CHG-09): the source thread's runs
+/// `1..=after_run` were copied into it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadFork {
+    pub thread_id: ThreadId,
+    /// Ordinal of the last source run the fork includes.
+    pub after_run: u32,
 }
 
 impl Thread {
+    /// True while the thread is archived (CHG-08).
+    pub fn is_archived(&self) -> bool {
+        self.archived_at.is_some()
+    }
+
     /// True while the thread holds an execution claim.
     pub fn is_claimed(&self) -> bool {
         self.time_suspended.is_some()
@@ -424,6 +459,12 @@ pub struct ToolApproval {
     /// The user's words given with the answer (e.g. why it was denied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The proposed change as a unified diff (`--- a/path`, `+++ b/path`, hunks), for
+    /// `write` / `edit` calls of the built-in agent and codex file changes (CHG-05):
+    /// what clients show instead of the raw arguments. `None` when the call changes no
+    /// file or its change cannot be worked out (the tool then reports why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
 }
 
 /// Kind of an execution node.

@@ -56,6 +56,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "project.updated",
     "thread.created",
     "thread.updated",
+    "thread.deleted",
     "run.created",
     "run.updated",
     "node.updated",
@@ -82,6 +83,14 @@ pub enum EventBody {
     ThreadCreated(Thread),
     #[serde(rename = "thread.updated")]
     ThreadUpdated(Thread),
+    /// The tombstone of a deleted thread (CHG-08): the fold drops the thread and every
+    /// row of it from the projections, and ignores the thread's later events;
+    /// `knife db purge` removes the thread's events for good.
+    #[serde(rename = "thread.deleted")]
+    ThreadDeleted {
+        thread_id: ThreadId,
+        deleted_at: Timestamp,
+    },
     #[serde(rename = "run.created")]
     RunCreated(Run),
     #[serde(rename = "run.updated")]
@@ -137,6 +146,7 @@ impl EventBody {
             EventBody::ProjectUpdated(_) => "project.updated",
             EventBody::ThreadCreated(_) => "thread.created",
             EventBody::ThreadUpdated(_) => "thread.updated",
+            EventBody::ThreadDeleted { .. } => "thread.deleted",
             EventBody::RunCreated(_) => "run.created",
             EventBody::RunUpdated(_) => "run.updated",
             EventBody::NodeUpdated(_) => "node.updated",
@@ -158,6 +168,7 @@ impl EventBody {
         match self {
             EventBody::ProjectCreated(_) | EventBody::ProjectUpdated(_) => (None, None),
             EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => (Some(t.id.clone()), None),
+            EventBody::ThreadDeleted { thread_id, .. } => (Some(thread_id.clone()), None),
             EventBody::RunCreated(r) | EventBody::RunUpdated(r) => {
                 (Some(r.thread_id.clone()), Some(r.id.clone()))
             }

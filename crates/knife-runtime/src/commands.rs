@@ -129,15 +129,16 @@ pub async fn create_thread(
             None => return Err(RuntimeError::ThreadNotFound(parent.clone())),
         }
     }
+    let title = match request.title.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(t) => Some(crate::lifecycle::check_title(t)?),
+    };
     let now = clock.now();
     let thread = Thread {
         id: ThreadId::new(),
         project_id: request.project_id,
-        title: request
-            .title
-            .map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| "New thread".into()),
+        untitled: title.is_none(),
+        title: title.unwrap_or_else(|| UNTITLED_THREAD_TITLE.into()),
         provider_instance_id: instance,
         model: request.model.filter(|m| !m.trim().is_empty()),
         status: ThreadStatus::Idle,
@@ -150,6 +151,8 @@ pub async fn create_thread(
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: request.parent_thread_id,
+        archived_at: None,
+        forked_from: None,
     };
     store
         .write(vec![DomainEvent::new(

@@ -55,6 +55,32 @@ pub enum RuntimeError {
         request: RuntimeRequestId,
         reason: String,
     },
+    /// A lifecycle operation that cannot run beside an active run (HTTP 409
+    /// `run_in_progress`; CHG-08): `action` is what was refused (`deleting`, …),
+    /// `hint` what to do.
+    #[error(
+        "thread {thread} has run {run} in progress; {action} it is refused while a run is active: {hint}"
+    )]
+    ActiveRunRefuses {
+        thread: ThreadId,
+        run: RunId,
+        action: &'static str,
+        hint: &'static str,
+    },
+    /// The thread's worktree refuses a delete (HTTP 409 `workspace_not_clean`;
+    /// CHG-08): the message names the work that would be lost and says to pass `force`.
+    #[error("{0}")]
+    WorkspaceNotClean(String),
+    /// The thread's runtime cannot fork (HTTP 409 `fork_unsupported`; CHG-09).
+    #[error(
+        "thread {thread} runs on provider instance `{instance}` (driver `{driver}`), which cannot fork a conversation: {reason}"
+    )]
+    ForkUnsupported {
+        thread: ThreadId,
+        instance: ProviderInstanceId,
+        driver: String,
+        reason: String,
+    },
     #[error(transparent)]
     Store(#[from] knife_store::StoreError),
     /// A session-manager operation (close, release, detach) failed.

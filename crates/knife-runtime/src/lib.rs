@@ -12,6 +12,7 @@ pub mod commands;
 pub mod error;
 pub mod execution;
 pub mod ingest;
+pub mod lifecycle;
 pub mod mcp;
 pub mod process_groups;
 pub mod reaper;
@@ -26,6 +27,7 @@ pub use adapter::*;
 pub use clock::*;
 pub use error::*;
 pub use execution::*;
+pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
 pub use restart::*;
 pub use sessions::{
     OpenRequest, SessionError, SessionHandle, SessionManager, SessionManagerOptions,

@@ -185,6 +185,17 @@ pub(crate) async fn create_run(
     thread.last_error = None;
     thread.updated_at = now;
     thread.claim(now);
+    if let RunStart::User { text, .. } = start {
+        // CHG-08: the first message names an untitled thread, in this same
+        // transaction; a message to an archived thread brings it back.
+        if thread.untitled
+            && let Some(title) = crate::lifecycle::auto_title(text)
+        {
+            thread.title = title;
+            thread.untitled = false;
+        }
+        thread.archived_at = None;
+    }
     events.push(DomainEvent::new(now, EventBody::RunCreated(run.clone())));
     events.push(DomainEvent::new(
         now,

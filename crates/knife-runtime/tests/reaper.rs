@@ -123,6 +123,9 @@ impl H {
             time_suspended: None,
             resume_attempts: 0,
             parent_thread_id: None,
+            archived_at: None,
+            untitled: false,
+            forked_from: None,
         };
         let instance = ProviderInstanceId::from("fake");
         let session = ProviderSession {

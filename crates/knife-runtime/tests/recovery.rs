@@ -55,6 +55,9 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: None,
+        archived_at: None,
+        untitled: false,
+        forked_from: None,
     };
     let run = Run {
         id: run_id.clone(),

@@ -96,6 +96,9 @@ impl From<RuntimeError> for ApiErr {
             }
             RuntimeError::RunInProgress { .. } => (StatusCode::CONFLICT, "run_in_progress"),
             RuntimeError::Conflict => (StatusCode::CONFLICT, "conflict"),
+            RuntimeError::ActiveRunRefuses { .. } => (StatusCode::CONFLICT, "run_in_progress"),
+            RuntimeError::WorkspaceNotClean(_) => (StatusCode::CONFLICT, "workspace_not_clean"),
+            RuntimeError::ForkUnsupported { .. } => (StatusCode::CONFLICT, "fork_unsupported"),
             RuntimeError::ProviderInstanceNotFound { .. } => {
                 (StatusCode::BAD_REQUEST, "unknown_provider_instance")
             }

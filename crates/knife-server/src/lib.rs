@@ -1,7 +1,9 @@
 //! knife-server: the HTTP + WebSocket API (axum) over the store and the runtime.
 //!
 //! Routes (JSON under `/api`, errors as `{"error":{"code","message"}}`):
-//! `POST/GET /api/projects` (POST: 201 new, 200 when the folder is already a project), `POST/GET /api/threads`, `GET /api/threads/{id}`,
+//! `POST/GET /api/projects` (POST: 201 new, 200 when the folder is already a project), `POST/GET /api/threads`
+//! (`?archived=true` includes archived threads), `GET|PATCH|DELETE /api/threads/{id}` (rename, archive, delete: CHG-08),
+//! `POST /api/threads/{id}/fork` (CHG-09),
 //! `POST /api/threads/{id}/messages` (202, starts a run), `POST /api/threads/{id}/interrupt`,
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
 //! `GET /api/events/latest` (the log's highest sequence), `GET /api/providers` (configured provider instances),
@@ -25,6 +27,7 @@ pub mod mcp;
 mod origin;
 mod routes;
 mod sessions;
+mod threads;
 pub mod ui;
 
 pub use error::ApiErr;

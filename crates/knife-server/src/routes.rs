@@ -36,7 +36,12 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/projects", post(create_project).get(list_projects))
         .route("/threads", post(create_thread).get(list_threads))
-        .route("/threads/{id}", get(get_thread))
+        .route(
+            "/threads/{id}",
+            get(get_thread)
+                .patch(crate::threads::update_thread)
+                .delete(crate::threads::delete_thread),
+        )
         .route("/threads/{id}/messages", post(post_message))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/requests", get(list_requests))
@@ -165,7 +170,7 @@ fn token_from(request: &Request, query_ok: bool) -> Option<String> {
 }
 
 /// Turns a JSON body rejection into a 400 that says what is wrong.
-fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
+pub(crate) fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
     payload
         .map(|Json(v)| v)
         .map_err(|e| ApiErr::bad_request(format!("invalid request body: {}", e.body_text())))
@@ -210,6 +215,9 @@ async fn create_thread(
 #[derive(Deserialize)]
 struct ThreadListQuery {
     project_id: Option<ProjectId>,
+    /// `true` also lists archived threads (CHG-08); default: hidden.
+    #[serde(default)]
+    archived: bool,
 }
 
 async fn list_threads(
@@ -218,7 +226,11 @@ async fn list_threads(
 ) -> Result<Json<Vec<Thread>>, ApiErr> {
     let Query(q) = query
         .map_err(|e| ApiErr::bad_request(format!("invalid query string: {}", e.body_text())))?;
-    Ok(Json(s.store.list_threads(q.project_id.as_ref()).await?))
+    let mut threads = s.store.list_threads(q.project_id.as_ref()).await?;
+    if !q.archived {
+        threads.retain(|t| !t.is_archived());
+    }
+    Ok(Json(threads))
 }
 
 async fn get_thread(

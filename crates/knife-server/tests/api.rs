@@ -195,7 +195,7 @@ async fn unsupported_method_is_a_json_405_with_allow() {
     let t = s.thread().await;
     let resp = s
         .http
-        .delete(s.url(&format!("/api/threads/{}", t.id)))
+        .put(s.url(&format!("/api/threads/{}", t.id)))
         .send()
         .await
         .unwrap();
@@ -206,7 +206,11 @@ async fn unsupported_method_is_a_json_405_with_allow() {
         .unwrap_or_default();
     assert!(allow.contains("GET"), "Allow: {allow:?}");
     let message = json_error(resp, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
-    assert!(message.contains("DELETE"), "{message}");
+    assert!(message.contains("PUT"), "{message}");
+    assert!(
+        allow.contains("DELETE") && allow.contains("PATCH"),
+        "Allow: {allow:?}"
+    );
 
     // Outside /api too.
     let resp = s.http.post(s.url("/healthz")).send().await.unwrap();
@@ -682,4 +686,147 @@ async fn providers_lists_instances_and_marks_the_default() {
             {"id": "zed", "driver": "codex", "model": null, "default": false},
         ])
     );
+}
+
+#[tokio::test]
+async fn chg_08_patch_renames_and_archives_and_lists_hide_archived_threads() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let path = s.url(&format!("/api/threads/{}", t.id));
+    let resp = s
+        .http
+        .patch(&path)
+        .json(&json!({"title": "  Login bug  "}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let renamed: Thread = resp.json().await.unwrap();
+    assert_eq!(renamed.title, "Login bug");
+    assert!(!renamed.untitled);
+
+    let resp = s
+        .http
+        .patch(&path)
+        .json(&json!({"archived": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let archived: Thread = resp.json().await.unwrap();
+    assert!(archived.archived_at.is_some());
+    let ids = |threads: Vec<Thread>| threads.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let listed: Vec<Thread> = s
+        .http
+        .get(s.url("/api/threads"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(listed),
+        Vec::<ThreadId>::new(),
+        "archived threads are hidden"
+    );
+    let all: Vec<Thread> = s
+        .http
+        .get(s.url("/api/threads?archived=true"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ids(all), vec![t.id.clone()]);
+    // Still readable, nothing deleted.
+    let resp = s.http.get(&path).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    let resp = s
+        .http
+        .patch(&path)
+        .json(&json!({"archived": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let listed: Vec<Thread> = s
+        .http
+        .get(s.url("/api/threads"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ids(listed), vec![t.id.clone()]);
+}
+
+#[tokio::test]
+async fn chg_08_titles_over_200_characters_or_empty_patches_are_400() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let path = s.url(&format!("/api/threads/{}", t.id));
+    let resp = s
+        .http
+        .patch(&path)
+        .json(&json!({"title": "é".repeat(201)}))
+        .send()
+        .await
+        .unwrap();
+    let message = json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(message.contains("200"), "{message}");
+    let resp = s
+        .http
+        .patch(&path)
+        .json(&json!({"title": "é".repeat(200)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = s.http.patch(&path).json(&json!({})).send().await.unwrap();
+    json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    let resp = s
+        .http
+        .patch(&path)
+        .json(&json!({"color": "red"}))
+        .send()
+        .await
+        .unwrap();
+    json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    let resp = s
+        .http
+        .patch(s.url("/api/threads/thread_nope"))
+        .json(&json!({"title": "x"}))
+        .send()
+        .await
+        .unwrap();
+    json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+}
+
+#[tokio::test]
+async fn chg_08_delete_answers_200_then_the_thread_is_gone() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let path = s.url(&format!("/api/threads/{}", t.id));
+    let resp = s.http.delete(&path).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: DeleteThreadResponse = resp.json().await.unwrap();
+    assert_eq!(body.thread_id, t.id);
+    let resp = s.http.get(&path).send().await.unwrap();
+    json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    let listed: Vec<Thread> = s
+        .http
+        .get(s.url("/api/threads?archived=true"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(listed.is_empty());
+    let resp = s.http.delete(&path).send().await.unwrap();
+    json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
 }

@@ -16,6 +16,21 @@ export function closedReason(request) {
 }
 
 /**
+ * A unified diff as a <pre>, one span per line classed by kind (`diff-file` for the
+ * `---`/`+++` headers, `diff-hunk`, `diff-add`, `diff-del`), text nodes only (CHG-05).
+ */
+export function diffView(diff) {
+  const lines = diff.replace(/\n$/, '').split('\n');
+  return h('pre', { class: 'diff' }, lines.map((line) => {
+    const kind = line.startsWith('+++') || line.startsWith('---') ? 'diff-file'
+      : line.startsWith('@@') ? 'diff-hunk'
+        : line.startsWith('+') ? 'diff-add'
+          : line.startsWith('-') ? 'diff-del' : 'diff-ctx';
+    return h('span', { class: `diff-line ${kind}` }, `${line}\n`);
+  }));
+}
+
+/**
  * The card of one approval. `item`: the approval turn item (tool, subject), or
  * null; `request`: the RuntimeRequest (status, prompt); `answer(request, decision,
  * message)` sends the answer and resolves when it was taken.
@@ -29,6 +44,8 @@ export function approvalCard(item, request, answer) {
     h('div', { class: 'card-head' }, h('span', { class: 'tool-name' }, `Approve ${tool}?`),
       h('span', { class: `badge st-${status}` }, status)),
     h('pre', { class: 'subject' }, subject),
+    // The proposed change of a write / edit / codex file change, instead of its JSON (CHG-05).
+    request && request.tool_approval && request.tool_approval.diff ? diffView(request.tool_approval.diff) : null,
     request && request.tool_approval ? h('div', { class: 'muted' }, `asked by ${request.tool_approval.rule}`) : null);
   if (status === 'pending' && request) {
     const message = h('input', { class: 'approval-message', placeholder: 'message for the agent (optional)' });

@@ -93,6 +93,14 @@ pub(crate) fn apply_event(
 ) -> Result<(), DbError> {
     let seq = seq_i64(stored.sequence);
     let thread = stored.event.thread_id.as_ref().map(|t| t.as_str());
+    // A deleted thread stays deleted (CHG-08): whatever arrives for it after its
+    // tombstone (a late event of a stopped runtime) is kept in the log but changes
+    // no projection, in a write and in a rebuild alike.
+    if let Some(thread) = thread
+        && deleted_before(conn, thread, seq)?
+    {
+        return Ok(());
+    }
     match &stored.event.body {
         EventBody::ProjectCreated(p) | EventBody::ProjectUpdated(p) => {
             // One project per root folder (migration 0002). Checked here to name the
@@ -154,6 +162,7 @@ pub(crate) fn apply_event(
             t,
             seq,
         ),
+        EventBody::ThreadDeleted { thread_id, .. } => drop_thread(conn, thread_id.as_str()),
         EventBody::RunCreated(r) | EventBody::RunUpdated(r) => upsert(
             conn,
             "runs",
@@ -316,6 +325,43 @@ pub(crate) fn apply_event(
         }
         EventBody::ThreadErrorRaised { .. } | EventBody::McpToolCalled(_) => Ok(()),
     }
+}
+
+/// Tables holding rows of one thread in a `thread_id` column, which a tombstone
+/// empties of that thread (CHG-08).
+const THREAD_TABLES: [&str; 7] = [
+    "provider_session_bindings",
+    "runs",
+    "nodes",
+    "provider_threads",
+    "provider_turns",
+    "runtime_requests",
+    "turn_items",
+];
+
+/// The fold of `thread.deleted`: removes the thread and every projection row of it.
+/// Provider sessions stay (other threads may share them); only the bindings go.
+fn drop_thread(conn: &Connection, thread: &str) -> Result<(), DbError> {
+    for table in THREAD_TABLES {
+        conn.prepare_cached(&format!("DELETE FROM {table} WHERE thread_id = ?1"))?
+            .execute([thread])?;
+    }
+    conn.prepare_cached("DELETE FROM threads WHERE id = ?1")?
+        .execute([thread])?;
+    Ok(())
+}
+
+/// Whether `thread` has a tombstone (`thread.deleted`) with a sequence below `seq`
+/// (one lookup in the `events_thread_type_sequence` index).
+fn deleted_before(conn: &Connection, thread: &str, seq: i64) -> Result<bool, DbError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM events WHERE thread_id = ?1 AND type = 'thread.deleted' \
+             AND sequence < ?2 LIMIT 1",
+        )?
+        .query_row(params![thread, seq], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Empties every projection table (the first step of a rebuild).

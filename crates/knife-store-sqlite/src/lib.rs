@@ -27,6 +27,7 @@
 mod claims;
 mod error;
 mod fold;
+mod purge;
 mod queries;
 mod schema;
 mod writer;
@@ -39,8 +40,8 @@ use knife_protocol::{
     ThreadProjection, TurnItem, TurnItemId,
 };
 use knife_store::{
-    EntityKind, EventFeed, EventLog, Maintenance, ProjectionReads, RebuildStats, RowGuard, Store,
-    StoreError, StreamFilter, StreamSource,
+    EntityKind, EventFeed, EventLog, Maintenance, ProjectionReads, PurgeStats, RebuildStats,
+    RowGuard, Store, StoreError, StreamFilter, StreamSource,
 };
 use queries::ReadPool;
 use rusqlite::Connection;
@@ -265,6 +266,27 @@ impl Maintenance for SqliteStore {
     /// `PRAGMA user_version`: the number of the last applied migration in `migrations/`.
     async fn schema_version(&self) -> Result<i64, StoreError> {
         self.read(schema::schema_version).await
+    }
+
+    /// Also `VACUUM`s the file and truncates the WAL, so the removed text is gone from
+    /// disk too.
+    async fn purge_deleted_threads(&self) -> Result<PurgeStats, StoreError> {
+        let start = tokio::time::Instant::now();
+        let (threads, events, events_kept) =
+            self.inner.writer.run(purge::purge_deleted_threads).await?;
+        let elapsed = start.elapsed();
+        tracing::info!(
+            threads = threads.len(),
+            events,
+            ?elapsed,
+            "purged deleted threads"
+        );
+        Ok(PurgeStats {
+            threads,
+            events,
+            events_kept,
+            elapsed,
+        })
     }
 }
 

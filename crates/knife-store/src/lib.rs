@@ -44,7 +44,8 @@ pub use traits::{
     StoreBackend,
 };
 pub use types::{
-    EntityKind, ProcessGroupRecord, RebuildStats, RowGuard, SessionActivity, StreamFilter,
+    EntityKind, ProcessGroupRecord, PurgeStats, RebuildStats, RowGuard, SessionActivity,
+    StreamFilter,
 };
 
 use knife_protocol::{DomainEvent, StoredEvent, ThreadId, ThreadProjection};

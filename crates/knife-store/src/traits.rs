@@ -3,7 +3,8 @@
 
 use crate::error::StoreError;
 use crate::types::{
-    EntityKind, ProcessGroupRecord, RebuildStats, RowGuard, SessionActivity, StreamFilter,
+    EntityKind, ProcessGroupRecord, PurgeStats, RebuildStats, RowGuard, SessionActivity,
+    StreamFilter,
 };
 use futures::stream::BoxStream;
 use knife_protocol::{
@@ -182,6 +183,16 @@ pub trait Maintenance: Send + Sync {
     async fn rebuild(&self) -> Result<RebuildStats, StoreError>;
     /// The schema version of the database: the number of the last applied migration.
     async fn schema_version(&self) -> Result<i64, StoreError>;
+    /// Removes the events of every deleted thread (one with a `thread.deleted`
+    /// tombstone, CHG-08) from the log for good, then rebuilds the projections from
+    /// the remaining events (and compacts the storage where the backend can).
+    /// Sequences are never reused, so the other threads' streams stay gap-free in their
+    /// own terms (`after=N` still works). Meant for `knife db purge` with the server
+    /// stopped; readers see the old state until the purge commits.
+    ///
+    /// Errors: [`StoreError::Database`] (nothing is removed then), [`StoreError::Serde`],
+    /// [`StoreError::WriterGone`].
+    async fn purge_deleted_threads(&self) -> Result<PurgeStats, StoreError>;
 }
 
 /// A whole store backend: every part of the contract. Implemented automatically for

@@ -171,3 +171,16 @@ pub struct SessionActivity {
     /// Whether that thread has an active run (an active turn).
     pub thread_has_active_run: bool,
 }
+
+/// What [`crate::Maintenance::purge_deleted_threads`] removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PurgeStats {
+    /// Deleted threads whose events were removed (their ids, sorted).
+    pub threads: Vec<String>,
+    /// Events removed from the log (tombstones included).
+    pub events: u64,
+    /// Events left in the log, refolded into the projections.
+    pub events_kept: u64,
+    /// Wall time of the purge, vacuum included (`tokio::time::Instant`).
+    pub elapsed: Duration,
+}

@@ -515,3 +515,22 @@ async fn codex_file_change_approval_names_the_paths() {
         .unwrap();
     assert_eq!(answer["result"]["decision"], "acceptForSession");
 }
+
+#[tokio::test]
+async fn chg_05_codex_file_change_approvals_carry_codex_diff() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(&h.thread.id, script(r#"[{"approve_patch":"src/lib.rs"}]"#))
+        .await
+        .unwrap();
+    let request = pending_request(&h).await;
+    let detail = request.tool_approval.clone().unwrap();
+    // The fake's fileChange item carries `@@ -1 +1 @@\n-a\n+b\n` for the path.
+    assert_eq!(
+        detail.diff.as_deref(),
+        Some("--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1 +1 @@\n-a\n+b\n")
+    );
+    h.answer(&request.id, ApprovalDecision::Deny).await.unwrap();
+    h.finish(&run.id).await;
+}

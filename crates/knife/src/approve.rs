@@ -60,6 +60,56 @@ pub fn describe(request: &RuntimeRequest) -> String {
     }
 }
 
+/// Most diff lines a terminal prompt shows; the rest is summarised in one line.
+const DIFF_LINES_SHOWN: usize = 200;
+
+/// The proposed change of a `write` / `edit` / codex file-change request as an
+/// indented unified diff (CHG-05), coloured (added green, removed red, hunks cyan)
+/// when `colour`; `None` when the request carries no diff.
+pub fn diff_block(request: &RuntimeRequest, colour: bool) -> Option<String> {
+    let diff = request.tool_approval.as_ref()?.diff.as_deref()?;
+    let paint = |code: &str, line: &str| {
+        if colour {
+            format!("\x1b[{code}m{line}\x1b[0m")
+        } else {
+            line.to_owned()
+        }
+    };
+    let lines: Vec<&str> = diff.lines().collect();
+    let mut out = String::new();
+    for line in lines.iter().take(DIFF_LINES_SHOWN) {
+        let shown = if line.starts_with("+++") || line.starts_with("---") {
+            paint("1", line)
+        } else if line.starts_with('+') {
+            paint("32", line)
+        } else if line.starts_with('-') {
+            paint("31", line)
+        } else if line.starts_with("@@") {
+            paint("36", line)
+        } else {
+            (*line).to_owned()
+        };
+        out.push_str("  ");
+        out.push_str(&shown);
+        out.push('\n');
+    }
+    if lines.len() > DIFF_LINES_SHOWN {
+        out.push_str(&format!(
+            "  … {} more diff lines (`knife approve {} ` lists the request; GET /api/threads/{}/requests/{} has all)\n",
+            lines.len() - DIFF_LINES_SHOWN,
+            request.thread_id,
+            request.thread_id,
+            request.id
+        ));
+    }
+    Some(out)
+}
+
+/// Whether stderr gets colour: a terminal, and `NO_COLOR` unset.
+pub fn colour_stderr() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
 /// `knife approve`: answers a pending request on the running server, or lists the
 /// thread's pending requests when no request is named.
 ///
@@ -89,6 +139,12 @@ pub async fn approve(config_path: Option<&Path>, args: ApproveArgs) -> anyhow::R
         }
         for r in pending {
             println!("{}  {}", r.id, describe(r));
+            if let Some(diff) = diff_block(
+                r,
+                std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            ) {
+                print!("{diff}");
+            }
             println!("  answer: {}", approve_hint(&thread, &r.id));
         }
         return Ok(ExitCode::SUCCESS);
@@ -240,8 +296,9 @@ async fn ask(
     if settled.borrow().contains(&request.id) {
         return Asked::Settled;
     }
+    let diff = diff_block(request, colour_stderr()).unwrap_or_default();
     question(&format!(
-        "? allow {}\n  [y] once, [a] always, [n] no: ",
+        "? allow {}\n{diff}  [y] once, [a] always, [n] no: ",
         describe(request)
     ));
     shown();
@@ -321,6 +378,7 @@ mod tests {
                 input: serde_json::json!({"command": "ls"}),
                 rule: "the default rule".into(),
                 message: None,
+                diff: None,
             }),
         }
     }
@@ -367,6 +425,33 @@ mod tests {
         let bare_no = answers(&["no", ""]).await.unwrap();
         assert_eq!(bare_no.message, None);
         assert_eq!(answers(&[]).await, None, "closed stdin answers nothing");
+    }
+
+    #[test]
+    fn chg_05_the_prompt_shows_the_diff_coloured_on_a_terminal() {
+        let mut r = request();
+        assert_eq!(diff_block(&r, true), None);
+        if let Some(t) = r.tool_approval.as_mut() {
+            t.diff = Some("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n ctx\n".into());
+        }
+        assert_eq!(
+            diff_block(&r, false).unwrap(),
+            "  --- a/x\n  +++ b/x\n  @@ -1 +1 @@\n  -old\n  +new\n   ctx\n"
+        );
+        let coloured = diff_block(&r, true).unwrap();
+        assert!(coloured.contains("\x1b[31m-old\x1b[0m"), "{coloured:?}");
+        assert!(coloured.contains("\x1b[32m+new\x1b[0m"), "{coloured:?}");
+        assert!(
+            coloured.contains("\x1b[36m@@ -1 +1 @@\x1b[0m"),
+            "{coloured:?}"
+        );
+        let long: String = (0..500).map(|i| format!("+line {i}\n")).collect();
+        if let Some(t) = r.tool_approval.as_mut() {
+            t.diff = Some(long);
+        }
+        let cut = diff_block(&r, false).unwrap();
+        assert_eq!(cut.lines().count(), DIFF_LINES_SHOWN + 1);
+        assert!(cut.contains("300 more diff lines"), "{cut}");
     }
 
     #[test]

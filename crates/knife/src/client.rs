@@ -100,6 +100,29 @@ impl ApiClient {
         self.decode(resp).await
     }
 
+    /// `PATCH {path}` with a JSON body, decoded as JSON.
+    pub async fn patch<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> anyhow::Result<T> {
+        let req = self
+            .auth(self.http.patch(format!("{}{path}", self.base)))
+            .json(body);
+        let resp = req.send().await.with_context(|| self.unreachable())?;
+        self.decode(resp).await
+    }
+
+    /// `DELETE {path}`, decoded as JSON.
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self
+            .auth(self.http.delete(format!("{}{path}", self.base)))
+            .send()
+            .await
+            .with_context(|| self.unreachable())?;
+        self.decode(resp).await
+    }
+
     fn unreachable(&self) -> String {
         format!(
             "cannot reach the knife server at {}; start it with `knife serve`",

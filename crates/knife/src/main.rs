@@ -15,6 +15,7 @@ mod render;
 mod run;
 mod serve;
 mod sessions;
+mod thread_lifecycle;
 mod threads;
 
 use std::path::PathBuf;
@@ -43,7 +44,7 @@ enum Command {
     /// Answer a tool approval of a running turn from another terminal (or list a
     /// thread's pending approvals).
     Approve(approve::ApproveArgs),
-    /// List threads or show one.
+    /// Threads: list, show, interrupt, rename, archive, unarchive, delete, fork.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
@@ -56,7 +57,8 @@ enum Command {
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,
-    /// Database maintenance: `db rebuild` recomputes every projection from the event log.
+    /// Database maintenance: `db rebuild` recomputes every projection from the event
+    /// log; `db purge` removes deleted threads' events for good.
     #[command(subcommand)]
     Db(threads::DbCommand),
     /// Benchmarks: `bench store`, `bench stream`, `bench processor`, `bench restart`.

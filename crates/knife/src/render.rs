@@ -146,9 +146,10 @@ impl<'p> RunView<'p> {
             match self.prompter {
                 Some(prompter) => prompter.ask(request),
                 None => eprintln!(
-                    "? approval needed: {}
-  answer with: {}",
+                    "? approval needed: {}\n{}  answer with: {}",
                     describe(request),
+                    crate::approve::diff_block(request, crate::approve::colour_stderr())
+                        .unwrap_or_default(),
                     approve_hint(&request.thread_id, &request.id)
                 ),
             }

@@ -15,8 +15,14 @@ use crate::config::Config;
 /// `knife threads …`.
 #[derive(Subcommand)]
 pub enum ThreadsCommand {
-    /// Threads, newest activity first.
-    List(Source),
+    /// Threads, newest activity first (archived ones only with `--archived`).
+    List {
+        #[command(flatten)]
+        source: Source,
+        /// Also list archived threads.
+        #[arg(long)]
+        archived: bool,
+    },
     /// One thread's state and transcript.
     Show {
         id: String,
@@ -25,6 +31,50 @@ pub enum ThreadsCommand {
         /// Print the projection as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Rename a thread (at most 200 characters).
+    Rename {
+        id: String,
+        title: String,
+        #[command(flatten)]
+        target: crate::thread_lifecycle::Target,
+    },
+    /// Archive a thread: hidden from `threads list`, its provider session released,
+    /// nothing deleted. Refused while a run is active.
+    Archive {
+        id: String,
+        #[command(flatten)]
+        target: crate::thread_lifecycle::Target,
+    },
+    /// Bring an archived thread back into the lists.
+    Unarchive {
+        id: String,
+        #[command(flatten)]
+        target: crate::thread_lifecycle::Target,
+    },
+    /// Delete a thread: releases its session, revokes its MCP credential, records a
+    /// tombstone and drops it from every list (`knife db purge` removes its events).
+    /// Refused while a run is active unless `--force`, which stops the run first.
+    Delete {
+        id: String,
+        /// Stop an active run first (and drop a worktree holding work).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        target: crate::thread_lifecycle::Target,
+    },
+    /// Fork a thread after one of its runs: a new thread whose history is the
+    /// source's up to that run (prints the new thread's id).
+    Fork {
+        id: String,
+        /// Last run (ordinal) the fork keeps; default: the last finished run.
+        #[arg(long = "after")]
+        after: Option<u32>,
+        /// Title of the new thread (default: "<source title> (fork)").
+        #[arg(long)]
+        title: Option<String>,
+        #[command(flatten)]
+        target: crate::thread_lifecycle::Target,
     },
     /// Stop the run in progress of a thread (started from any terminal or client),
     /// through the running server; the run ends `interrupted`.
@@ -50,30 +100,41 @@ pub enum DbCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Remove the events of deleted threads for good (then rebuild the projections
+    /// and vacuum the file). Stop the server first.
+    Purge {
+        /// Data directory (default $XDG_DATA_HOME/knife).
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
+    let (data_dir, what) = match &cmd {
+        DbCommand::Rebuild { data_dir } => (data_dir, "rebuild"),
+        DbCommand::Purge { data_dir } => (data_dir, "purge"),
+    };
+    let db = config.data_dir(data_dir.as_deref())?.join(DB_FILE);
+    if !db.is_file() {
+        anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
+    }
+    // Rebuilding or purging under a running server would race its writes.
+    let dir = db.parent().unwrap_or(Path::new("."));
+    if let Some(owner) = crate::lock::current_owner(dir).await {
+        let who = match &owner.url {
+            Some(url) => format!("the knife server at {url} (pid {})", owner.pid),
+            None => format!("knife process {}", owner.pid),
+        };
+        anyhow::bail!(
+            "{who} is using {}; stop it first (it owns the data directory), then run `knife db {what}` again",
+            dir.display()
+        );
+    }
+    let _lock = crate::lock::DataDirLock::acquire(dir).await?;
+    let store = knife_store_sqlite::open(&db).await?;
     match cmd {
-        DbCommand::Rebuild { data_dir } => {
-            let db = config.data_dir(data_dir.as_deref())?.join(DB_FILE);
-            if !db.is_file() {
-                anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
-            }
-            // Rebuilding under a running server would race its writes.
-            let dir = db.parent().unwrap_or(Path::new("."));
-            if let Some(owner) = crate::lock::current_owner(dir).await {
-                let what = match &owner.url {
-                    Some(url) => format!("the knife server at {url} (pid {})", owner.pid),
-                    None => format!("knife process {}", owner.pid),
-                };
-                anyhow::bail!(
-                    "{what} is using {}; stop it first (it owns the data directory), then run `knife db rebuild` again",
-                    dir.display()
-                );
-            }
-            let _lock = crate::lock::DataDirLock::acquire(dir).await?;
-            let store = knife_store_sqlite::open(&db).await?;
+        DbCommand::Rebuild { .. } => {
             let stats = store.rebuild().await?;
             println!(
                 "rebuilt the projections of {} from {} events in {:.1} ms",
@@ -81,6 +142,19 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 stats.events,
                 stats.elapsed.as_secs_f64() * 1000.0
             );
+        }
+        DbCommand::Purge { .. } => {
+            let stats = store.purge_deleted_threads().await?;
+            println!(
+                "purged {} deleted thread(s): removed {} events, {} kept, in {:.1} ms",
+                stats.threads.len(),
+                stats.events,
+                stats.events_kept,
+                stats.elapsed.as_secs_f64() * 1000.0
+            );
+            for thread in &stats.threads {
+                println!("  {thread}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -122,10 +196,15 @@ impl Reader {
         Ok(Reader::Db(knife_store_sqlite::open(db).await?))
     }
 
-    async fn threads(&self) -> anyhow::Result<Vec<Thread>> {
+    async fn threads(&self, archived: bool) -> anyhow::Result<Vec<Thread>> {
         Ok(match self {
+            Reader::Api(c) if archived => c.get("/api/threads?archived=true").await?,
             Reader::Api(c) => c.get("/api/threads").await?,
-            Reader::Db(s) => s.list_threads(None).await?,
+            Reader::Db(s) => {
+                let mut threads = s.list_threads(None).await?;
+                threads.retain(|t| archived || !t.is_archived());
+                threads
+            }
         })
     }
 
@@ -157,9 +236,34 @@ impl Reader {
 pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
     match cmd {
-        ThreadsCommand::List(source) => {
+        ThreadsCommand::Rename { id, title, target } => {
+            use crate::thread_lifecycle::{Change, apply};
+            return apply(config_path, &id, Change::Rename(title), &target).await;
+        }
+        ThreadsCommand::Archive { id, target } => {
+            use crate::thread_lifecycle::{Change, apply};
+            return apply(config_path, &id, Change::Archive(true), &target).await;
+        }
+        ThreadsCommand::Unarchive { id, target } => {
+            use crate::thread_lifecycle::{Change, apply};
+            return apply(config_path, &id, Change::Archive(false), &target).await;
+        }
+        ThreadsCommand::Delete { id, force, target } => {
+            use crate::thread_lifecycle::{Change, apply};
+            return apply(config_path, &id, Change::Delete { force }, &target).await;
+        }
+        ThreadsCommand::Fork {
+            id,
+            after,
+            title,
+            target,
+        } => {
+            use crate::thread_lifecycle::{Change, apply};
+            return apply(config_path, &id, Change::Fork { after, title }, &target).await;
+        }
+        ThreadsCommand::List { source, archived } => {
             let reader = Reader::open(&config, &source).await?;
-            let threads = reader.threads().await?;
+            let threads = reader.threads(archived).await?;
             if threads.is_empty() {
                 println!("no threads yet; start one with `knife run \"…\"`");
             }
@@ -188,7 +292,11 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             }
             for (t, status) in rows {
                 // `claimed`: work a restart would resume (SPEC.md EXEC-04).
-                let claim = if t.is_claimed() { " (claimed)" } else { "" };
+                let claim = match (t.is_claimed(), t.is_archived()) {
+                    (true, _) => " (claimed)",
+                    (false, true) => " (archived)",
+                    (false, false) => "",
+                };
                 println!(
                     "{:<id_w$}  {status:<status_w$}  {:>4}  {}  {}{claim}",
                     t.id.as_str(),
@@ -272,6 +380,18 @@ fn print_projection(p: &ThreadProjection) {
     }
     if let Some(parent) = &t.parent_thread_id {
         println!("parent   {parent}");
+    }
+    if let Some(at) = t.archived_at {
+        println!(
+            "archived {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
+    }
+    if let Some(fork) = &t.forked_from {
+        println!(
+            "forked   from {} after run {}",
+            fork.thread_id, fork.after_run
+        );
     }
     if let Some(e) = &t.last_error {
         println!("error    {} ({})", e.message, e.error_type);

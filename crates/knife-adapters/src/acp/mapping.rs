@@ -383,6 +383,7 @@ impl AcpTurn {
                 subject,
                 input,
                 rule: approval_rule(ask),
+                diff: None,
             },
         );
         self.drain()

@@ -335,6 +335,7 @@ impl Inner {
                         subject,
                         input: json!({"command": p.command, "cwd": p.cwd, "reason": p.reason}),
                         rule: "codex approval policy".into(),
+                        diff: None,
                     };
                     (p.thread_id, ask, ApprovalShape::Decision)
                 }),
@@ -369,6 +370,7 @@ impl Inner {
                         call_id: p.item_id,
                         tool: "file_change".into(),
                         subject,
+                        diff: super::diff::changes_diff(&changes),
                         input: json!({"reason": p.reason, "grantRoot": p.grant_root, "changes": changes}),
                         rule: "codex approval policy".into(),
                     };
@@ -408,6 +410,7 @@ impl Inner {
                     subject: p.message.clone().unwrap_or(tool),
                     input: meta.get("tool_params").cloned().unwrap_or(Value::Null),
                     rule: "codex approval policy".into(),
+                    diff: None,
                 };
                 Some((p.thread_id, ask, ApprovalShape::Elicitation))
             }

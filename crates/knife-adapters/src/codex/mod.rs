@@ -39,6 +39,7 @@ use knife_runtime::{
     SharedClock, SystemClock,
 };
 
+mod diff;
 mod dispatch;
 mod session;
 pub mod wire;

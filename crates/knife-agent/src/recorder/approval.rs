@@ -45,6 +45,7 @@ impl TurnRecorder {
                 input: ask.input.clone(),
                 rule: ask.rule.clone(),
                 message: None,
+                diff: ask.diff.clone(),
             },
             self.clock.now(),
         );

@@ -131,7 +131,7 @@ fn edit_file(ctx: &ToolContext, args: &Args) -> Result<String, ToolError> {
 /// `old` and `new` as they should be matched in `content`: unchanged when `old`
 /// occurs as given; with LF turned into CRLF when it does not but would with the
 /// file's CRLF line endings (and the strings have no CR of their own).
-fn match_line_endings(content: &str, old: &str, new: &str) -> (String, String) {
+pub(super) fn match_line_endings(content: &str, old: &str, new: &str) -> (String, String) {
     let crlf = |s: &str| s.replace('\n', "\r\n");
     if !content.contains(old)
         && content.contains("\r\n")

@@ -17,6 +17,7 @@
 //! policy has an automatic [`ApprovalGate`](crate::permissions::ApprovalGate).
 
 pub mod bash;
+pub mod diff;
 mod edit;
 mod glob;
 mod grep;
@@ -418,6 +419,7 @@ impl ToolSet {
                 subject,
                 input: args.clone(),
                 rule,
+                diff: None,
             }),
         }
     }

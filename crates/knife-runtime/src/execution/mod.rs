@@ -91,6 +91,8 @@ struct Inner {
     interrupt_grace: Duration,
     /// Set by `shutdown`: no new runs.
     closing: AtomicBool,
+    /// Drops a deleted thread's worktree and checkpoints (CHG-08); `None` = nothing to drop.
+    thread_workspace: Option<crate::lifecycle::SharedThreadWorkspace>,
 }
 
 /// Runs turns. Cheap to clone.
@@ -111,6 +113,7 @@ impl ExecutionService {
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
                 closing: AtomicBool::new(false),
+                thread_workspace: None,
             }),
         }
     }
@@ -122,6 +125,23 @@ impl ExecutionService {
             inner.interrupt_grace = grace;
         }
         self
+    }
+
+    /// Installs what drops a deleted thread's worktree and checkpoints (CHG-08, see
+    /// [`crate::lifecycle::ThreadWorkspace`]). Call before sharing the service.
+    pub fn with_thread_workspace(
+        mut self,
+        workspace: crate::lifecycle::SharedThreadWorkspace,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.thread_workspace = Some(workspace);
+        }
+        self
+    }
+
+    /// The installed [`crate::lifecycle::ThreadWorkspace`], if any.
+    pub fn thread_workspace(&self) -> Option<&crate::lifecycle::SharedThreadWorkspace> {
+        self.inner.thread_workspace.as_ref()
     }
 
     /// The session manager used to open sessions.

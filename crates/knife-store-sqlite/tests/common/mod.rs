@@ -51,6 +51,9 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: None,
+        archived_at: None,
+        untitled: false,
+        forked_from: None,
     }
 }
 

@@ -50,6 +50,9 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
             time_suspended: Some(now),
             resume_attempts: 0,
             parent_thread_id: None,
+            archived_at: None,
+            untitled: false,
+            forked_from: None,
         };
         batch.push(DomainEvent::new(now, EventBody::ThreadCreated(thread)));
         if batch.len() == 500 {
