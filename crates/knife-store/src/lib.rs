@@ -30,6 +30,7 @@
 //! ```
 
 mod error;
+pub mod fold;
 mod stream;
 mod traits;
 mod types;

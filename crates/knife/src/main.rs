@@ -15,6 +15,7 @@ mod render;
 mod run;
 mod serve;
 mod sessions;
+mod store_url;
 mod thread_lifecycle;
 mod threads;
 

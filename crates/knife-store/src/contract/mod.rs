@@ -56,11 +56,14 @@ pub trait StoreFactory: Send + Sync {
 }
 
 /// Instantiates the whole contract suite for a backend: `$factory` is an expression
-/// of a type implementing [`StoreFactory`], evaluated once per test.
+/// of a type implementing [`StoreFactory`], evaluated once per test. Attributes after
+/// it go on every generated test, e.g. to report the suite ignored where the backend
+/// is missing:
+/// `store_contract_tests!(Postgres, #[cfg_attr(not(knife_has_postgres), ignore = "…")]);`
 #[macro_export]
 macro_rules! store_contract_tests {
-    ($factory:expr) => {
-        $crate::store_contract_tests!(@async $factory;
+    ($factory:expr $(, #[$attr:meta])* $(,)?) => {
+        $crate::store_contract_tests!(@cases $factory; [$(#[$attr])*];
             log::write_returns_consecutive_sequences_and_reads_return_the_exact_events,
             log::latest_sequence_is_global_and_per_thread,
             log::projections_upsert_by_id_bump_versions_and_answer_queries,
@@ -90,6 +93,7 @@ macro_rules! store_contract_tests {
             /// Contract: for random event sequences, `rebuild` reproduces exactly the
             /// projections `write` built incrementally, batch by batch.
             #[test]
+            $(#[$attr])*
             fn rebuild_equals_incremental_projection(
                 batches in $crate::contract::rebuild::batches()
             ) {
@@ -97,13 +101,21 @@ macro_rules! store_contract_tests {
             }
         }
     };
-    (@async $factory:expr; $($module:ident :: $name:ident),* $(,)?) => {
-        $(
-            /// Contract case (knife_store::contract).
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                $crate::contract::$module::$name(&$factory).await;
-            }
-        )*
+    (@cases $factory:expr; $attrs:tt; $($module:ident :: $name:ident),* $(,)?) => {
+        $( $crate::__store_contract_case!($attrs $factory, $module, $name); )*
+    };
+}
+
+/// One generated contract test (used by [`store_contract_tests!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_contract_case {
+    ([$(#[$attr:meta])*] $factory:expr, $module:ident, $name:ident) => {
+        /// Contract case (knife_store::contract).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $(#[$attr])*
+        async fn $name() {
+            $crate::contract::$module::$name(&$factory).await;
+        }
     };
 }

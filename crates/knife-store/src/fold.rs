@@ -1,0 +1,348 @@
+// The projection fold, backend-neutral: which projection rows one stored event changes,
+// as `RowChange`s that each backend applies inside the event's write transaction.
+
+//! Used by every backend for both incremental writes and `rebuild`, so the two fold
+//! identically on every backend (the contract's rebuild == incremental property).
+
+use crate::error::StoreError;
+use knife_protocol::{DomainEvent, EventBody};
+use serde::Serialize;
+
+/// Projection tables, in the order a rebuild empties them (bindings first: they
+/// reference `provider_sessions`).
+pub const PROJECTION_TABLES: [&str; 10] = [
+    "provider_session_bindings",
+    "projects",
+    "threads",
+    "runs",
+    "nodes",
+    "provider_sessions",
+    "provider_threads",
+    "provider_turns",
+    "runtime_requests",
+    "turn_items",
+];
+
+/// Tables holding rows of one thread in a `thread_id` column, which a tombstone
+/// empties of that thread (CHG-08).
+pub const THREAD_TABLES: [&str; 7] = [
+    "provider_session_bindings",
+    "runs",
+    "nodes",
+    "provider_threads",
+    "provider_turns",
+    "runtime_requests",
+    "turn_items",
+];
+
+/// Where a fold runs: a live write (refuses new conflicts) or a rebuild of the whole
+/// log (must accept what was committed before a constraint existed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoldMode {
+    /// [`crate::EventLog::write`] / [`crate::EventLog::write_if`].
+    Write,
+    /// [`crate::Maintenance::rebuild`].
+    Rebuild,
+}
+
+/// The event type of a thread's tombstone.
+pub const TOMBSTONE_TYPE: &str = "thread.deleted";
+
+/// One value of an indexed projection column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cell {
+    /// SQL NULL.
+    Null,
+    /// A 64-bit integer (timestamps in µs since the epoch, ordinals).
+    Integer(i64),
+    /// Text (ids, status names).
+    Text(String),
+}
+
+impl Cell {
+    fn text(s: &str) -> Cell {
+        Cell::Text(s.to_owned())
+    }
+
+    fn opt_text(s: Option<&str>) -> Cell {
+        s.map_or(Cell::Null, Cell::text)
+    }
+
+    /// The serde name of a unit enum variant (`"running"`), for status columns.
+    fn status<T: Serialize>(v: &T) -> Result<Cell, StoreError> {
+        Ok(match serde_json::to_value(v)? {
+            serde_json::Value::String(s) => Cell::Text(s),
+            other => Cell::Text(other.to_string()),
+        })
+    }
+}
+
+/// One change to the projection tables. `seq` below is the sequence of the event
+/// being folded; the backend applies the changes of one event in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowChange {
+    /// Upsert row `id` of `table`: `payload_json` = `payload` (the whole entity as
+    /// JSON) and the indexed `columns`; `version` 1 on insert and +1 on update,
+    /// `created_sequence` = `seq` on insert only, `last_sequence` = `seq`.
+    Upsert {
+        /// The projection table ([`PROJECTION_TABLES`]).
+        table: &'static str,
+        /// The entity id.
+        id: String,
+        /// Indexed columns and their values.
+        columns: Vec<(&'static str, Cell)>,
+        /// The entity as JSON text.
+        payload: String,
+    },
+    /// [`RowChange::Upsert`] of a project, with its `root` column and
+    /// `updated_at_us`. One project per root folder: when another project already has
+    /// `root`, [`FoldMode::Write`] fails with [`StoreError::ProjectRootTaken`] naming it
+    /// and [`FoldMode::Rebuild`] keeps this row with a NULL root (logs written before
+    /// the constraint).
+    UpsertProject {
+        /// The project id.
+        id: String,
+        /// Its canonical root folder.
+        root: String,
+        /// `updated_at` in µs since the epoch.
+        updated_at_us: i64,
+        /// The project as JSON text.
+        payload: String,
+    },
+    /// Raises the provider session's `last_seen_at_us` to at least `at_us` (never
+    /// lowers it; a NULL mark becomes `at_us`). No-op for an absent row.
+    RaiseLastSeen {
+        /// The provider session id.
+        session_id: String,
+        /// µs since the epoch.
+        at_us: i64,
+    },
+    /// Binds the session to the thread: inserts the binding with `bound_sequence` =
+    /// `last_sequence` = `seq`, or sets `last_sequence` = `seq` when it exists.
+    Bind {
+        /// The provider session id.
+        session_id: String,
+        /// The thread id.
+        thread_id: String,
+    },
+    /// Deletes that binding (no-op when absent).
+    Unbind {
+        /// The provider session id.
+        session_id: String,
+        /// The thread id.
+        thread_id: String,
+    },
+    /// A deleted thread (CHG-08): deletes the thread row and every row with this
+    /// `thread_id` in [`THREAD_TABLES`]. Provider sessions stay (other threads may
+    /// share them); only the bindings go.
+    DropThread {
+        /// The thread id.
+        thread_id: String,
+    },
+    /// Sets `agent_status` inside the thread row's payload to `status` (JSON text),
+    /// `last_sequence` = `seq`, `version` + 1. No-op when the thread row is absent.
+    SetAgentStatus {
+        /// The thread id.
+        thread_id: String,
+        /// The status as JSON text.
+        status: String,
+    },
+}
+
+/// The projection changes of `event`, in the order to apply them.
+///
+/// A deleted thread stays deleted (CHG-08): a backend first checks whether the event's
+/// `thread_id` has a tombstone (`thread.deleted`) with a lower sequence, and then
+/// applies nothing (in a write and in a rebuild alike); see [`TOMBSTONE_TYPE`].
+///
+/// Errors: [`StoreError::Serde`] if an entity cannot be encoded.
+pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
+    let thread = event.thread_id.as_ref().map(|t| t.as_str());
+    Ok(match &event.body {
+        EventBody::ProjectCreated(p) | EventBody::ProjectUpdated(p) => {
+            vec![RowChange::UpsertProject {
+                id: p.id.as_str().to_owned(),
+                root: p.root.clone(),
+                updated_at_us: p.updated_at.timestamp_micros(),
+                payload: serde_json::to_string(p)?,
+            }]
+        }
+        EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => vec![upsert(
+            "threads",
+            t.id.as_str(),
+            vec![
+                ("project_id", Cell::text(t.project_id.as_str())),
+                ("status", Cell::status(&t.status)?),
+                (
+                    "updated_at_us",
+                    Cell::Integer(t.updated_at.timestamp_micros()),
+                ),
+                (
+                    "time_suspended_us",
+                    t.time_suspended
+                        .map_or(Cell::Null, |c| Cell::Integer(c.timestamp_micros())),
+                ),
+                (
+                    "parent_thread_id",
+                    Cell::opt_text(t.parent_thread_id.as_ref().map(|p| p.as_str())),
+                ),
+            ],
+            t,
+        )?],
+        EventBody::ThreadDeleted { thread_id, .. } => vec![RowChange::DropThread {
+            thread_id: thread_id.as_str().to_owned(),
+        }],
+        EventBody::RunCreated(r) | EventBody::RunUpdated(r) => vec![upsert(
+            "runs",
+            r.id.as_str(),
+            vec![
+                ("thread_id", Cell::text(r.thread_id.as_str())),
+                ("ordinal", Cell::Integer(i64::from(r.ordinal))),
+                ("status", Cell::status(&r.status)?),
+            ],
+            r,
+        )?],
+        EventBody::NodeUpdated(n) => vec![upsert(
+            "nodes",
+            n.id.as_str(),
+            vec![
+                ("thread_id", Cell::text(n.thread_id.as_str())),
+                (
+                    "run_id",
+                    Cell::opt_text(n.run_id.as_ref().map(|r| r.as_str())),
+                ),
+                ("status", Cell::status(&n.status)?),
+            ],
+            n,
+        )?],
+        EventBody::ProviderSessionAttached(s) | EventBody::ProviderSessionUpdated(s) => {
+            let mut changes = vec![
+                upsert(
+                    "provider_sessions",
+                    s.id.as_str(),
+                    vec![
+                        (
+                            "provider_instance_id",
+                            Cell::text(s.provider_instance_id.as_str()),
+                        ),
+                        ("status", Cell::status(&s.status)?),
+                    ],
+                    s,
+                )?,
+                // Last-seen only moves forward: a record written with an older
+                // `updated_at` (a thread joining a shared session) must not make a
+                // live session look stale to the reaper.
+                RowChange::RaiseLastSeen {
+                    session_id: s.id.as_str().to_owned(),
+                    at_us: s.updated_at.timestamp_micros(),
+                },
+            ];
+            if let (EventBody::ProviderSessionAttached(_), Some(thread)) = (&event.body, thread) {
+                changes.push(RowChange::Bind {
+                    session_id: s.id.as_str().to_owned(),
+                    thread_id: thread.to_owned(),
+                });
+            }
+            changes
+        }
+        EventBody::ProviderSessionDetached {
+            provider_session_id,
+            ..
+        } => thread
+            .map(|thread| RowChange::Unbind {
+                session_id: provider_session_id.as_str().to_owned(),
+                thread_id: thread.to_owned(),
+            })
+            .into_iter()
+            .collect(),
+        EventBody::ProviderThreadUpdated(p) => vec![upsert(
+            "provider_threads",
+            p.id.as_str(),
+            vec![
+                (
+                    "thread_id",
+                    Cell::opt_text(p.app_thread_id.as_ref().map(|t| t.as_str())),
+                ),
+                (
+                    "provider_session_id",
+                    Cell::opt_text(p.provider_session_id.as_ref().map(|s| s.as_str())),
+                ),
+                ("status", Cell::status(&p.status)?),
+                (
+                    "last_run_ordinal",
+                    p.last_run_ordinal
+                        .map_or(Cell::Null, |o| Cell::Integer(i64::from(o))),
+                ),
+            ],
+            p,
+        )?],
+        EventBody::ProviderTurnUpdated(t) => vec![upsert(
+            "provider_turns",
+            t.id.as_str(),
+            vec![
+                ("thread_id", Cell::text(t.thread_id.as_str())),
+                ("run_id", Cell::text(t.run_id.as_str())),
+                (
+                    "provider_thread_id",
+                    Cell::opt_text(t.provider_thread_id.as_ref().map(|p| p.as_str())),
+                ),
+                ("ordinal", Cell::Integer(i64::from(t.ordinal))),
+                ("status", Cell::status(&t.status)?),
+            ],
+            t,
+        )?],
+        EventBody::RuntimeRequestUpdated(r) => vec![upsert(
+            "runtime_requests",
+            r.id.as_str(),
+            vec![
+                ("thread_id", Cell::text(r.thread_id.as_str())),
+                (
+                    "run_id",
+                    Cell::opt_text(r.run_id.as_ref().map(|x| x.as_str())),
+                ),
+                ("status", Cell::status(&r.status)?),
+            ],
+            r,
+        )?],
+        EventBody::TurnItemUpdated(i) => vec![upsert(
+            "turn_items",
+            i.id.as_str(),
+            vec![
+                ("thread_id", Cell::text(i.thread_id.as_str())),
+                (
+                    "run_id",
+                    Cell::opt_text(i.run_id.as_ref().map(|x| x.as_str())),
+                ),
+                (
+                    "ordinal",
+                    Cell::Integer(i64::try_from(i.ordinal).unwrap_or(i64::MAX)),
+                ),
+                ("status", Cell::status(&i.status)?),
+            ],
+            i,
+        )?],
+        // Patches the thread row in place (the event carries no whole thread): the
+        // status is live state, last write wins.
+        EventBody::ThreadStatusChanged {
+            thread_id, status, ..
+        } => vec![RowChange::SetAgentStatus {
+            thread_id: thread_id.as_str().to_owned(),
+            status: serde_json::to_string(status)?,
+        }],
+        EventBody::ThreadErrorRaised { .. } | EventBody::McpToolCalled(_) => Vec::new(),
+    })
+}
+
+fn upsert<T: Serialize>(
+    table: &'static str,
+    id: &str,
+    columns: Vec<(&'static str, Cell)>,
+    entity: &T,
+) -> Result<RowChange, StoreError> {
+    Ok(RowChange::Upsert {
+        table,
+        id: id.to_owned(),
+        columns,
+        payload: serde_json::to_string(entity)?,
+    })
+}
