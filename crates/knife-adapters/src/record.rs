@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use knife_protocol::*;
 use knife_runtime::SharedClock;
+use knife_runtime::recording;
 use knife_runtime::sessions::requests::{ApprovalOrigin, pending_approval, request_item_id};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -167,6 +168,7 @@ impl TurnRecorder {
             completed_at: None,
             usage: None,
             error: None,
+            native_turn_id: None,
         };
         let recorder = Self {
             sink,
@@ -278,18 +280,24 @@ impl TurnRecorder {
             return;
         }
         let idx = self.text_item(key, kind);
-        if let Some((
-            TurnItem {
-                kind:
-                    TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. },
-                ..
-            },
-            true,
-        )) = self.items.get_mut(idx)
-        {
-            text.push_str(delta);
-        } else {
+        let Some((item, true)) = self.items.get_mut(idx) else {
             return;
+        };
+        let Some(field) = recording::text_field(&item.kind) else {
+            return;
+        };
+        let offset = match &mut item.kind {
+            TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => {
+                let offset = text.len();
+                text.push_str(delta);
+                offset
+            }
+            _ => return,
+        };
+        let live = Some(recording::delta(item, field, offset, delta));
+        // Live at once (LIVE-01); the snapshot below follows the persistence window.
+        if let Some(live) = live {
+            self.sink.send(live);
         }
         let (last, unsent) = self.text_meta.entry(idx).or_insert((None, 0));
         *unsent += delta.len();
@@ -653,6 +661,17 @@ impl TurnRecorder {
             tool.status = self.style.tool_after_approval;
             self.emit(tool_idx);
         }
+    }
+
+    /// Records the runtime's own id of the turn (codex's turn id) on the provider turn
+    /// and publishes it at once, so a fork after this run can name it (CHG-09).
+    pub fn set_native_turn_id(&mut self, id: &str) {
+        if self.finished || self.turn.native_turn_id.as_deref() == Some(id) {
+            return;
+        }
+        self.turn.native_turn_id = Some(id.to_owned());
+        self.sink
+            .send(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
     }
 
     /// Sets the turn's token usage (emitted with the final state).

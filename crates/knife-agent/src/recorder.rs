@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use knife_llm::Usage;
 use knife_protocol::*;
-use knife_runtime::{AdapterError, SharedClock};
+use knife_runtime::{AdapterError, SharedClock, recording};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
@@ -119,6 +119,7 @@ impl TurnRecorder {
             completed_at: None,
             usage: None,
             error: None,
+            native_turn_id: None,
         };
         Self {
             events,
@@ -217,6 +218,11 @@ impl TurnRecorder {
                 _ => {}
             }
             self.emit(idx);
+            // After the voiding snapshot: subscribers drop the attempt's live text,
+            // and the retry's deltas (same item id) start again at 0 (LIVE-01).
+            if let Some(state) = self.items.get(idx) {
+                self.send(recording::reset(&state.item));
+            }
         }
         self.items.truncate(mark);
         self.parts.retain(|_, idx| *idx < mark);
@@ -347,12 +353,21 @@ impl TurnRecorder {
         if !state.open {
             return;
         }
-        match &mut state.item.kind {
+        let Some(field) = recording::text_field(&state.item.kind) else {
+            return;
+        };
+        let offset = match &mut state.item.kind {
             TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => {
-                text.push_str(delta)
+                let offset = text.len();
+                text.push_str(delta);
+                offset
             }
             _ => return,
-        }
+        };
+        // Live at once (LIVE-01); the snapshot follows the persistence window.
+        let _ = self
+            .events
+            .send(Ok(recording::delta(&state.item, field, offset, delta)));
         state.unsent_bytes += delta.len();
         state.dirty = true;
         let due = state
@@ -459,7 +474,17 @@ impl TurnRecorder {
     pub(crate) fn tool_input_delta(&mut self, call_id: &str, delta: &str) {
         let idx = self.tool(call_id, "");
         if let Some(state) = self.items.get_mut(idx) {
+            let offset = state.raw_input.len();
             state.raw_input.push_str(delta);
+            if !state.input_complete && !delta.is_empty() {
+                // Live only (LIVE-01): the durable item shows the input once complete.
+                let _ = self.events.send(Ok(recording::delta(
+                    &state.item,
+                    DeltaField::Input,
+                    offset,
+                    delta,
+                )));
+            }
         }
     }
 

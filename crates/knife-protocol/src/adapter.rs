@@ -24,6 +24,11 @@ pub enum AdapterEvent {
     ProviderTurnUpdated(ProviderTurn),
     NodeUpdated(Node),
     TurnItemUpdated(TurnItem),
+    /// More streaming text of an item, handed to subscribers at once and never
+    /// persisted (LIVE-01); the durable snapshots follow through `TurnItemUpdated`.
+    TurnItemDelta(crate::live::ItemDelta),
+    /// The item's live text is void (a discarded attempt, LIVE-01).
+    TurnItemReset(crate::live::ItemReset),
     RuntimeRequestUpdated(RuntimeRequest),
     /// The agent's live status on a thread changed (PROC-06); becomes `thread.status`.
     AgentStatusChanged {

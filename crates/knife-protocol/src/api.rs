@@ -5,6 +5,7 @@ use crate::Timestamp;
 use crate::entities::*;
 use crate::events::StoredEvent;
 use crate::ids::*;
+use crate::live::{ItemDelta, ItemReset};
 use serde::{Deserialize, Serialize};
 
 /// `POST /api/projects`.
@@ -34,6 +35,10 @@ pub struct CreateThreadRequest {
     /// claims are released at restart, never resumed). Must exist in the same project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+    /// Run the thread in its own git worktree on branch `knife/<short id>` (CHG-07);
+    /// default: the project's `[[projects]] worktree` setting, else false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<bool>,
 }
 
 /// One configured provider instance (`GET /api/providers`), from `knife.toml`'s
@@ -210,6 +215,9 @@ pub struct ApiErrorBody {
 pub struct ApiError {
     pub code: String,
     pub message: String,
+    /// The files a `revert_conflict` is about (CHG-04); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
 }
 
 /// Messages a WebSocket client sends on `/api/ws`.
@@ -231,7 +239,20 @@ pub enum WsClientMessage {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WsServerMessage {
-    Subscribed { thread_id: ThreadId, after: u64 },
-    Event { event: Box<StoredEvent> },
-    Error { error: ApiError },
+    Subscribed {
+        thread_id: ThreadId,
+        after: u64,
+    },
+    Event {
+        event: Box<StoredEvent>,
+    },
+    /// More streaming text of an item, not durable (LIVE-01): `{"type":"delta",
+    /// "thread_id","run_id","item_id","ordinal","field","offset","text"}`.
+    Delta(ItemDelta),
+    /// The item's live text is void (a discarded attempt): `{"type":"reset",
+    /// "thread_id","item_id"}`.
+    Reset(ItemReset),
+    Error {
+        error: ApiError,
+    },
 }

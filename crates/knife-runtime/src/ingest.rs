@@ -30,7 +30,10 @@ pub fn to_domain(event: &AdapterEvent) -> Option<EventBody> {
             run_id: run_id.clone(),
             error: error.clone(),
         },
-        AdapterEvent::TurnTerminal { .. } => return None,
+        // Live only (LIVE-01): the pump hands them to the hub, never to the log.
+        AdapterEvent::TurnTerminal { .. }
+        | AdapterEvent::TurnItemDelta(_)
+        | AdapterEvent::TurnItemReset(_) => return None,
     })
 }
 

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::AppState;
 use crate::error::ApiErr;
+use crate::live::{self, Outgoing};
 
 /// Query of the SSE route: `after` (exclusive sequence; `Last-Event-ID` wins when sent)
 /// and an optional event `type` filter.
@@ -59,17 +60,26 @@ pub(crate) async fn sse_events(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let filter = StreamFilter {
-        thread_id: Some(id),
+        thread_id: Some(id.clone()),
         after: resume.unwrap_or(q.after),
         event_type: q.event_type,
     };
-    let stream = drain_on_close(&s, filter).map(|item| {
+    check_after(&s, &id, filter.after).await?;
+    let durable = drain_on_close(&s, filter.clone());
+    let stream = live::feed(&s, filter, durable).map(|item| {
         Ok(match item {
-            Ok(ev) => Event::default()
+            Outgoing::Event(ev) => Event::default()
                 .id(ev.sequence.to_string())
                 .event(ev.event.event_type())
                 .data(serde_json::to_string(&ev).unwrap_or_default()),
-            Err(e) => Event::default().event("error").data(e.to_string()),
+            // No `id:`: a delta is not durable, `Last-Event-ID` stays the last sequence.
+            Outgoing::Delta(d) => Event::default()
+                .event("delta")
+                .data(serde_json::to_string(&*d).unwrap_or_default()),
+            Outgoing::Reset(r) => Event::default()
+                .event("reset")
+                .data(serde_json::to_string(&*r).unwrap_or_default()),
+            Outgoing::Error(e) => Event::default().event("error").data(e.to_string()),
         })
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
@@ -119,7 +129,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                 // Like the SSE route's 404: an unknown thread would otherwise be a
                 // subscription that never yields anything.
                 let error = match state.store.get_thread(&thread_id).await {
-                    Ok(Some(_)) => None,
+                    Ok(Some(_)) => check_after(&state, &thread_id, after).await.err(),
                     Ok(None) => Some(thread_not_found(&thread_id)),
                     Err(e) => Some(ApiErr::from(e)),
                 };
@@ -127,6 +137,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                     let error = ApiError {
                         code: e.code.into(),
                         message: e.message,
+                        files: e.files,
                     };
                     let _ = tx.send(WsServerMessage::Error { error }).await;
                     continue;
@@ -145,18 +156,20 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                     after,
                     event_type: None,
                 };
-                let mut stream = drain_on_close(&state, filter);
+                let durable = drain_on_close(&state, filter.clone());
+                let mut stream = live::feed(&state, filter, durable);
                 let tx = tx.clone();
                 let task = tokio::spawn(async move {
                     while let Some(item) = stream.next().await {
                         let msg = match item {
-                            Ok(event) => WsServerMessage::Event {
-                                event: Box::new(event),
-                            },
-                            Err(e) => WsServerMessage::Error {
+                            Outgoing::Event(event) => WsServerMessage::Event { event },
+                            Outgoing::Delta(d) => WsServerMessage::Delta((*d).clone()),
+                            Outgoing::Reset(r) => WsServerMessage::Reset((*r).clone()),
+                            Outgoing::Error(e) => WsServerMessage::Error {
                                 error: ApiError {
                                     code: "store".into(),
                                     message: e.to_string(),
+                                    files: Vec::new(),
                                 },
                             },
                         };
@@ -176,6 +189,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                 let error = ApiError {
                     code: "invalid_request".into(),
                     message: format!("invalid message: {e}"),
+                    files: Vec::new(),
                 };
                 let _ = tx.send(WsServerMessage::Error { error }).await;
             }
@@ -256,6 +270,21 @@ fn drain_on_close(
         }
     })
     .boxed()
+}
+
+/// Refuses a resume point past the end of the log (LIVE-02): a client cannot have
+/// seen an event that does not exist yet. (Sequences are global, so a position
+/// past the thread's own last event, such as the log's end, is valid.)
+async fn check_after(state: &AppState, thread: &ThreadId, after: u64) -> Result<(), ApiErr> {
+    let latest = state.store.latest_sequence(None).await?;
+    if after > latest {
+        return Err(ApiErr::bad_request(format!(
+            "cannot resume thread {thread} after sequence {after}: the event log ends at \
+             {latest} (a sequence from the future, or from another knife's log); subscribe \
+             with after = the last sequence you received, or 0 to replay everything"
+        )));
+    }
+    Ok(())
 }
 
 fn thread_not_found(id: &ThreadId) -> ApiErr {

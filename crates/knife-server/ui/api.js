@@ -92,7 +92,11 @@ export class LiveSocket {
     ws.addEventListener('open', () => {
       this.backoff = 250;
       this.onState(true);
-      for (const [id, sub] of this.subs) this.send({ type: 'subscribe', thread_id: id, after: sub.after });
+      for (const [id, sub] of this.subs) {
+        // Live text not yet durable is dropped: the catch-up delta sends it again.
+        if (sub.onLive) sub.onLive({ type: 'reconnect' });
+        this.send({ type: 'subscribe', thread_id: id, after: sub.after });
+      }
     });
     ws.addEventListener('message', (m) => this.receive(m.data));
     ws.addEventListener('close', () => {
@@ -120,6 +124,12 @@ export class LiveSocket {
       this.onError(msg.error);
       return;
     }
+    if (msg.type === 'delta' || msg.type === 'reset') {
+      // Live text (LIVE-01): not durable, no sequence; see docs/2026-12-01-live-deltas.md.
+      const sub = this.subs.get(msg.thread_id);
+      if (sub && sub.onLive) sub.onLive(msg);
+      return;
+    }
     if (msg.type !== 'event') return;
     const ev = msg.event;
     const sub = this.subs.get(ev.thread_id);
@@ -128,9 +138,13 @@ export class LiveSocket {
     sub.onEvent(ev);
   }
 
-  /** Follows `threadId` from sequence `after` (exclusive); replaces an earlier subscription. */
-  subscribe(threadId, after, onEvent) {
-    this.subs.set(threadId, { after, onEvent });
+  /**
+   * Follows `threadId` from sequence `after` (exclusive); replaces an earlier subscription.
+   * `onLive(msg)` (optional) gets the live `delta` / `reset` messages, and
+   * `{type: 'reconnect'}` before each resubscription.
+   */
+  subscribe(threadId, after, onEvent, onLive = null) {
+    this.subs.set(threadId, { after, onEvent, onLive });
     this.send({ type: 'subscribe', thread_id: threadId, after });
   }
 

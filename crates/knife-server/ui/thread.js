@@ -19,6 +19,30 @@ import { threadStatus } from './sidebar.js';
  * <details> (reasoning, summaries) and opened "show more" outputs, matched by their
  * order. Without it every streamed update would fold them shut again.
  */
+/** The growing fields a live delta extends (knife-protocol `DeltaField`). */
+const LIVE_FIELDS = ['text', 'reasoning', 'input', 'output'];
+const UTF8 = new TextEncoder();
+const UTF8_DECODER = new TextDecoder();
+const byteLength = (s) => UTF8.encode(s).length;
+
+/** The durable text of `field` in `item`, or null when it has none (a parsed input: complete). */
+function durableText(item, field) {
+  if (!item) return null;
+  if (field === 'text' && item.type === 'assistant_message') return item.text;
+  if (field === 'reasoning' && item.type === 'reasoning') return item.text;
+  if (field === 'input' && item.type === 'tool_call') return typeof item.input === 'string' ? item.input : null;
+  if (field === 'output' && item.type === 'tool_call') return item.output || '';
+  return null;
+}
+
+/** An item known only from its deltas so far; any durable copy replaces it. */
+function placeholder(m) {
+  const base = { id: m.item_id, thread_id: m.thread_id, run_id: m.run_id, ordinal: m.ordinal, status: 'running', updated_at: '' };
+  if (m.field === 'reasoning') return { ...base, type: 'reasoning', text: '', streaming: true };
+  if (m.field === 'text') return { ...base, type: 'assistant_message', text: '', streaming: true };
+  return { ...base, type: 'tool_call', call_id: '', tool: '', input: '', output: null, error: null, status: 'pending' };
+}
+
 function keepOpen(old, el) {
   const pairs = (sel) => {
     const a = [...(old.matches(sel) ? [old] : []), ...old.querySelectorAll(sel)];
@@ -46,23 +70,77 @@ export class ThreadView {
     this.transcript = h('div', { class: 'transcript', id: 'transcript' });
     this.scroller = h('div', { class: 'transcript-scroll', id: 'transcript-scroll' }, this.transcript);
     this.dirty = new Set(); // item ids to re-render at the next frame
+    this.reopened = new Set(); // items reset (a retried attempt) whose durable copy is still the voided one
+    this.live = new Map(); // `${item id}\u0000${field}` -> {text, bytes}: live text past the durable copy (LIVE-01)
     this.sending = false;
     this.error = h('p', { class: 'error', id: 'thread-error', hidden: true });
     this.input = h('textarea', { id: 'composer-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter to send)' });
     this.sendButton = h('button', { type: 'submit', id: 'send' }, 'Send');
-    const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input, h('div', { class: 'composer-buttons' }, this.interruptButton, this.sendButton));
+    // The model picker (TURN-10): empty sends no `model` (the thread's); a name
+    // applies to each message sent while it is set, recorded on its run. The
+    // list suggests the configured instances' models; any name can be typed.
+    this.models = h('datalist', { id: 'composer-models' });
+    this.modelInput = h('input', { id: 'composer-model', list: 'composer-models', autocomplete: 'off', placeholder: 'model (default)', title: 'model of the next run; empty: the thread\'s model' });
+    const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input,
+      h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.sendButton));
     composer.addEventListener('submit', (e) => { e.preventDefault(); this.send(); });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
     });
     this.el = h('section', { class: 'view thread-view', dataset: { thread: id } },
       h('header', { class: 'thread-head' }, this.title,
+        this.actions(),
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
       this.statusLine, this.scroller, this.error, composer);
     this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
     this.load();
+  }
+
+  /** Rename, archive / unarchive, fork and delete buttons (CHG-08, CHG-09). */
+  actions() {
+    const path = `/threads/${encodeURIComponent(this.id)}`;
+    const act = (id, label, fn, cls = '') => h('button', {
+      type: 'button', id, class: `thread-action ${cls}`,
+      on: {
+        click: async () => {
+          try {
+            await fn();
+            this.showError(null);
+          } catch (e) {
+            this.showError(e.message);
+          }
+        },
+      },
+    }, label);
+    this.archiveButton = act('thread-archive', 'Archive', async () => {
+      const archived = !(this.thread && this.thread.archived_at);
+      this.thread = await api(path, { method: 'PATCH', body: { archived } });
+      this.drawStatus();
+    });
+    return h('span', { class: 'thread-actions' },
+      act('thread-rename', 'Rename', async () => {
+        const title = window.prompt('New title (at most 200 characters)', this.thread ? this.thread.title : '');
+        if (title === null || !title.trim()) return;
+        this.thread = await api(path, { method: 'PATCH', body: { title } });
+        this.drawStatus();
+      }),
+      this.archiveButton,
+      act('thread-fork', 'Fork', async () => {
+        const t = await api(`${path}/fork`, { method: 'POST', body: {} });
+        location.hash = `#/thread/${encodeURIComponent(t.id)}`;
+      }),
+      act('thread-delete', 'Delete', async () => {
+        if (!window.confirm('Delete this thread? It disappears from every list; `knife db purge` removes its events for good.')) return;
+        try {
+          await api(path, { method: 'DELETE' });
+        } catch (e) {
+          if (e.code !== 'run_in_progress' || !window.confirm(`${e.message}\n\nStop the run and delete the thread?`)) throw e;
+          await api(`${path}?force=true`, { method: 'DELETE' });
+        }
+        location.hash = '#/';
+      }, 'danger'));
   }
 
   async load() {
@@ -78,7 +156,7 @@ export class ThreadView {
       this.drawStatus();
       this.scrollDown();
       this.showError(null);
-      this.socket.subscribe(this.id, p.latest_sequence, (ev) => this.apply(ev));
+      this.socket.subscribe(this.id, p.latest_sequence, (ev) => this.apply(ev), (m) => this.applyLive(m));
       const fresh = this.sidebar && this.sidebar.created === this.id;
       if (fresh || !document.activeElement || document.activeElement === document.body) this.input.focus();
       if (fresh) this.sidebar.created = null;
@@ -106,11 +184,16 @@ export class ThreadView {
         this.requests.set(p.id, p);
         for (const item of this.items.values()) {
           if (item.type === 'approval' && item.request_id === p.id) this.upsert(item, true);
+          // The guarded tool item folds its arguments once the diff is known (CHG-05).
+          if (item.type === 'tool_call' && p.tool_approval && item.call_id === p.tool_approval.call_id) this.upsert(item, true);
         }
         break;
       case 'thread.created':
       case 'thread.updated':
         this.thread = p;
+        break;
+      case 'thread.deleted':
+        this.showError('This thread was deleted.');
         break;
       case 'thread.status':
         if (this.thread) this.thread.agent_status = p.status;
@@ -130,11 +213,73 @@ export class ThreadView {
     this.drawStatus();
   }
 
+  /**
+   * A live message (LIVE-01): a `delta` continues an item's field at a UTF-8 byte
+   * offset, a `reset` voids the item's live text, `reconnect` drops every live tail
+   * (the server's catch-up delta sends it again). Offsets are bytes, JS strings
+   * count UTF-16 units: the text is re-encoded only when a delta overlaps.
+   */
+  applyLive(m) {
+    if (m.type === 'reconnect') {
+      for (const key of this.live.keys()) this.dirty.add(key.split('\u0000')[0]);
+      this.live.clear();
+    } else if (m.type === 'reset') {
+      for (const field of LIVE_FIELDS) this.live.delete(`${m.item_id}\u0000${field}`);
+      this.reopened.add(m.item_id); // the retry's deltas follow its voided copy
+      this.dirty.add(m.item_id);
+    } else if (m.type === 'delta') {
+      const known = this.items.get(m.item_id);
+      if (known && !this.reopened.has(m.item_id) && !['pending', 'running', 'waiting'].includes(known.status)) return; // settled: its durable copy is final
+      const key = `${m.item_id}\u0000${m.field}`;
+      let cur = this.live.get(key);
+      if (!cur) {
+        const base = durableText(this.items.get(m.item_id), m.field) || '';
+        cur = { text: base, bytes: byteLength(base) };
+      }
+      const end = m.offset + byteLength(m.text);
+      // A gap (the next durable snapshot fills it) or text already shown: nothing to add.
+      if (m.offset > cur.bytes || end <= cur.bytes) return;
+      cur.text = m.offset === cur.bytes
+        ? cur.text + m.text
+        : UTF8_DECODER.decode(UTF8.encode(cur.text).slice(0, m.offset)) + m.text;
+      cur.bytes = end;
+      this.live.set(key, cur);
+      if (!this.items.has(m.item_id)) this.items.set(m.item_id, placeholder(m));
+      this.dirty.add(m.item_id);
+    } else {
+      return;
+    }
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  /** `item` with the live text of its fields laid over its durable state. */
+  shown(item) {
+    let out = item;
+    for (const field of LIVE_FIELDS) {
+      const cur = this.live.get(`${item.id}\u0000${field}`);
+      if (!cur) continue;
+      if (out === item) out = { ...item };
+      if (field === 'text' || field === 'reasoning') out.text = cur.text;
+      else out[field] = cur.text;
+    }
+    return out;
+  }
+
   /** Records `item` (newest copy wins) and schedules its element's redraw. */
   upsert(item, force = false) {
     const old = this.items.get(item.id);
     if (old && !force && old.updated_at > item.updated_at) return; // an older copy
     this.items.set(item.id, item);
+    if (['pending', 'running', 'waiting'].includes(item.status)) this.reopened.delete(item.id);
+    // Live text the durable copy has caught up with (or that a settled item ends) goes.
+    const settled = !['pending', 'running', 'waiting'].includes(item.status);
+    for (const field of LIVE_FIELDS) {
+      const key = `${item.id}\u0000${field}`;
+      const cur = this.live.get(key);
+      if (!cur) continue;
+      const durable = durableText(item, field);
+      if (settled || durable === null || byteLength(durable) >= cur.bytes) this.live.delete(key);
+    }
     this.dirty.add(item.id);
     if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
   }
@@ -145,9 +290,10 @@ export class ThreadView {
     this.frame = null;
     if (!this.dirty.size) return;
     const stick = this.nearBottom();
-    const ctx = { requests: this.requests, answer: (r, d, m) => this.answer(r, d, m) };
+    const ctx = { requests: this.requests, runs: this.runs, answer: (r, d, m) => this.answer(r, d, m) };
     for (const id of this.dirty) {
-      const item = this.items.get(id);
+      if (!this.items.has(id)) continue;
+      const item = this.shown(this.items.get(id));
       const el = renderItem(item, ctx);
       el.dataset.ordinal = item.ordinal;
       const existing = this.nodes.get(id);
@@ -187,6 +333,7 @@ export class ThreadView {
     const t = this.thread;
     if (!t) return;
     this.title.textContent = t.title || t.id;
+    if (this.archiveButton) this.archiveButton.textContent = t.archived_at ? 'Unarchive' : 'Archive';
     const pending = [...this.requests.values()].filter((r) => r.status === 'pending').length;
     const s = threadStatus(t, pending);
     const parts = [h('span', { class: `status status-${s.key}`, id: 'thread-status-label', title: s.title || '' }, s.label)];
@@ -199,6 +346,7 @@ export class ThreadView {
     }
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
+    this.fillModels();
     replace(this.statusLine, parts);
     const hide = !t.active_run_id;
     // A hidden button cannot keep the focus: hand it to the composer, not to <body>.
@@ -206,14 +354,26 @@ export class ThreadView {
     this.interruptButton.hidden = hide;
   }
 
+  /** The picker's suggestions: the thread's model and every configured instance's. */
+  fillModels() {
+    const t = this.thread;
+    const known = [t && t.model, ...((this.sidebar && this.sidebar.providers) || []).map((p) => p.model)];
+    const names = [...new Set(known.filter(Boolean))];
+    if (names.join('\n') === this.models.dataset.names) return;
+    this.models.dataset.names = names.join('\n');
+    replace(this.models, names.map((m) => h('option', { value: m })));
+  }
+
   async send() {
     const text = this.input.value;
+    const model = this.modelInput.value.trim();
     // One message per press: Ctrl+Enter again while the first is on its way is ignored.
     if (!text.trim() || this.sending) return;
     this.sending = true;
     this.sendButton.disabled = true;
     try {
-      await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body: { text } });
+      const body = model ? { text, model } : { text };
+      await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body });
       this.input.value = '';
       this.showError(null);
     } catch (e) {

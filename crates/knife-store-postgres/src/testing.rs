@@ -77,28 +77,8 @@ impl TestCluster {
 
 /// The directory holding `initdb` and `postgres`.
 pub fn postgres_bin() -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("KNIFE_PG_BIN") {
-        return Ok(PathBuf::from(dir));
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map_err(|_| missing())?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|bin| bin.join("initdb").exists())
-        .collect();
-    found.sort_by_key(|p| {
-        p.parent()
-            .and_then(|v| v.file_name())
-            .and_then(|v| v.to_str())
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
-    found.pop().ok_or_else(missing)
-}
-
-fn missing() -> String {
-    "PostgreSQL server binaries not found: install Debian's `postgresql` package \
-     (apt-get install postgresql) or set KNIFE_PG_BIN to the directory holding initdb"
-        .to_owned()
+    // The same lookup as the build script's cfg(knife_has_postgres).
+    knife_prereqs::postgres_bin().map_err(|m| m.to_string())
 }
 
 async fn start() -> Result<TestCluster, String> {

@@ -329,7 +329,12 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
             thread_id: thread_id.as_str().to_owned(),
             status: serde_json::to_string(status)?,
         }],
-        EventBody::ThreadErrorRaised { .. } | EventBody::McpToolCalled(_) => Vec::new(),
+        // A checkpoint and a revert's progress are read from the log (the run's
+        // checkpoints and changes are assembled at read time): no projection row.
+        EventBody::ThreadErrorRaised { .. }
+        | EventBody::McpToolCalled(_)
+        | EventBody::CheckpointRecorded(_)
+        | EventBody::RevertUpdated(_) => Vec::new(),
     })
 }
 

@@ -130,12 +130,13 @@ impl ApiClient {
         )
     }
 
-    /// Follows `GET /api/threads/{id}/events?after=N` (SSE): replay, then live.
+    /// Follows `GET /api/threads/{id}/events?after=N` (SSE): replay, then live, with
+    /// the live deltas in between (LIVE-01).
     pub async fn events(
         &self,
         thread: &ThreadId,
         after: u64,
-    ) -> anyhow::Result<impl Stream<Item = anyhow::Result<StoredEvent>> + use<>> {
+    ) -> anyhow::Result<impl Stream<Item = anyhow::Result<ThreadMessage>> + use<>> {
         let url = format!("{}/api/threads/{thread}/events?after={after}", self.base);
         let resp = self
             .auth(self.http.get(url))
@@ -158,8 +159,19 @@ impl ApiClient {
                         Ok(ev) if ev.event == "error" => {
                             Some(Err(anyhow::anyhow!("event stream error: {}", ev.data)))
                         }
+                        Ok(ev) if ev.event == "delta" => Some(
+                            serde_json::from_str::<ItemDelta>(&ev.data)
+                                .map(ThreadMessage::Delta)
+                                .context("malformed delta from the server"),
+                        ),
+                        Ok(ev) if ev.event == "reset" => Some(
+                            serde_json::from_str::<ItemReset>(&ev.data)
+                                .map(ThreadMessage::Reset)
+                                .context("malformed reset from the server"),
+                        ),
                         Ok(ev) => Some(
                             serde_json::from_str::<StoredEvent>(&ev.data)
+                                .map(|e| ThreadMessage::Event(Box::new(e)))
                                 .context("malformed event from the server"),
                         ),
                         // A transport failure between this client and the knife server
@@ -174,6 +186,17 @@ impl ApiClient {
             }),
         )
     }
+}
+
+/// One message of a thread's event stream.
+#[derive(Debug)]
+pub enum ThreadMessage {
+    /// A durable event.
+    Event(Box<StoredEvent>),
+    /// Live text continuing an item (not durable).
+    Delta(ItemDelta),
+    /// An item's live text is void (a discarded attempt).
+    Reset(ItemReset),
 }
 
 /// What to tell the user when the connection to the knife server drops while

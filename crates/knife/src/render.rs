@@ -36,6 +36,17 @@ pub async fn follow_run(
                 return Err(e);
             }
         };
+        let event = match event {
+            crate::client::ThreadMessage::Event(event) => event,
+            crate::client::ThreadMessage::Delta(delta) => {
+                view.delta(&delta, run);
+                continue;
+            }
+            crate::client::ThreadMessage::Reset(reset) => {
+                view.reset(&reset);
+                continue;
+            }
+        };
         if let Some(done) = view.apply(&event, run) {
             view.finish();
             return Ok(done);
@@ -171,13 +182,13 @@ impl<'p> RunView<'p> {
         }
         let elsewhere = if open { " (answered elsewhere)" } else { "" };
         let outcome = match (request.status, request.decision) {
-            (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => {
-                format!("✓ allowed once{elsewhere}")
+            (
+                RuntimeRequestStatus::Resolved,
+                Some(d @ (ApprovalDecision::AllowOnce | ApprovalDecision::AllowAlways)),
+            ) => format!("✓ {}{elsewhere}", d.described()),
+            (RuntimeRequestStatus::Resolved, _) => {
+                format!("✗ {}{elsewhere}", ApprovalDecision::Deny.described())
             }
-            (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => {
-                format!("✓ allowed always{elsewhere}")
-            }
-            (RuntimeRequestStatus::Resolved, _) => format!("✗ denied{elsewhere}"),
             (RuntimeRequestStatus::Cancelled, _) => {
                 "✗ request cancelled: the run was interrupted".to_owned()
             }
@@ -235,6 +246,46 @@ impl<'p> RunView<'p> {
         None
     }
 
+    /// Prints an answer's live text as it arrives (LIVE-01); the durable snapshots
+    /// then add nothing already printed.
+    fn delta(&mut self, delta: &ItemDelta, run: &RunId) {
+        if delta.field != DeltaField::Text || delta.run_id.as_ref() != Some(run) {
+            return;
+        }
+        let done = self.printed.entry(delta.item_id.clone()).or_insert(0);
+        let done_at = *done as u64;
+        if delta.end() <= done_at || delta.offset > done_at {
+            return;
+        }
+        let skip = (done_at - delta.offset) as usize;
+        let Some(fresh) = delta.text.get(skip..) else {
+            return;
+        };
+        *done += fresh.len();
+        self.print_text(fresh);
+    }
+
+    /// A discarded attempt: its printed text cannot be taken back, so the retry's
+    /// text starts on a new line.
+    fn reset(&mut self, reset: &ItemReset) {
+        if let Some(done) = self.printed.get_mut(&reset.item_id)
+            && *done > 0
+        {
+            *done = 0;
+            if self.mid_line {
+                self.print_text("\n");
+            }
+        }
+    }
+
+    fn print_text(&mut self, fresh: &str) {
+        self.hide_spinner();
+        print!("{fresh}");
+        let _ = std::io::stdout().flush();
+        self.mid_line = !fresh.ends_with('\n');
+        self.show_spinner();
+    }
+
     fn item(&mut self, item: &TurnItem) {
         match &item.kind {
             TurnItemKind::AssistantMessage { text, .. } => {
@@ -242,11 +293,7 @@ impl<'p> RunView<'p> {
                 if text.len() > *done && text.is_char_boundary(*done) {
                     let fresh = text[*done..].to_owned();
                     *done = text.len();
-                    self.hide_spinner();
-                    print!("{fresh}");
-                    let _ = std::io::stdout().flush();
-                    self.mid_line = !text.ends_with('\n');
-                    self.show_spinner();
+                    self.print_text(&fresh);
                 }
             }
             TurnItemKind::ToolCall {

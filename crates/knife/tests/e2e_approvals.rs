@@ -36,6 +36,9 @@ async fn pending_request_on_stream(api: &Api, thread: &str) -> RuntimeRequest {
         let mut sse = Box::pin(knife_llm::sse::decode_stream(resp.bytes_stream()));
         while let Some(item) = sse.next().await {
             let item = item.expect("the SSE stream broke");
+            if item.event == "delta" || item.event == "reset" {
+                continue; // live text, not an event
+            }
             let event: StoredEvent = serde_json::from_str(&item.data).unwrap();
             if let EventBody::RuntimeRequestUpdated(r) = event.event.body
                 && r.status == RuntimeRequestStatus::Pending

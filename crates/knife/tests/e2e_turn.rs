@@ -226,6 +226,9 @@ async fn e2e_websocket_subscribe_after_replays_then_follows_live() {
                     break;
                 }
             }
+            WsServerMessage::Delta(_) | WsServerMessage::Reset(_) => {
+                assert!(subscribed, "delta before `subscribed`");
+            }
             WsServerMessage::Error { error } => panic!("websocket error message: {error:?}"),
         }
     }

@@ -52,7 +52,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::adapter::ProviderAdapter;
 use crate::clock::SharedClock;
-use crate::error::{ProviderSessionOpenError, ProviderWorkspaceMissingError};
+pub use crate::error::{ProviderSessionCloseError, SessionError};
 use crate::mcp::{CredentialRegistry, McpAccessPolicy, McpSlots};
 use entry::{Entry, KeyedLocks};
 
@@ -96,6 +96,8 @@ pub struct SessionManagerOptions {
     /// Decides each thread's MCP capabilities when its credential is prepared
     /// (MCP-02..05); `None` = [`crate::mcp::AgentAccess::default`] for every thread.
     pub mcp_access: Option<Arc<dyn McpAccessPolicy>>,
+    /// Where the pumps hand live deltas (LIVE-01); the server's event streams read it.
+    pub live: crate::live::LiveHub,
 }
 
 impl Default for SessionManagerOptions {
@@ -108,6 +110,7 @@ impl Default for SessionManagerOptions {
             turn_stall_timeout: DEFAULT_TURN_STALL_TIMEOUT,
             mcp: None,
             mcp_access: None,
+            live: crate::live::LiveHub::new(),
         }
     }
 }
@@ -135,48 +138,6 @@ impl ReleaseReason {
             ReleaseReason::ServerShutdown => "server_shutdown",
         }
     }
-}
-
-/// A release whose close or persistence failed (MGR-38). The credential was revoked
-/// and requests settled where possible anyway; the status write is retried.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "could not close provider session {provider_session_id} cleanly ({reason}): {message}; \
-     knife keeps retrying to record it, check the data directory's disk and permissions"
-)]
-pub struct ProviderSessionCloseError {
-    /// The session whose release failed.
-    pub provider_session_id: ProviderSessionId,
-    /// The release reason (`idle`, `runtime_error`, `manual_shutdown`, `server_shutdown`).
-    pub reason: &'static str,
-    /// What failed (close, status write, request settlement).
-    pub message: String,
-}
-
-/// Failures of the session manager.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error(transparent)]
-    WorkspaceMissing(#[from] ProviderWorkspaceMissingError),
-    #[error(transparent)]
-    Open(#[from] ProviderSessionOpenError),
-    #[error(transparent)]
-    Close(#[from] ProviderSessionCloseError),
-    #[error(
-        "provider instance `{0}` is not configured; add it to knife.toml as [providers.{0}] \
-         and restart knife"
-    )]
-    InstanceNotFound(ProviderInstanceId),
-    #[error("provider session {0} is no longer live; open it again (the next message does this)")]
-    SessionGone(ProviderSessionId),
-    #[error("the provider runtime failed: {0}")]
-    Runtime(#[from] crate::adapter::AdapterError),
-    #[error(
-        "the server is shutting down and opens no provider sessions; retry once it has restarted"
-    )]
-    ShuttingDown,
-    #[error(transparent)]
-    Store(#[from] knife_store::StoreError),
 }
 
 pub(crate) struct Inner {
@@ -247,6 +208,11 @@ impl SessionManager {
                 health: AgentHealth::default(),
             }),
         }
+    }
+
+    /// The live hub the pumps hand deltas to (LIVE-01).
+    pub fn live(&self) -> &crate::live::LiveHub {
+        &self.inner.options.live
     }
 
     /// Agent health marks (OOM kills) the supervisor records and `open` clears (MGR-03).

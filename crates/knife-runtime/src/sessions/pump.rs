@@ -48,31 +48,50 @@ fn is_session_scoped_request(event: &AdapterEvent) -> bool {
 async fn run(
     inner: Arc<Inner>,
     entry: Arc<Entry>,
-    events: BoxStream<'static, Result<AdapterEvent, AdapterError>>,
+    mut events: BoxStream<'static, Result<AdapterEvent, AdapterError>>,
 ) {
     let mut stopped_by_provider = false;
-    let mut failure: Option<String> = None;
-    // Every event already waiting is written in one transaction.
-    let mut chunks = events.ready_chunks(MAX_BATCH);
-    'pump: while let Some(chunk) = chunks.next().await {
-        let mut ok = Vec::with_capacity(chunk.len());
-        for item in chunk {
-            match item {
-                Ok(event) => ok.push(event),
-                Err(e) => {
-                    failure = Some(e.to_string());
-                    break;
+    // Two halves (LIVE-01): the reader hands each live delta to the hub the moment
+    // the adapter emits it and queues everything else for the writer, which commits
+    // in batches (every event already waiting in one transaction), then broadcasts.
+    let (queue, queued) = tokio::sync::mpsc::unbounded_channel::<Queued>();
+    let live = inner.options.live.clone();
+    let read = async move {
+        while let Some(item) = events.next().await {
+            let mut generation = None;
+            let item = match item {
+                Ok(AdapterEvent::TurnItemDelta(delta)) => {
+                    live.publish(delta);
+                    continue;
                 }
+                Ok(AdapterEvent::TurnItemReset(reset)) => {
+                    live.begin_reset(&reset);
+                    Ok(AdapterEvent::TurnItemReset(reset))
+                }
+                Ok(AdapterEvent::TurnItemUpdated(item)) => {
+                    generation = live.generation(&item.thread_id, &item.id);
+                    Ok(AdapterEvent::TurnItemUpdated(item))
+                }
+                other => other,
+            };
+            let failed = item.is_err();
+            if queue.send((item, generation)).is_err() || failed {
+                break;
             }
         }
-        if let Err(e) = handle_batch(&inner, &entry, &ok, &mut stopped_by_provider).await {
-            failure = Some(e);
-            break 'pump;
+    };
+    let failure = {
+        let write = write_queued(&inner, &entry, queued, &mut stopped_by_provider);
+        tokio::pin!(read);
+        tokio::pin!(write);
+        let mut reading = true;
+        loop {
+            tokio::select! {
+                failure = &mut write => break failure,
+                () = &mut read, if reading => reading = false,
+            }
         }
-        if failure.is_some() {
-            break;
-        }
-    }
+    };
     if !inner.is_current(&entry) || inner.shutdown.is_cancelled() {
         return;
     }
@@ -104,13 +123,128 @@ async fn run(
     }
 }
 
+/// An adapter event on its way to the writer, with the live generation (read time)
+/// of an item the live hub follows (see [`crate::live::LiveHub::generation`]).
+type Queued = (Result<AdapterEvent, AdapterError>, Option<u32>);
+
+/// A transcript item that will not change any more (its live text can go).
+fn is_settled(item: &TurnItem) -> bool {
+    !matches!(
+        item.status,
+        TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+    )
+}
+
+/// The writer half of the pump: commits queued events in batches (split at live
+/// resets, which are released once what came before them is committed, LIVE-02).
+/// Returns the failure that stopped it, `None` when the stream ended.
+async fn write_queued(
+    inner: &Arc<Inner>,
+    entry: &Arc<Entry>,
+    queued: tokio::sync::mpsc::UnboundedReceiver<Queued>,
+    stopped_by_provider: &mut bool,
+) -> Option<String> {
+    let live = &inner.options.live;
+    let mut chunks =
+        tokio_stream::wrappers::UnboundedReceiverStream::new(queued).ready_chunks(MAX_BATCH);
+    while let Some(chunk) = chunks.next().await {
+        let mut ok = Vec::with_capacity(chunk.len());
+        let mut settles = Vec::new();
+        let mut failure = None;
+        for (item, generation) in chunk {
+            match item {
+                Ok(AdapterEvent::TurnItemReset(reset)) => {
+                    if let Err(e) =
+                        commit(inner, entry, &mut ok, &mut settles, stopped_by_provider).await
+                    {
+                        return Some(e);
+                    }
+                    let after = inner
+                        .store
+                        .latest_sequence(&reset.thread_id)
+                        .await
+                        .unwrap_or(0);
+                    live.finish_reset(reset, after);
+                }
+                Ok(event) => {
+                    if let (Some(generation), AdapterEvent::TurnItemUpdated(item)) =
+                        (generation, &event)
+                    {
+                        settles.push((item.thread_id.clone(), item.id.clone(), generation));
+                    }
+                    ok.push(event);
+                }
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if let Err(e) = commit(inner, entry, &mut ok, &mut settles, stopped_by_provider).await {
+            return Some(e);
+        }
+        if failure.is_some() {
+            return failure;
+        }
+    }
+    None
+}
+
+/// Commits `events` (emptying it), then lets the live hub forget the items they
+/// settled and the runs they ended.
+async fn commit(
+    inner: &Arc<Inner>,
+    entry: &Arc<Entry>,
+    events: &mut Vec<AdapterEvent>,
+    settles: &mut Vec<(ThreadId, TurnItemId, u32)>,
+    stopped_by_provider: &mut bool,
+) -> Result<(), String> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let stored = handle_batch(inner, entry, events, stopped_by_provider).await?;
+    let live = &inner.options.live;
+    for (thread, item, generation) in settles.drain(..) {
+        // The item's newest stored snapshot (coalescing may have merged several).
+        let Some((sequence, snapshot)) = stored.iter().rev().find_map(|e| match &e.event.body {
+            EventBody::TurnItemUpdated(i) if i.id == item => Some((e.sequence, i)),
+            _ => None,
+        }) else {
+            continue;
+        };
+        if is_settled(snapshot) {
+            live.settled(&thread, &item, generation);
+        } else {
+            let lens = [
+                DeltaField::Text,
+                DeltaField::Reasoning,
+                DeltaField::Input,
+                DeltaField::Output,
+            ]
+            .into_iter()
+            .filter_map(|f| f.durable_text(snapshot).map(|t| (f, t.len() as u64)))
+            .collect();
+            live.committed(&thread, &item, generation, sequence, lens);
+        }
+    }
+    for event in events.drain(..) {
+        if let AdapterEvent::TurnTerminal {
+            thread_id, run_id, ..
+        } = event
+        {
+            live.end_run(&thread_id, &run_id);
+        }
+    }
+    Ok(())
+}
+
 /// Persists one batch, then updates activity and broadcasts (after commit).
 async fn handle_batch(
     inner: &Arc<Inner>,
     entry: &Arc<Entry>,
     events: &[AdapterEvent],
     stopped_by_provider: &mut bool,
-) -> Result<(), String> {
+) -> Result<Vec<StoredEvent>, String> {
     let now = inner.clock.now();
     // Any event is a sign of life for the stuck-turn watchdog.
     entry.state().last_event = Some(tokio::time::Instant::now());
@@ -161,9 +295,10 @@ async fn handle_batch(
                 .map_err(|e| format!("Failed to persist a runtime request: {e}"))?;
         }
     }
+    let mut stored = Vec::new();
     if !batch.is_empty() {
         let written = batch.len() as u64;
-        inner
+        stored = inner
             .store
             .write(WriteKind::Pump, batch)
             .await
@@ -194,7 +329,7 @@ async fn handle_batch(
         }
     }
     touch_row(inner, entry, now).await;
-    Ok(())
+    Ok(stored)
 }
 
 /// Raises the session row's last-seen time, at most once per [`TOUCH_INTERVAL`]
@@ -243,6 +378,8 @@ fn event_thread(event: &AdapterEvent) -> Option<ThreadId> {
         AdapterEvent::TurnTerminal { thread_id, .. }
         | AdapterEvent::AgentStatusChanged { thread_id, .. }
         | AdapterEvent::AgentErrorRaised { thread_id, .. } => Some(thread_id.clone()),
+        AdapterEvent::TurnItemDelta(d) => Some(d.thread_id.clone()),
+        AdapterEvent::TurnItemReset(r) => Some(r.thread_id.clone()),
         AdapterEvent::ProviderSessionUpdated(_) => None,
     }
 }

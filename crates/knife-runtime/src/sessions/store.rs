@@ -2,8 +2,8 @@
 //! labelled by purpose so tests can fail, pause or hook chosen writes.
 
 use knife_protocol::{
-    DomainEvent, ProviderSessionId, ProviderThread, ProviderThreadId, ThreadId, ThreadProjection,
-    Timestamp,
+    DomainEvent, ProviderSessionId, ProviderThread, ProviderThreadId, StoredEvent, ThreadId,
+    ThreadProjection, Timestamp,
 };
 use knife_store::{EntityKind, RowGuard, Store, StoreError};
 
@@ -30,8 +30,13 @@ pub enum WriteKind {
 /// tests wrap it (knife-testkit's flaky store).
 #[async_trait::async_trait]
 pub trait SessionStore: Send + Sync + 'static {
-    /// Appends `events` in one transaction (see [`Store::write`]).
-    async fn write(&self, kind: WriteKind, events: Vec<DomainEvent>) -> Result<(), StoreError>;
+    /// Appends `events` in one transaction (see [`Store::write`]); returns them as stored
+    /// (with their sequences).
+    async fn write(
+        &self,
+        kind: WriteKind,
+        events: Vec<DomainEvent>,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
     /// Compare-and-set append (see [`Store::write_if`]); `Ok(false)` when the guarded
     /// row moved and nothing was written.
     async fn write_if(
@@ -51,6 +56,12 @@ pub trait SessionStore: Send + Sync + 'static {
         &self,
         id: &ProviderThreadId,
     ) -> Result<Option<(ProviderThread, i64)>, StoreError>;
+    /// The highest committed sequence of `thread`'s events (0 = none); the pump names
+    /// it in a live reset (LIVE-02). The default answers 0 (deliver at once).
+    async fn latest_sequence(&self, thread: &ThreadId) -> Result<u64, StoreError> {
+        let _ = thread;
+        Ok(0)
+    }
     /// Raises the session row's last-seen time to `at` (operational, not an event; the
     /// reaper reads it, REAP-01). The default does nothing.
     async fn touch_session(&self, id: &ProviderSessionId, at: Timestamp) -> Result<(), StoreError> {
@@ -61,8 +72,17 @@ pub trait SessionStore: Send + Sync + 'static {
 
 #[async_trait::async_trait]
 impl SessionStore for Store {
-    async fn write(&self, _kind: WriteKind, events: Vec<DomainEvent>) -> Result<(), StoreError> {
-        Store::write(self, events).await.map(drop)
+    async fn latest_sequence(&self, thread: &ThreadId) -> Result<u64, StoreError> {
+        // Through the backend: `Store::latest_sequence` would name this trait method.
+        knife_store::EventFeed::latest_sequence(&**self, Some(thread)).await
+    }
+
+    async fn write(
+        &self,
+        _kind: WriteKind,
+        events: Vec<DomainEvent>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        Store::write(self, events).await
     }
 
     async fn write_if(

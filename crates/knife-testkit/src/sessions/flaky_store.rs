@@ -158,13 +158,16 @@ impl FlakyStore {
 
 #[async_trait::async_trait]
 impl SessionStore for FlakyStore {
-    async fn write(&self, kind: WriteKind, events: Vec<DomainEvent>) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        kind: WriteKind,
+        events: Vec<DomainEvent>,
+    ) -> Result<Vec<knife_protocol::StoredEvent>, StoreError> {
         self.gate(kind).await?;
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || futures::executor::block_on(store.write(events)))
             .await
             .map_err(|_| StoreError::WriterGone)?
-            .map(drop)
     }
 
     async fn write_if(
@@ -195,6 +198,10 @@ impl SessionStore for FlakyStore {
         id: &ProviderThreadId,
     ) -> Result<Option<(ProviderThread, i64)>, StoreError> {
         self.store.provider_thread_versioned(id).await
+    }
+
+    async fn latest_sequence(&self, thread: &ThreadId) -> Result<u64, StoreError> {
+        SessionStore::latest_sequence(&self.store, thread).await
     }
 
     async fn touch_session(&self, id: &ProviderSessionId, at: Timestamp) -> Result<(), StoreError> {

@@ -561,6 +561,10 @@ impl Api {
             while let Some(item) = sse.next().await {
                 let item = item.expect("the SSE stream broke");
                 assert_ne!(item.event, "error", "event stream error: {}", item.data);
+                if item.event == "delta" || item.event == "reset" {
+                    // Live text (LIVE-01), not durable: these helpers collect events.
+                    continue;
+                }
                 let event: StoredEvent = serde_json::from_str(&item.data)
                     .unwrap_or_else(|e| panic!("bad event JSON ({e}): {}", item.data));
                 assert_eq!(item.event, event.event.event_type(), "SSE event name");

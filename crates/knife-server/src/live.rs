@@ -1,0 +1,379 @@
+//! One subscriber's feed of a thread (LIVE-01, LIVE-02): its durable events (replay,
+//! then live) merged with the live hub's deltas and resets, so that per item every
+//! delta continues exactly what the subscriber holds: no text twice, none missing.
+//!
+//! Order: durable events after the client's sequence up to the thread's high-water
+//! mark, then one catch-up delta per live item (its not-yet-durable tail), then live
+//! deltas. A delta's text that the subscriber already has (from a durable snapshot
+//! or an earlier delta) is trimmed; one that would leave a gap is filled from the
+//! hub. A reset waits until the durable events read before it were delivered.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use knife_protocol::*;
+use knife_runtime::live::{LiveHub, LiveItem, LiveMessage};
+use knife_store::{StoreError, StreamFilter};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::AppState;
+
+/// What a subscriber is sent, in order.
+pub(crate) enum Outgoing {
+    Event(Box<StoredEvent>),
+    Delta(Arc<ItemDelta>),
+    Reset(Arc<ItemReset>),
+    Error(StoreError),
+}
+
+/// Messages buffered per subscriber between this task and the socket writer.
+const QUEUE: usize = 1024;
+
+/// The merged feed of `filter`'s thread. With a type filter (or no thread) the feed
+/// is durable events only. `durable` is the store stream to merge (replay included).
+pub(crate) fn feed(
+    state: &AppState,
+    filter: StreamFilter,
+    durable: BoxStream<'static, Result<StoredEvent, StoreError>>,
+) -> BoxStream<'static, Outgoing> {
+    let thread = match (&filter.thread_id, &filter.event_type) {
+        (Some(thread), None) => thread.clone(),
+        _ => {
+            return durable
+                .map(|item| match item {
+                    Ok(ev) => Outgoing::Event(Box::new(ev)),
+                    Err(e) => Outgoing::Error(e),
+                })
+                .boxed();
+        }
+    };
+    let hub = state.execution.manager().live().clone();
+    // Subscribed before the high-water mark is read: nothing falls between the two.
+    let live = hub.subscribe(&thread);
+    let store = state.store.clone();
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let after = filter.after;
+    tokio::spawn(async move {
+        let high = store.latest_sequence(Some(&thread)).await.unwrap_or(0);
+        let merge = Merge {
+            hub: hub.clone(),
+            thread: thread.clone(),
+            pos: after,
+            items: HashMap::new(),
+            tx,
+        };
+        merge.run(durable, live, high).await;
+        hub.release(&thread);
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+}
+
+#[derive(Default)]
+struct ItemView {
+    run_id: Option<RunId>,
+    /// Resets seen (the hub's generation this view follows).
+    generation: u32,
+    /// Bytes of each field the subscriber holds.
+    sent: BTreeMap<DeltaField, u64>,
+    /// Its settled snapshot was delivered: later deltas of this generation are stale.
+    settled: bool,
+    /// A reset waiting for durable events up to `.0`, and the live messages after it.
+    pending: Option<(u64, Vec<LiveMessage>)>,
+}
+
+struct Merge {
+    hub: LiveHub,
+    thread: ThreadId,
+    /// The last durable sequence delivered (or the client's `after`).
+    pos: u64,
+    items: HashMap<TurnItemId, ItemView>,
+    tx: mpsc::Sender<Outgoing>,
+}
+
+impl Merge {
+    async fn run(
+        mut self,
+        mut durable: BoxStream<'static, Result<StoredEvent, StoreError>>,
+        mut live: broadcast::Receiver<LiveMessage>,
+        high: u64,
+    ) {
+        let mut caught_up = false;
+        if self.pos >= high {
+            caught_up = true;
+            if self.catch_up().await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let step = tokio::select! {
+                biased;
+                () = self.tx.closed() => return,
+                item = durable.next() => {
+                    let Some(item) = item else { return };
+                    match item {
+                        Ok(ev) => {
+                            let seq = ev.sequence;
+                            let sent = self.durable(ev).await;
+                            if sent.is_ok() && !caught_up && seq >= high {
+                                caught_up = true;
+                                self.catch_up().await
+                            } else {
+                                sent
+                            }
+                        }
+                        Err(e) => self.send(Outgoing::Error(e)).await,
+                    }
+                }
+                msg = live.recv(), if caught_up => match msg {
+                    Ok(msg) => self.live(msg).await,
+                    // Fell behind the hub: its current text fills what was lost.
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up().await,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            if step.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn send(&self, out: Outgoing) -> Result<(), ()> {
+        self.tx.send(out).await.map_err(drop)
+    }
+
+    /// Delivers a durable event and accounts for the item text it carries.
+    async fn durable(&mut self, ev: StoredEvent) -> Result<(), ()> {
+        let seq = ev.sequence;
+        match &ev.event.body {
+            EventBody::TurnItemUpdated(item) => {
+                if let Some(view) = self.items.get_mut(&item.id) {
+                    absorb(view, item);
+                } else if !is_settled(item) && has_growing_text(item) {
+                    let mut view = ItemView {
+                        run_id: item.run_id.clone(),
+                        ..ItemView::default()
+                    };
+                    absorb(&mut view, item);
+                    self.items.insert(item.id.clone(), view);
+                }
+            }
+            EventBody::RunUpdated(run) if run.status.is_terminal() => {
+                self.items
+                    .retain(|_, v| v.run_id.as_ref() != Some(&run.id) || v.pending.is_some());
+            }
+            _ => {}
+        }
+        self.send(Outgoing::Event(Box::new(ev))).await?;
+        self.pos = self.pos.max(seq);
+        // Resets whose preceding durable events are now delivered.
+        let due: Vec<TurnItemId> = self
+            .items
+            .iter()
+            .filter(|(_, v)| v.pending.as_ref().is_some_and(|(at, _)| *at <= self.pos))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            let Some((_, held)) = self.items.get_mut(&id).and_then(|v| v.pending.take()) else {
+                continue;
+            };
+            for msg in held {
+                self.live(msg).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One catch-up delta per live item: the hub's text past what the subscriber holds.
+    async fn catch_up(&mut self) -> Result<(), ()> {
+        for item in self.hub.snapshot(&self.thread) {
+            let view = self.items.entry(item.item_id.clone()).or_default();
+            if view.run_id.is_none() {
+                view.run_id = item.run_id.clone();
+            }
+            // A newer generation arrives with its reset; a held reset comes first.
+            if item.generation != view.generation || view.pending.is_some() || view.settled {
+                continue;
+            }
+            // What the subscriber holds durably of it (snapshots up to its position).
+            for (field, len) in item.durable_at(self.pos) {
+                let sent = view.sent.entry(field).or_insert(0);
+                *sent = (*sent).max(len);
+            }
+            let outs: Vec<ItemDelta> = item
+                .fields
+                .iter()
+                .filter_map(|(field, text)| tail(&self.thread, view, &item, *field, text))
+                .collect();
+            for out in outs {
+                self.send(Outgoing::Delta(Arc::new(out))).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn live(&mut self, msg: LiveMessage) -> Result<(), ()> {
+        match msg {
+            LiveMessage::Reset {
+                reset,
+                generation,
+                after_sequence,
+            } => {
+                let view = self.items.entry(reset.item_id.clone()).or_default();
+                if let Some((_, held)) = &mut view.pending {
+                    held.push(LiveMessage::Reset {
+                        reset,
+                        generation,
+                        after_sequence,
+                    });
+                    return Ok(());
+                }
+                if generation <= view.generation {
+                    return Ok(());
+                }
+                if after_sequence > self.pos {
+                    view.pending = Some((
+                        after_sequence,
+                        vec![LiveMessage::Reset {
+                            reset,
+                            generation,
+                            after_sequence: 0,
+                        }],
+                    ));
+                    return Ok(());
+                }
+                view.generation = generation;
+                view.sent.clear();
+                view.settled = false;
+                self.send(Outgoing::Reset(reset)).await
+            }
+            LiveMessage::Delta { delta, generation } => {
+                let view = self.items.entry(delta.item_id.clone()).or_default();
+                if view.run_id.is_none() {
+                    view.run_id = delta.run_id.clone();
+                }
+                if let Some((_, held)) = &mut view.pending {
+                    held.push(LiveMessage::Delta { delta, generation });
+                    return Ok(());
+                }
+                if generation < view.generation || (generation == view.generation && view.settled) {
+                    return Ok(());
+                }
+                if generation > view.generation {
+                    // Its reset was lost (the subscriber lagged): reset now.
+                    view.generation = generation;
+                    view.sent.clear();
+                    view.settled = false;
+                    let reset = Arc::new(ItemReset {
+                        thread_id: delta.thread_id.clone(),
+                        item_id: delta.item_id.clone(),
+                    });
+                    self.send(Outgoing::Reset(reset)).await?;
+                }
+                let Some(view) = self.items.get_mut(&delta.item_id) else {
+                    return Ok(());
+                };
+                let sent = view.sent.get(&delta.field).copied().unwrap_or(0);
+                if delta.end() <= sent {
+                    return Ok(());
+                }
+                let out = if delta.offset == sent {
+                    view.sent.insert(delta.field, delta.end());
+                    delta
+                } else if delta.offset < sent {
+                    let skip = usize::try_from(sent - delta.offset).unwrap_or(usize::MAX);
+                    let Some(rest) = delta.text.get(skip..) else {
+                        return Ok(());
+                    };
+                    view.sent.insert(delta.field, delta.end());
+                    Arc::new(ItemDelta {
+                        offset: sent,
+                        text: rest.to_owned(),
+                        ..(*delta).clone()
+                    })
+                } else {
+                    // A gap (the subscriber lagged): the hub has the whole live text.
+                    let Some(item) = self
+                        .hub
+                        .snapshot(&self.thread)
+                        .into_iter()
+                        .find(|i| i.item_id == delta.item_id && i.generation == generation)
+                    else {
+                        return Ok(());
+                    };
+                    let Some(text) = item.fields.get(&delta.field) else {
+                        return Ok(());
+                    };
+                    let Some(out) = tail(&self.thread, view, &item, delta.field, text) else {
+                        return Ok(());
+                    };
+                    Arc::new(out)
+                };
+                self.send(Outgoing::Delta(out)).await
+            }
+        }
+    }
+}
+
+/// The part of `text` (the hub's whole live text of `field`) past what `view` holds,
+/// as one delta; `view` then holds it all.
+fn tail(
+    thread: &ThreadId,
+    view: &mut ItemView,
+    item: &LiveItem,
+    field: DeltaField,
+    text: &str,
+) -> Option<ItemDelta> {
+    let sent = view.sent.get(&field).copied().unwrap_or(0);
+    let from = usize::try_from(sent).ok()?;
+    let rest = text.get(from..).filter(|r| !r.is_empty())?;
+    view.sent.insert(field, text.len() as u64);
+    Some(ItemDelta {
+        thread_id: thread.clone(),
+        run_id: item.run_id.clone(),
+        item_id: item.item_id.clone(),
+        ordinal: item.ordinal,
+        field,
+        offset: sent,
+        text: rest.to_owned(),
+    })
+}
+
+const FIELDS: [DeltaField; 4] = [
+    DeltaField::Text,
+    DeltaField::Reasoning,
+    DeltaField::Input,
+    DeltaField::Output,
+];
+
+/// A durable snapshot: the subscriber holds at least its text of each field.
+fn absorb(view: &mut ItemView, item: &TurnItem) {
+    for field in FIELDS {
+        match field.durable_text(item) {
+            Some(text) => {
+                let len = text.len() as u64;
+                let sent = view.sent.entry(field).or_insert(0);
+                *sent = (*sent).max(len);
+            }
+            None => {
+                view.sent.remove(&field);
+            }
+        }
+    }
+    if is_settled(item) {
+        view.settled = true;
+    }
+}
+
+fn has_growing_text(item: &TurnItem) -> bool {
+    FIELDS.iter().any(|f| f.durable_text(item).is_some())
+}
+
+/// A transcript item that will not change any more.
+fn is_settled(item: &TurnItem) -> bool {
+    !matches!(
+        item.status,
+        TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+    )
+}

@@ -1,0 +1,418 @@
+// Process tests of live deltas (LIVE-01, LIVE-02) through the real binary: deltas on
+// the WebSocket and SSE ahead of their snapshots, and a client that checks every
+// offset across a forced reconnect mid-stream and across a retried attempt.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use common::*;
+use futures::{SinkExt, StreamExt};
+use knife_protocol::*;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+
+const FIELDS: [DeltaField; 4] = [
+    DeltaField::Text,
+    DeltaField::Reasoning,
+    DeltaField::Input,
+    DeltaField::Output,
+];
+
+fn words(prefix: &str, n: usize) -> String {
+    (0..n).map(|i| format!("{prefix}{i} ")).collect()
+}
+
+/// A client following the contract of docs/2026-12-01-live-deltas.md, checking it.
+#[derive(Default)]
+struct Client {
+    /// Last durable sequence seen.
+    after: u64,
+    /// Per (item, field): the text as of the durable events.
+    durable: HashMap<(TurnItemId, DeltaField), String>,
+    /// Per (item, field): what the client shows (durable state + live deltas).
+    shown: HashMap<(TurnItemId, DeltaField), String>,
+    settled: HashSet<TurnItemId>,
+    deltas: usize,
+    /// Deltas whose text was not yet in any durable event when they arrived.
+    ahead: usize,
+    resets: usize,
+    fields: HashSet<DeltaField>,
+}
+
+impl Client {
+    fn event(&mut self, ev: &StoredEvent) {
+        assert!(ev.sequence > self.after, "event {} twice", ev.sequence);
+        self.after = ev.sequence;
+        let EventBody::TurnItemUpdated(item) = &ev.event.body else {
+            return;
+        };
+        let settled = !matches!(
+            item.status,
+            TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+        );
+        for field in FIELDS {
+            let Some(text) = field.durable_text(item) else {
+                continue;
+            };
+            let key = (item.id.clone(), field);
+            self.durable.insert(key.clone(), text.to_owned());
+            let shown = self.shown.entry(key).or_default();
+            if settled || text.len() >= shown.len() {
+                if !settled && !item.status.eq(&TurnItemStatus::Cancelled) {
+                    assert!(
+                        text.starts_with(shown.as_str()),
+                        "durable text {text:?} does not continue the shown {shown:?}"
+                    );
+                }
+                *shown = text.to_owned();
+            } else {
+                assert!(
+                    shown.starts_with(text),
+                    "shown {shown:?} does not extend the durable {text:?}"
+                );
+            }
+        }
+        if settled {
+            self.settled.insert(item.id.clone());
+        }
+    }
+
+    fn delta(&mut self, d: &ItemDelta) {
+        self.deltas += 1;
+        self.fields.insert(d.field);
+        let key = (d.item_id.clone(), d.field);
+        let durable = self.durable.get(&key).map_or(0, String::len) as u64;
+        if d.end() > durable {
+            self.ahead += 1;
+        }
+        let shown = self.shown.entry(key).or_default();
+        assert_eq!(
+            d.offset,
+            shown.len() as u64,
+            "delta {d:?} does not continue the shown text {shown:?} (text twice or missing)"
+        );
+        shown.push_str(&d.text);
+    }
+
+    fn reset(&mut self, r: &ItemReset) {
+        self.resets += 1;
+        self.shown.retain(|(id, _), _| id != &r.item_id);
+        self.settled.remove(&r.item_id);
+    }
+
+    /// A reconnect: what only deltas gave is dropped; the catch-up delta re-sends it.
+    fn reconnect(&mut self) {
+        self.shown = self.durable.clone();
+    }
+
+    fn text_of(&self, field: DeltaField) -> Vec<String> {
+        let mut v: Vec<_> = self
+            .shown
+            .iter()
+            .filter(|((_, f), t)| *f == field && !t.is_empty())
+            .map(|(_, t)| t.clone())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn subscribe(server: &Server, thread: &str, after: u64) -> Ws {
+    let url = format!("ws://{}/api/ws", server.proc.addr);
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let msg = json!({"type": "subscribe", "thread_id": thread, "after": after});
+    ws.send(Message::Text(msg.to_string().into()))
+        .await
+        .unwrap();
+    ws
+}
+
+/// Reads one server message (30 s box).
+async fn next(ws: &mut Ws) -> WsServerMessage {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("no websocket message within 30 s")
+            .expect("websocket closed")
+            .expect("websocket error");
+        if let Message::Text(t) = msg {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
+
+/// Feeds `client` until run `run` ends (or `stop` says so after a delta); true when the run ended.
+async fn follow(
+    ws: &mut Ws,
+    client: &mut Client,
+    run: &str,
+    mut stop: impl FnMut(&Client) -> bool,
+) -> bool {
+    loop {
+        match next(ws).await {
+            WsServerMessage::Subscribed { .. } => {}
+            WsServerMessage::Event { event } => {
+                client.event(&event);
+                if let EventBody::RunUpdated(r) = &event.event.body
+                    && r.id.as_str() == run
+                    && r.status.is_terminal()
+                {
+                    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+                    return true;
+                }
+            }
+            WsServerMessage::Delta(d) => {
+                client.delta(&d);
+                if stop(client) {
+                    return false;
+                }
+            }
+            WsServerMessage::Reset(r) => client.reset(&r),
+            WsServerMessage::Error { error } => panic!("websocket error: {error:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_01_deltas_reach_ws_and_sse_subscribers_before_their_snapshots() {
+    let answer = words("w", 60);
+    let script = format!(
+        "[[response]]\nreasoning = \"{}\"\ntext = \"{answer}\"\nstream_deltas_ms = 10\n",
+        words("r", 20)
+    );
+    let mock = MockLlm::script(&script, &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let mut ws = subscribe(&server, &thread, 0).await;
+    assert!(matches!(
+        next(&mut ws).await,
+        WsServerMessage::Subscribed { .. }
+    ));
+    // SSE, from the same start.
+    let sse = reqwest::Client::new()
+        .get(format!(
+            "{}/api/threads/{thread}/events?after=0",
+            server.proc.url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    let run = server.api.post_message(&thread, "go").await;
+    let mut client = Client::default();
+    assert!(follow(&mut ws, &mut client, &run, |_| false).await);
+    assert!(
+        client.deltas >= 60,
+        "deltas on the WebSocket: {}",
+        client.deltas
+    );
+    assert!(
+        client.fields.contains(&DeltaField::Text) && client.fields.contains(&DeltaField::Reasoning),
+        "fields: {:?}",
+        client.fields
+    );
+    // Paced 10 ms apart inside a 50 ms window: most arrive before any snapshot has them.
+    assert!(
+        client.ahead * 2 > client.deltas,
+        "{} of {} deltas were ahead of their snapshot",
+        client.ahead,
+        client.deltas
+    );
+    assert_eq!(client.text_of(DeltaField::Text), vec![answer.clone()]);
+
+    // The SSE stream carried the same deltas as `event: delta` (no `id:`).
+    let mut sse = Box::pin(knife_llm::sse::decode_stream(sse.bytes_stream()));
+    let mut sse_client = Client::default();
+    let mut done = false;
+    while !done {
+        let item = tokio::time::timeout(Duration::from_secs(30), sse.next())
+            .await
+            .expect("SSE stalled")
+            .expect("SSE ended")
+            .expect("SSE broke");
+        match item.event.as_str() {
+            "delta" => sse_client.delta(&serde_json::from_str(&item.data).unwrap()),
+            "reset" => sse_client.reset(&serde_json::from_str(&item.data).unwrap()),
+            _ => {
+                let ev: StoredEvent = serde_json::from_str(&item.data).unwrap();
+                sse_client.event(&ev);
+                done = matches!(&ev.event.body, EventBody::RunUpdated(r) if r.id.as_str() == run && r.status.is_terminal());
+            }
+        }
+    }
+    assert!(
+        sse_client.deltas >= 60,
+        "deltas on SSE: {}",
+        sse_client.deltas
+    );
+    assert_eq!(sse_client.text_of(DeltaField::Text), vec![answer]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_02_offsets_continue_across_a_reconnect_and_a_retried_attempt() {
+    let first = words("one", 30);
+    let second = words("two", 80);
+    // Attempt 1 breaks mid-stream (retried, PROC-03); attempt 2 streams slowly.
+    let script = format!(
+        "[[response]]\ntext = \"{first}\"\nstream_deltas_ms = 10\ncut = true\n\n\
+         [[response]]\ntext = \"{second}\"\nstream_deltas_ms = 15\n"
+    );
+    let mock = MockLlm::script(&script, &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let mut ws = subscribe(&server, &thread, 0).await;
+    assert!(matches!(
+        next(&mut ws).await,
+        WsServerMessage::Subscribed { .. }
+    ));
+    let run = server.api.post_message(&thread, "go").await;
+    let mut client = Client::default();
+    // Until attempt 2 has streamed a while (after the reset of attempt 1).
+    let ended = follow(&mut ws, &mut client, &run, |c| {
+        c.resets > 0 && c.text_of(DeltaField::Text).iter().any(|t| t.len() > 100)
+    })
+    .await;
+    assert!(!ended, "the run ended before the reconnect");
+    assert!(client.resets >= 1, "no reset for the discarded attempt");
+    // Forced reconnect mid-stream: drop the socket, resume after the last sequence.
+    drop(ws);
+    client.reconnect();
+    let mut ws = subscribe(&server, &thread, client.after).await;
+    let before = client.deltas;
+    assert!(follow(&mut ws, &mut client, &run, |_| false).await);
+    assert!(client.deltas > before, "no delta after the reconnect");
+    assert_eq!(client.text_of(DeltaField::Text), vec![second.clone()]);
+    let p = server.api.projection(&thread).await;
+    let texts: Vec<_> = p
+        .turn_items
+        .iter()
+        .filter_map(|i| match &i.kind {
+            TurnItemKind::AssistantMessage { text, .. } if !text.is_empty() => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, vec![second]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_02_a_sequence_from_the_future_is_refused_clearly() {
+    let mock = MockLlm::script("[[response]]\ntext = \"hi\"\n", &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let mut ws = subscribe(&server, &thread, 1_000_000).await;
+    match next(&mut ws).await {
+        WsServerMessage::Error { error } => {
+            assert_eq!(error.code, "invalid_request", "{error:?}");
+            assert!(error.message.contains("1000000"), "{}", error.message);
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let (status, body) = server
+        .api
+        .get(&format!("/api/threads/{thread}/events?after=1000000"))
+        .await;
+    assert_eq!(status, 400, "{body}");
+}
+
+/// Subscribes to a new thread, sends `prompt`, follows the run on the WebSocket with
+/// the checking [`Client`] and returns it.
+async fn watch_run(server: &Server, prompt: &str) -> Client {
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let mut ws = subscribe(server, &thread, 0).await;
+    assert!(matches!(
+        next(&mut ws).await,
+        WsServerMessage::Subscribed { .. }
+    ));
+    let run = server.api.post_message(&thread, prompt).await;
+    let mut client = Client::default();
+    assert!(follow(&mut ws, &mut client, &run, |_| false).await);
+    client
+}
+
+/// What every driver must show (LIVE-05 → LIVE-01/02): deltas whose offsets continue
+/// the text held, most of them ahead of their snapshot, adding up to the answer.
+fn assert_live(client: &Client, answer: &str, words: usize) {
+    // The server may merge deltas (gap fill) or drop the last ones once the settled
+    // snapshot has delivered their text, so not every adapter delta is a message.
+    assert!(client.deltas * 2 >= words, "deltas: {}", client.deltas);
+    assert!(
+        client.ahead * 2 > client.deltas,
+        "{} of {} deltas were ahead of their snapshot",
+        client.ahead,
+        client.deltas
+    );
+    assert_eq!(client.text_of(DeltaField::Text), vec![answer.to_owned()]);
+}
+
+fn fake_bin(name: &str) -> std::path::PathBuf {
+    let path = knife_bin().with_file_name(name);
+    if !path.is_file() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-p", "knife-testkit", "--bin", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build for a fake peer");
+        assert!(status.success(), "building {name} failed");
+    }
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_05_builtin_agent_streams_live_deltas() {
+    let answer = words("b", 40);
+    let script = format!("[[response]]\ntext = \"{answer}\"\nstream_deltas_ms = 5\n");
+    let mock = MockLlm::script(&script, &[]).await;
+    let server = Server::start(&mock.base_url()).await;
+    let client = watch_run(&server, "go").await;
+    assert_live(&client, &answer, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_05_codex_driver_streams_live_deltas() {
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        "default_provider = \"codex\"\n\n[providers.codex]\ndriver = \"codex\"\n\
+         command = \"{}\"\nargs = []\nmodel = \"mock-model\"\n\n[providers.codex.env]\n\
+         CODEX_HOME = \"{}\"\n",
+        fake_bin("fake_codex").display(),
+        home.path().display()
+    );
+    let server = Server::start_with_config(&config).await;
+    let answer = words("c", 40);
+    let prompt = format!("FAKE_CODEX: {}", json!([{ "text": answer }]));
+    let client = watch_run(&server, &prompt).await;
+    assert_live(&client, &answer, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_05_acp_driver_streams_live_deltas() {
+    let state = tempfile::tempdir().unwrap();
+    let config = format!(
+        "default_provider = \"agent\"\n\n[providers.agent]\ndriver = \"acp\"\n\
+         command = \"{}\"\nenv = {{ FAKE_ACP_STATE_DIR = \"{}\" }}\n",
+        fake_bin("fake_acp").display(),
+        state.path().display()
+    );
+    let server = Server::start_with_config(&config).await;
+    let answer = words("a", 40);
+    let steps: Vec<serde_json::Value> = answer
+        .split_inclusive(' ')
+        .flat_map(|w| [json!({ "text": w }), json!({ "sleep_ms": 3 })])
+        .collect();
+    let prompt = json!({ "steps": steps }).to_string();
+    let client = watch_run(&server, &prompt).await;
+    assert_live(&client, &answer, 40);
+}
