@@ -33,14 +33,10 @@ async fn two_turns(server: &Server) -> String {
 }
 
 /// The kinds of events the turns recorded (how many text chunks a turn records
-/// depends on timing, so counts are not compared). `provider-session.updated` is left
-/// out: it is the session's release at shutdown, which is not recorded on PostgreSQL
-/// yet (open: docs/2026-12-01-store-postgres.md "Known gaps").
+/// depends on timing, so counts are not compared), including the sessions' release
+/// records (`provider-session.updated`) written at shutdown.
 fn kinds(log: &[StoredEvent]) -> BTreeSet<&str> {
-    log.iter()
-        .map(|e| e.event.event_type())
-        .filter(|t| *t != "provider-session.updated")
-        .collect()
+    log.iter().map(|e| e.event.event_type()).collect()
 }
 
 /// Every run's ordinal and status, and the answers, of the log's only thread.
@@ -137,6 +133,19 @@ async fn scale_01_a_postgres_url_runs_knife_on_postgresql_and_sqlite_stays_the_d
         kinds(&sqlite_log),
         "both backends record the same kinds of events for the same conversation"
     );
+    let stopped = |log: &[StoredEvent]| {
+        log.iter()
+            .filter(|e| {
+                matches!(&e.event.body, EventBody::ProviderSessionUpdated(s)
+                    if s.status == SessionStatus::Stopped)
+            })
+            .count()
+    };
+    assert!(
+        stopped(&log) >= 1,
+        "the release record of the shutdown (SIGTERM) is in PostgreSQL"
+    );
+    assert_eq!(stopped(&log), stopped(&sqlite_log), "as on SQLite");
     drop(store);
 
     // A new server on the same database serves the same thread.
