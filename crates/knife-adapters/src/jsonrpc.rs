@@ -493,6 +493,12 @@ fn cut(text: &str, chars: usize) -> String {
     out
 }
 
+/// Whether `line` classifies as a JSON-RPC message (for the SEC-09 fuzz targets).
+#[cfg(test)]
+pub(crate) fn classifies(line: &str) -> bool {
+    classify(line).is_ok()
+}
+
 enum Message {
     Incoming(Incoming),
     Answer {

@@ -18,3 +18,6 @@ pub mod jsonrpc;
 pub mod process;
 pub mod record;
 mod sink;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -301,7 +301,14 @@ async fn run_tools(
             // Permission hook: rules decide allow / ask / deny; an `ask` waits here
             // for the user's answer. A refusal is the call's result (the model reads it).
             Ok(args) => {
-                let verdict = match tools.permission(&call.id, &call.name, &args, tool_ctx) {
+                let (verdict, subject) =
+                    tools.permission_for(&call.id, &call.name, &args, tool_ctx);
+                // The tool checks the file it really opens against this subject (SEC-03).
+                let call_ctx = match subject {
+                    Some(subject) => tool_ctx.with_checked_subject(subject),
+                    None => tool_ctx.clone(),
+                };
+                let verdict = match verdict {
                     Permission::Allowed => Ok(()),
                     Permission::Denied(e) => Err(e),
                     Permission::Ask(ask) => {
@@ -312,7 +319,7 @@ async fn run_tools(
                 match verdict {
                     Ok(()) => {
                         rec.tool_running(call.idx);
-                        tools.execute(&call.name, args, tool_ctx).await
+                        tools.execute(&call.name, args, &call_ctx).await
                     }
                     Err(refused) => Err(refused),
                 }

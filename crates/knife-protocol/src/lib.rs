@@ -10,6 +10,7 @@ pub mod api;
 pub mod entities;
 pub mod events;
 pub mod ids;
+pub mod limits;
 pub mod mcp;
 
 pub use adapter::*;

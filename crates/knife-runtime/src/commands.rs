@@ -21,6 +21,9 @@ use crate::error::RuntimeError;
 /// the store refuses the second `project.created` ([`StoreError::ProjectRootTaken`],
 /// UNIQUE index on the root), and the loser re-reads and returns the winner's project.
 ///
+/// Refused (SEC-06, [`crate::bounds::refused_project_root`]): `/`, a home directory
+/// itself, or a folder inside a system tree; over-long roots and names (SEC-08).
+///
 /// Errors: [`RuntimeError::Invalid`] naming the path; [`RuntimeError::Store`].
 pub async fn create_project(
     store: &Store,
@@ -33,6 +36,16 @@ pub async fn create_project(
             "`root` must be the path of an existing directory".into(),
         ));
     }
+    if let Some(m) = limits::over_bytes("root", raw, limits::PATH_MAX_BYTES) {
+        return Err(RuntimeError::Invalid(m));
+    }
+    if let Some(m) = request
+        .name
+        .as_deref()
+        .and_then(|n| limits::over_chars("name", n, limits::PROJECT_NAME_MAX_CHARS))
+    {
+        return Err(RuntimeError::Invalid(m));
+    }
     let root = tokio::fs::canonicalize(Path::new(raw)).await.map_err(|e| {
         RuntimeError::Invalid(format!(
             "project root {raw} cannot be opened ({e}); create the folder or fix the path"
@@ -43,6 +56,9 @@ pub async fn create_project(
             "project root {} is not a directory; give the folder that holds the project",
             root.display()
         )));
+    }
+    if let Some(why) = crate::bounds::refused_project_root(&root) {
+        return Err(RuntimeError::Invalid(why));
     }
     let root_text = root.display().to_string();
     if let Some(existing) = store.project_by_root(&root_text).await? {
@@ -97,6 +113,13 @@ pub async fn create_thread(
     default_instance: &ProviderInstanceId,
     known_instances: &[ProviderInstanceId],
 ) -> Result<Thread, RuntimeError> {
+    if let Some(m) = request
+        .model
+        .as_deref()
+        .and_then(|m| limits::over_chars("model", m, limits::MODEL_MAX_CHARS))
+    {
+        return Err(RuntimeError::Invalid(m));
+    }
     if store.get_project(&request.project_id).await?.is_none() {
         return Err(RuntimeError::ProjectNotFound(request.project_id));
     }

@@ -7,6 +7,7 @@
 
 pub mod adapter;
 pub mod answers;
+pub mod bounds;
 pub mod clock;
 pub mod commands;
 pub mod error;

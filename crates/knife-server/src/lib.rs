@@ -22,6 +22,7 @@
 
 mod error;
 mod events;
+mod limits;
 pub mod listen;
 pub mod mcp;
 mod origin;
@@ -31,7 +32,7 @@ mod threads;
 pub mod ui;
 
 pub use error::ApiErr;
-pub use listen::{ApiListener, ConnectionInfo, serve};
+pub use listen::{ApiListener, ConnectionInfo, ServerLimits, serve, serve_with};
 pub use routes::router;
 
 use std::sync::Arc;

@@ -92,6 +92,11 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             crate::origin::guard,
         ))
+        // Outermost: an over-long body is refused before origin, token or handler.
+        .layer(axum::extract::DefaultBodyLimit::max(
+            knife_protocol::limits::BODY_MAX_BYTES,
+        ))
+        .layer(middleware::from_fn(crate::limits::body_limit))
         .with_state(state)
 }
 
@@ -170,11 +175,16 @@ fn token_from(request: &Request, query_ok: bool) -> Option<String> {
     }
 }
 
-/// Turns a JSON body rejection into a 400 that says what is wrong.
+/// Turns a JSON body rejection into a 400 that says what is wrong, or a 413 when
+/// the body outgrew [`knife_protocol::limits::BODY_MAX_BYTES`] while it was read.
 pub(crate) fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
-    payload
-        .map(|Json(v)| v)
-        .map_err(|e| ApiErr::bad_request(format!("invalid request body: {}", e.body_text())))
+    payload.map(|Json(v)| v).map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            crate::limits::too_large(None)
+        } else {
+            ApiErr::bad_request(format!("invalid request body: {}", e.body_text()))
+        }
+    })
 }
 
 /// 201 with the new project, or 200 with the existing one when the folder is

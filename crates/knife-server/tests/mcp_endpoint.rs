@@ -56,6 +56,7 @@ async fn serve() -> Server {
             registry: Arc::clone(&registry),
             access: Arc::new(FixedAccess::default()),
             debug_tokens: true,
+            worktrees_dir: dir.path().join("data/worktrees"),
         }),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -498,7 +499,22 @@ async fn worktree_tools_create_and_list_git_worktrees_of_the_callers_project() {
     let created: Value =
         serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
     let path = created["path"].as_str().unwrap().to_owned();
-    assert!(path.ends_with("repo.worktrees/feature-x"), "{path}");
+    // Without `path`: under the data dir's worktree folder, per project (SEC-06).
+    let expected = s
+        .dir
+        .path()
+        .join("data/worktrees")
+        .join(t.project_id.as_str());
+    assert!(
+        path.starts_with(
+            std::fs::canonicalize(s.dir.path())
+                .unwrap()
+                .to_str()
+                .unwrap()
+        ) && path.ends_with(&format!("{}/feature-x", t.project_id)),
+        "{path} under {}",
+        expected.display()
+    );
     assert!(std::path::Path::new(&path).is_dir());
 
     let v = call(&s, &auth, &session, "worktree_list", json!({})).await;
@@ -564,4 +580,103 @@ async fn thread_create_makes_a_child_of_the_caller_and_thread_read_returns_it() 
 
     let v = call(&s, &auth, &session, "thread_read", json!({})).await;
     assert_eq!(v["result"]["isError"], true, "thread_id is required: {v}");
+}
+
+#[tokio::test]
+async fn sec_08_delete_of_an_unknown_mcp_session_answers_404() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let auth = s
+        .token(&t, &[McpCapability::Orchestration])
+        .authorization_header;
+    let session = initialize(&s, &auth).await;
+    let delete = |id: String| {
+        s.http
+            .delete(format!("{}/mcp", s.base))
+            .header("authorization", &auth)
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+    };
+    let unknown = delete("no-such-session".into()).await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    // POST and GET with the same unknown id agree.
+    let post = s
+        .post(
+            Some(&auth),
+            Some("no-such-session"),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+        )
+        .await;
+    assert_eq!(post.status(), StatusCode::NOT_FOUND);
+    // A live session is closed (2xx), and a second DELETE of it is then unknown.
+    let first = delete(session.clone()).await.unwrap();
+    assert!(first.status().is_success(), "{}", first.status());
+    let again = delete(session).await.unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn sec_06_worktree_create_refuses_paths_outside_the_project_and_data_dir() {
+    let s = serve().await;
+    let t = s.thread("repo").await;
+    let root = s.dir.path().join("repo");
+    for args in [
+        vec!["init", "-q", "-b", "main"],
+        vec![
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
+    ] {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let auth = s.token(&t, &[McpCapability::Worktree]).authorization_header;
+    let session = initialize(&s, &auth).await;
+    let outside = s.dir.path().join("elsewhere");
+    for (i, path) in [
+        outside.display().to_string(),
+        "../escape".to_owned(),
+        "sub/../../escape2".to_owned(),
+        "/tmp".to_owned(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let v = call(
+            &s,
+            &auth,
+            &session,
+            "worktree_create",
+            json!({"branch": format!("b{i}"), "path": path}),
+        )
+        .await;
+        assert_eq!(v["result"]["isError"], true, "{path}: {v}");
+        let text = v["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("outside the project"), "{text}");
+    }
+    assert!(!outside.exists() && !s.dir.path().join("escape").exists());
+    // Inside the project is fine.
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "worktree_create",
+        json!({"branch": "inside", "path": "wt/inside"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    assert!(root.join("wt/inside").is_dir());
 }

@@ -42,6 +42,8 @@ pub struct App {
     pub state: AppState,
     /// The stale-session reaper; [`App::serve`] starts it (REAP-01..06).
     pub reaper: Reaper,
+    /// Connection cap and header timeout of the server loop (SEC-04).
+    pub limits: knife_server::ServerLimits,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -306,6 +308,7 @@ impl App {
             api_token: api_token.map(Arc::from),
             closing: CancellationToken::new(),
             mcp: Some(knife_server::mcp::McpState {
+                worktrees_dir: data_dir.join("worktrees"),
                 registry: mcp_registry,
                 access: mcp_access,
                 debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
@@ -317,6 +320,7 @@ impl App {
             execution,
             state,
             reaper,
+            limits: config.server.limits(),
         })
     }
 
@@ -347,7 +351,7 @@ impl App {
         let stop_reaper = reaper_stop.clone();
         let graceful = async move {
             shutdown.await;
-            // Spawned: axum stops accepting as soon as this future returns, while
+            // Spawned: the server stops accepting as soon as this future returns, while
             // runs wind down and streams are closed in the background.
             tokio::spawn(async move {
                 stop_reaper.cancel();
@@ -356,8 +360,9 @@ impl App {
                 closing.cancel();
             });
         };
-        // Accepted sockets get TCP_NODELAY (LIVE-04).
-        let served = knife_server::serve(listener, router, graceful)
+        // Accepted sockets get TCP_NODELAY (LIVE-04); connection cap and header
+        // timeout (SEC-04).
+        let served = knife_server::serve_with(listener, router, self.limits.clone(), graceful)
             .await
             .context("the HTTP server failed");
         // Idempotent; covers a server that stopped for another reason.

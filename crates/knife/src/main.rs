@@ -17,6 +17,7 @@ mod serve;
 mod sessions;
 mod thread_lifecycle;
 mod threads;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,6 +65,9 @@ enum Command {
     /// Benchmarks: `bench store`, `bench stream`, `bench processor`, `bench restart`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// API tokens: `token new` prints one strong enough for a non-loopback listen.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
 /// Makes this process non-dumpable (Linux `PR_SET_DUMPABLE` = 0): its
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
             Command::Demo => demo::demo().await,
             Command::Db(cmd) => threads::db(config, cmd).await,
             Command::Bench(cmd) => bench::bench(cmd).await,
+            Command::Token(cmd) => token::token(cmd),
         }
     });
     match result {

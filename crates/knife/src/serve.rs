@@ -31,11 +31,23 @@ pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resul
         .clone()
         .unwrap_or_else(|| "KNIFE_API_TOKEN".into());
     let token = std::env::var(&token_env).ok().filter(|t| !t.is_empty());
-    if !addr.ip().is_loopback() && token.is_none() {
-        bail!(
-            "listening on {addr} exposes knife beyond this machine; set an API token in ${token_env} first"
-        );
+    if !addr.ip().is_loopback() {
+        let Some(token) = token.as_deref() else {
+            bail!(
+                "listening on {addr} exposes knife beyond this machine; set an API token in \
+                 ${token_env} first (`knife token new` prints one)"
+            );
+        };
+        // SEC-05: a guessable token on a public address is no protection.
+        if let Err(why) = crate::token::check_strength(token, &token_env) {
+            bail!("refusing to listen on {addr}: {why}");
+        }
+    } else if let Some(token) = token.as_deref()
+        && let Err(why) = crate::token::check_strength(token, &token_env)
+    {
+        tracing::warn!("{why} (accepted on a loopback address only)");
     }
+    raise_open_file_limit(config.server.limits().max_connections);
     let app = App::build(&config, &data_dir, token).await?;
     let listener = bind(addr).await?;
     let local = listener.local_addr()?;
@@ -48,6 +60,53 @@ pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resul
     app.serve(listener, shutdown_signal()).await?;
     tracing::info!("knife stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and logs both (SEC-04): each
+/// connection holds a descriptor, and the default soft limit (often 1024) would be
+/// hit long before `[server] max_connections`. Warns when the cap does not fit.
+fn raise_open_file_limit(max_connections: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+            Ok(limits) => limits,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE");
+                return;
+            }
+        };
+        let raised = if soft < hard {
+            match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                Ok(()) => hard,
+                Err(e) => {
+                    tracing::warn!(error = %e, soft, hard, "cannot raise the soft RLIMIT_NOFILE");
+                    soft
+                }
+            }
+        } else {
+            soft
+        };
+        tracing::info!(
+            soft_before = soft,
+            soft = raised,
+            hard,
+            max_connections,
+            "open file limit (RLIMIT_NOFILE)"
+        );
+        // Leave room for the database, child processes' pipes and logs.
+        if (max_connections as u64).saturating_add(256) > raised {
+            tracing::warn!(
+                max_connections,
+                open_file_limit = raised,
+                "[server] max_connections does not fit under the open file limit: accepts \
+                 will fail before the cap; lower max_connections or raise the hard limit \
+                 (ulimit -Hn, LimitNOFILE= in a systemd unit)"
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = max_connections;
 }
 
 /// Resolves on the first SIGINT/SIGTERM; a second one exits the process at once.

@@ -56,7 +56,7 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-mod lines;
+pub(crate) mod lines;
 mod tail;
 pub use lines::strip_ansi;
 use lines::{CappedLines, decode_line};

@@ -80,13 +80,24 @@ impl Tool for EditTool {
 }
 
 fn edit_file(ctx: &ToolContext, args: &Args) -> Result<String, ToolError> {
-    let path = ctx.resolve(&args.path)?;
-    let shown = ctx.display_path(&path);
+    // Read and written through the same walk beneath the root (SEC-03): the write
+    // goes to the file that was read, by fd of its directory.
+    // The read first: a missing file creates no directories.
+    let (file, shown) = ctx.open_beneath("edit", &args.path)?;
+    let (target, target_shown) = ctx.write_beneath("edit", &shown)?;
+    if target_shown != shown {
+        return Err(ToolError::Io {
+            path: shown,
+            message: format!(
+                "the path changed to {target_shown} while it was being edited; call edit again"
+            ),
+        });
+    }
     let io_err = |e: std::io::Error| ToolError::Io {
         path: shown.clone(),
         message: e.to_string(),
     };
-    let meta = std::fs::metadata(&path).map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
     if meta.is_dir() {
         return Err(ToolError::IsDirectory { path: shown });
     }
@@ -100,7 +111,8 @@ fn edit_file(ctx: &ToolContext, args: &Args) -> Result<String, ToolError> {
             MAX_WRITE_BYTES / (1024 * 1024)
         )));
     }
-    let bytes = std::fs::read(&path).map_err(io_err)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(io_err)?;
     let content = String::from_utf8(bytes).map_err(|_| ToolError::NotText {
         path: shown.clone(),
     })?;
@@ -120,7 +132,7 @@ fn edit_file(ctx: &ToolContext, args: &Args) -> Result<String, ToolError> {
     } else {
         content.replacen(old.as_str(), &new, 1)
     };
-    super::write_atomic(&path, edited.as_bytes()).map_err(io_err)?;
+    target.write_atomic(edited.as_bytes()).map_err(io_err)?;
     Ok(if count == 1 {
         format!("Edited {shown}: replaced 1 occurrence (at line {line})")
     } else {

@@ -168,7 +168,23 @@ fn search(
         if include.is_some_and(|inc| !inc.accepts(start, entry.path())) {
             continue;
         }
-        let shown = ctx.display_path(entry.path());
+        // Opened by fd beneath the root, not by name (SEC-03): a directory swapped
+        // for a link during the walk cannot lead the search outside, and the rules
+        // apply to the file really opened.
+        let opened = ctx
+            .open_beneath("grep", &ctx.display_path(entry.path()))
+            .and_then(|(file, shown)| match file.metadata() {
+                Ok(m) if m.is_file() => Ok((file, shown)),
+                _ => Err(ToolError::NotAFile { path: shown }),
+            });
+        let (file, shown) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                tracing::debug!(path = %entry.path().display(), error = %e, "grep skipped a file");
+                skipped.push(ctx.display_path(entry.path()));
+                continue;
+            }
+        };
         let sink = Lossy(|line_no: u64, line: &str| {
             let text = truncate_chars(line.trim_end_matches(['\n', '\r']), MAX_LINE_CHARS);
             let entry = format!("{shown}:{line_no}:{text}\n");
@@ -182,7 +198,7 @@ fn search(
         });
         // An unreadable file (or one with a line over the heap limit) is skipped
         // rather than failing the whole search; the output names it.
-        if let Err(e) = searcher.search_path(matcher, entry.path(), sink) {
+        if let Err(e) = searcher.search_file(matcher, &file, sink) {
             tracing::debug!(path = %shown, error = %e, "grep skipped a file");
             skipped.push(shown);
         }

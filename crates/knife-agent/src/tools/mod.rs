@@ -5,9 +5,12 @@
 //! [`Tool::mutating`], so permissions default them to `ask`): `write`, `edit`, `bash`.
 //!
 //! File tools are confined to the project root: every requested path is resolved
-//! against the root and canonicalized (symlinks resolved), and anything that lands
-//! outside the canonical root is refused with a [`ToolError`] the model reads as
-//! the tool's result. Walks use the `ignore` crate (so `.gitignore` is respected);
+//! against the root, and anything that lands outside it is refused with a
+//! [`ToolError`] the model reads as the tool's result. `read`, `write`, `edit` and
+//! `grep` open files by walking from a directory fd of the root (`openat2` with
+//! `RESOLVE_BENEATH`, else an `O_NOFOLLOW` walk; see `beneath`), so a link swapped
+//! between the check and the use cannot make them leave the root, and the
+//! permission rules are checked again against the file actually opened (SEC-03). Walks use the `ignore` crate (so `.gitignore` is respected);
 //! blocking filesystem work runs on tokio's blocking pool. `bash` runs in the root
 //! in its own process group (see [`bash`]).
 //!
@@ -17,6 +20,7 @@
 //! policy has an automatic [`ApprovalGate`](crate::permissions::ApprovalGate).
 
 pub mod bash;
+mod beneath;
 pub mod diff;
 mod edit;
 mod glob;
@@ -160,6 +164,9 @@ pub struct ToolContext {
     policy: Arc<ToolPolicy>,
     /// The thread the calls work for (recorded with the process groups they start).
     thread: Option<knife_protocol::ThreadId>,
+    /// The permission subject this call was checked (and maybe approved) for; the
+    /// file actually opened is checked against it (SEC-03, `check_opened`).
+    checked_subject: Option<Arc<str>>,
 }
 
 impl ToolContext {
@@ -188,6 +195,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             policy: Arc::new(ToolPolicy::default()),
             thread: None,
+            checked_subject: None,
         })
     }
 
@@ -213,6 +221,22 @@ impl ToolContext {
             thread: Some(thread),
             ..self.clone()
         }
+    }
+
+    /// The same context for one call whose permission was checked for `subject`
+    /// (what [`ToolSet::permission`] evaluated and an approval, if any, was given
+    /// for). A file tool that ends up opening another file (a link swapped since)
+    /// then needs that file to be allowed outright (SEC-03).
+    pub fn with_checked_subject(&self, subject: impl Into<Arc<str>>) -> Self {
+        Self {
+            checked_subject: Some(subject.into()),
+            ..self.clone()
+        }
+    }
+
+    /// The subject set by [`Self::with_checked_subject`], if any.
+    pub fn checked_subject(&self) -> Option<&str> {
+        self.checked_subject.as_deref()
     }
 
     /// The thread the calls work for, if set ([`Self::with_thread`]).
@@ -369,13 +393,40 @@ impl ToolSet {
         args: &Value,
         ctx: &ToolContext,
     ) -> Permission {
+        self.permission_for(call_id, name, args, ctx).0
+    }
+
+    /// [`Self::permission`] and the subject it was decided for (`None` for an
+    /// unknown tool or a call refused by confinement): what the agent loop passes
+    /// to [`ToolContext::with_checked_subject`] so the tool checks the file it
+    /// really opens against it (SEC-03).
+    pub fn permission_for(
+        &self,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> (Permission, Option<String>) {
         let Some(tool) = self.tools.get(name) else {
-            return Permission::Allowed;
+            return (Permission::Allowed, None);
         };
         if let Err(e) = tool.confinement(args, ctx) {
-            return Permission::Denied(e);
+            return (Permission::Denied(e), None);
         }
         let subject = tool.permission_subject(args, ctx);
+        let verdict = self.verdict(call_id, name, tool.as_ref(), args, ctx, subject.clone());
+        (verdict, Some(subject))
+    }
+
+    fn verdict(
+        &self,
+        call_id: &str,
+        name: &str,
+        tool: &dyn Tool,
+        args: &Value,
+        ctx: &ToolContext,
+        subject: String,
+    ) -> Permission {
         let decision = ctx
             .policy()
             .permissions
@@ -578,45 +629,6 @@ impl Withheld {
             ),
         }
     }
-}
-
-/// Writes `content` to `path` atomically: into a new temporary file in the same
-/// directory (`.NAME.knife-PID-N.tmp`, created exclusively), flushed to disk and
-/// given the permissions of the file it replaces, then renamed over `path`. A
-/// reader (or a crash) sees the old content or the new, never a truncated or
-/// half-written file. The temp file is removed when a step fails. `path` must be
-/// the real file (callers resolve symlinks first): a symlink would be replaced.
-pub(crate) fn write_atomic(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.knife-{}-{}.tmp",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        file.write_all(content)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            file.set_permissions(meta.permissions())?;
-        }
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// Truncates `text` to at most `max_chars` characters, marking the cut.

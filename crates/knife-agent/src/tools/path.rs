@@ -3,9 +3,114 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::beneath::{self, BeneathError, OpenedFile, WriteTarget};
 use super::{ToolContext, ToolError};
+use crate::permissions::PermissionAction;
 
 impl ToolContext {
+    /// Opens `requested` for reading beneath the root, race-free (SEC-03, see
+    /// [`beneath`]): links inside the root are followed, links leading out refused,
+    /// and a link swapped between any two steps cannot make the open leave the root.
+    /// Then checks `tool`'s permission rules against the file actually opened
+    /// ([`Self::check_opened`]). Returns the open file (possibly a directory or a
+    /// FIFO, opened non-blocking: the caller checks its kind) and its root-relative
+    /// path as shown to the model.
+    ///
+    /// Errors: [`ToolError::OutsideRoot`], [`ToolError::NotFound`],
+    /// [`ToolError::NotADirectory`], [`ToolError::PermissionDenied`], [`ToolError::Io`].
+    pub(crate) fn open_beneath(
+        &self,
+        tool: &str,
+        requested: &str,
+    ) -> Result<(std::fs::File, String), ToolError> {
+        let trimmed = requested.trim();
+        let opened: OpenedFile = beneath::relative_to_root(self.root(), Path::new(trimmed))
+            .and_then(|rel| beneath::open_read(self.root(), &rel))
+            .map_err(|e| self.beneath_error(trimmed, e))?;
+        let shown = beneath::shown(&opened.rel);
+        self.check_opened(tool, false, &shown)?;
+        Ok((opened.file, shown))
+    }
+
+    /// Resolves `requested` as a file to write beneath the root, race-free (SEC-03):
+    /// missing parent directories are created on the way, a final link inside the
+    /// root is written through, a directory is refused; the permission rules of
+    /// `tool` are checked against the real target ([`Self::check_opened`]).
+    ///
+    /// Errors: as [`Self::open_beneath`], plus [`ToolError::IsDirectory`].
+    pub(crate) fn write_beneath(
+        &self,
+        tool: &str,
+        requested: &str,
+    ) -> Result<(WriteTarget, String), ToolError> {
+        let trimmed = requested.trim();
+        let target = beneath::relative_to_root(self.root(), Path::new(trimmed))
+            .and_then(|rel| beneath::write_target(self.root(), &rel))
+            .map_err(|e| self.beneath_error(trimmed, e))?;
+        let shown = beneath::shown(&target.rel);
+        self.check_opened(tool, true, &shown)?;
+        Ok((target, shown))
+    }
+
+    /// The permission rules applied to the path actually opened (SEC-03): a `deny`
+    /// rule on it refuses the call whatever path was checked before; when it differs
+    /// from the subject the call was checked (and maybe approved) for
+    /// ([`Self::with_checked_subject`]), it must be allowed outright — an `ask` on
+    /// it refuses, since nobody approved that file.
+    pub(crate) fn check_opened(
+        &self,
+        tool: &str,
+        mutating: bool,
+        shown: &str,
+    ) -> Result<(), ToolError> {
+        let decision = self.policy().permissions.evaluate(tool, shown, mutating);
+        let rule = match decision.source {
+            crate::permissions::DecisionSource::Rule(i) => format!("permission rule {i}"),
+            crate::permissions::DecisionSource::Default => "the default rule".to_owned(),
+        };
+        let checked = self.checked_subject();
+        match decision.action {
+            PermissionAction::Allow => Ok(()),
+            PermissionAction::Ask if checked.is_none_or(|s| s == shown) => Ok(()),
+            PermissionAction::Ask => Err(ToolError::PermissionDenied {
+                tool: tool.to_owned(),
+                subject: shown.to_owned(),
+                rule: format!(
+                    "{rule}: the path changed to {shown} after it was checked as {}; \
+                     call the tool again",
+                    checked.unwrap_or_default()
+                ),
+            }),
+            PermissionAction::Deny => Err(ToolError::PermissionDenied {
+                tool: tool.to_owned(),
+                subject: shown.to_owned(),
+                rule,
+            }),
+        }
+    }
+
+    fn beneath_error(&self, requested: &str, e: BeneathError) -> ToolError {
+        let path = requested.to_owned();
+        match e {
+            BeneathError::Outside => ToolError::OutsideRoot {
+                path,
+                root: self.root().display().to_string(),
+            },
+            BeneathError::NotFound => ToolError::NotFound { path },
+            BeneathError::NotADirectory => ToolError::NotADirectory { path },
+            BeneathError::IsDirectory => ToolError::IsDirectory { path },
+            BeneathError::Dangling(target) => ToolError::DanglingSymlink { path, target },
+            BeneathError::Loop => ToolError::Io {
+                path,
+                message: "too many levels of symbolic links".into(),
+            },
+            BeneathError::Io(e) => ToolError::Io {
+                path,
+                message: e.to_string(),
+            },
+        }
+    }
+
     /// Resolves `requested` (relative to the project root, or absolute) to a
     /// canonical path inside the root. An empty string or `.` is the root itself.
     ///

@@ -7,7 +7,6 @@
 //! [`MAX_COUNT_BYTES`].
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 
 use knife_llm::ToolSpec;
 use serde::Deserialize;
@@ -82,9 +81,9 @@ impl Tool for ReadTool {
         let ctx = ctx.clone();
         blocking(move || {
             // Canonicalizing touches the filesystem too, so it runs here as well.
-            let path = ctx.resolve(&args.path)?;
-            let shown = ctx.display_path(&path);
-            read_lines(&ctx, &path, &shown, offset, limit)
+            // Opened beneath the root by fd, checked against the file really opened (SEC-03).
+            let (file, shown) = ctx.open_beneath("read", &args.path)?;
+            read_lines(&ctx, file, &shown, offset, limit)
         })
         .await
     }
@@ -100,7 +99,7 @@ enum ScanEnd {
 
 fn read_lines(
     ctx: &ToolContext,
-    path: &Path,
+    file: std::fs::File,
     shown: &str,
     offset: u64,
     limit: usize,
@@ -109,7 +108,7 @@ fn read_lines(
         path: shown.to_owned(),
         message: e.to_string(),
     };
-    let metadata = std::fs::metadata(path).map_err(io_err)?;
+    let metadata = file.metadata().map_err(io_err)?;
     if metadata.is_dir() {
         return Err(ToolError::IsDirectory {
             path: shown.to_owned(),
@@ -121,7 +120,6 @@ fn read_lines(
             path: shown.to_owned(),
         });
     }
-    let file = std::fs::File::open(path).map_err(io_err)?;
     let mut reader = BufReader::new(file);
     if reader.fill_buf().map_err(io_err)?.contains(&0) {
         return Err(ToolError::Binary {

@@ -1,10 +1,11 @@
 //! The `write` tool: creates or overwrites a file of the project with the given
 //! content, creating missing parent directories inside the root.
 //!
-//! Confinement: the path is resolved with [`ToolContext::resolve_for_write`], so
-//! `..`, absolute paths and symlinks (also dangling ones) leading outside the root
-//! are refused; after creating the parent directories their canonical path is
-//! checked again. A symlink to a file inside the root is written through.
+//! Confinement: the path is resolved by fd beneath the root (SEC-03,
+//! `ToolContext::write_beneath`), so `..`, absolute paths and symlinks leading
+//! outside the root are refused even when swapped in while the call runs; missing
+//! parent directories are created on the way. A symlink to a file inside the root
+//! is written through.
 
 use knife_llm::ToolSpec;
 use serde::Deserialize;
@@ -72,34 +73,15 @@ impl Tool for WriteTool {
 }
 
 fn write_file(ctx: &ToolContext, requested: &str, content: &[u8]) -> Result<String, ToolError> {
-    let target = ctx.resolve_for_write(requested)?;
-    let shown = ctx.display_path(&target);
+    // The parent directory is reached (and created) by fd beneath the root and the
+    // file replaced by name in it, checked against the real target (SEC-03).
+    let (target, shown) = ctx.write_beneath("write", requested)?;
     let io_err = |e: std::io::Error| ToolError::Io {
         path: shown.clone(),
         message: e.to_string(),
     };
-    let parent = target.parent().unwrap_or(ctx.root());
-    std::fs::create_dir_all(parent).map_err(io_err)?;
-    // The directories now exist: check where they really are (a symlinked
-    // component created or swapped meanwhile must not lead outside).
-    let parent = std::fs::canonicalize(parent).map_err(io_err)?;
-    if !parent.starts_with(ctx.root()) {
-        return Err(ToolError::OutsideRoot {
-            path: requested.trim().to_owned(),
-            root: ctx.root().display().to_string(),
-        });
-    }
-    let Some(name) = target.file_name() else {
-        return Err(ToolError::IsDirectory { path: shown });
-    };
-    let target = parent.join(name);
-    let previous = match std::fs::metadata(&target) {
-        Ok(meta) if meta.is_file() => Some(meta.len()),
-        Ok(meta) if meta.is_dir() => return Err(ToolError::IsDirectory { path: shown }),
-        Ok(_) => return Err(ToolError::NotAFile { path: shown }),
-        Err(_) => None,
-    };
-    super::write_atomic(&target, content).map_err(io_err)?;
+    let previous = target.existing_len;
+    target.write_atomic(content).map_err(io_err)?;
     let what = match previous {
         Some(old) => format!("replaced its previous {old} bytes"),
         None => "new file".to_owned(),

@@ -196,6 +196,18 @@ impl ExecutionService {
                 "the message text is empty; write what the agent should do".into(),
             ));
         }
+        if let Some(m) = knife_protocol::limits::over_bytes(
+            "text",
+            &text,
+            knife_protocol::limits::MESSAGE_MAX_BYTES,
+        ) {
+            return Err(RuntimeError::Invalid(m));
+        }
+        if let Some(m) = model.as_deref().and_then(|m| {
+            knife_protocol::limits::over_chars("model", m, knife_protocol::limits::MODEL_MAX_CHARS)
+        }) {
+            return Err(RuntimeError::Invalid(m));
+        }
         if model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             return Err(RuntimeError::Invalid(
                 "the message's model is empty; name a model, or leave `model` out to use the \
@@ -406,6 +418,15 @@ impl ExecutionService {
         answer: RequestAnswer,
     ) -> Result<RuntimeRequest, RuntimeError> {
         use crate::answers::{check_pending, no_live_turn, refused, wait_resolved};
+        if let Some(m) = answer.message.as_deref().and_then(|m| {
+            knife_protocol::limits::over_bytes(
+                "message",
+                m,
+                knife_protocol::limits::ANSWER_MESSAGE_MAX_BYTES,
+            )
+        }) {
+            return Err(RuntimeError::Invalid(m));
+        }
         check_pending(&self.inner.store, thread, request).await?;
         let Some(handle) = self.session_of(thread) else {
             return Err(no_live_turn(request));

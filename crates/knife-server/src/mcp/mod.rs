@@ -41,6 +41,10 @@ pub struct McpState {
     /// When true, `POST /api/threads/{id}/mcp-token` mints a credential for a thread
     /// (tests and debugging; `KNIFE_DEBUG_MCP_TOKENS=1`). Off: that route is 404.
     pub debug_tokens: bool,
+    /// Where `worktree_create` puts worktrees when the call names no `path`
+    /// (`<worktrees_dir>/<project id>/<branch>`), and the only place outside the
+    /// project it may put one (SEC-06): `<data dir>/worktrees` under `knife serve`.
+    pub worktrees_dir: std::path::PathBuf,
 }
 
 /// The `/mcp` router: rmcp's streamable HTTP service behind [`require_credential`].
@@ -55,17 +59,49 @@ pub(crate) fn router(state: &AppState, mcp: &McpState) -> Router<AppState> {
         .with_cancellation_token(state.closing.child_token());
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
+    let sessions = Arc::new(sessions);
     let service = StreamableHttpService::new(
         move || Ok(KnifeMcp::new(handler_state.clone())),
-        Arc::new(sessions),
+        Arc::clone(&sessions),
         config,
     );
     Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn_with_state(
+            sessions,
+            unknown_session_delete,
+        ))
+        .layer(middleware::from_fn_with_state(
             mcp.registry.clone(),
             require_credential,
         ))
+}
+
+/// `DELETE /mcp` naming a session that does not exist (never opened, already
+/// closed, or from before a restart) answers 404, like POST and GET do (SEC-08;
+/// rmcp alone answers 202 to any DELETE). Runs after the credential check.
+async fn unknown_session_delete(
+    State(sessions): State<Arc<LocalSessionManager>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() == axum::http::Method::DELETE {
+        let id = request
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if let Some(id) = id
+            && !sessions.sessions.read().await.contains_key(id.as_str())
+        {
+            return (
+                StatusCode::NOT_FOUND,
+                "Not Found: Session not found (it was closed, or belongs to a server that restarted)",
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// Resolves `Authorization: Bearer <token>` and stores the

@@ -81,8 +81,8 @@ const TOOLS: &[ToolSpec] = &[
         name: "worktree_create",
         capability: McpCapability::Worktree,
         description: "Create a git worktree of the calling thread's project on a new \
-                      branch `branch` (from `base`, default HEAD) at `path` (default: \
-                      `<project>.worktrees/<branch>` next to the project).",
+                      branch `branch` (from `base`, default HEAD) at `path`, which must be \
+                      inside the project (default: a folder of knife's data dir).",
         schema: || {
             json!({"type": "object", "required": ["branch"], "properties": {
                 "branch": {"type": "string"}, "base": {"type": "string"},
@@ -322,8 +322,15 @@ impl KnifeMcp {
             "worktree_create" => {
                 let root = self.project_root(&caller).await?;
                 let branch = required(args, "branch")?;
+                let worktrees = self
+                    .state
+                    .mcp
+                    .as_ref()
+                    .map(|m| m.worktrees_dir.join(caller.project_id.as_str()))
+                    .ok_or_else(|| ToolFailure("this server has no MCP settings".into()))?;
                 let created = super::worktree::create(
                     &root,
+                    &worktrees,
                     branch,
                     str_arg(args, "base"),
                     str_arg(args, "path"),

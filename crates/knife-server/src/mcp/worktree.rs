@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use knife_runtime::bounds::confine_worktree_path;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -59,10 +60,12 @@ fn parse_porcelain(text: &str) -> Vec<Value> {
     out
 }
 
-/// `git worktree add -b <branch> <path> [<base>]`; the default path is
-/// `<project>.worktrees/<branch>` next to the project root.
+/// `git worktree add -b <branch> <path> [<base>]`. `path` must stay inside the
+/// project or `worktrees` (SEC-06, [`confine_worktree_path`]); the default is
+/// `<worktrees>/<branch>` (`/` in the branch becomes `-`).
 pub(super) async fn create(
     root: &Path,
+    worktrees: &Path,
     branch: &str,
     base: Option<&str>,
     path: Option<&str>,
@@ -74,20 +77,19 @@ pub(super) async fn create(
         )));
     }
     git(root, &["check-ref-format", "--branch", branch]).await?;
-    let path = match path {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            if p.is_absolute() { p } else { root.join(p) }
-        }
-        None => {
-            let name = root
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "project".into());
-            root.with_file_name(format!("{name}.worktrees"))
-                .join(branch.replace('/', "-"))
-        }
+    let requested = match path {
+        Some(p) => PathBuf::from(p),
+        None => worktrees.join(branch.replace('/', "-")),
     };
+    let path = confine_worktree_path(root, worktrees, &requested).map_err(ToolFailure)?;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            ToolFailure(format!(
+                "cannot create the worktree folder {} ({e})",
+                parent.display()
+            ))
+        })?;
+    }
     let path_text = path.display().to_string();
     let mut args = vec!["worktree", "add", "-b", branch, "--", path_text.as_str()];
     if let Some(base) = base {

@@ -113,6 +113,28 @@ pub struct ServerConfig {
     /// Resumes after a restart allowed per piece of claimed work before it is ended
     /// with an `aborted` error (default 10; SPEC.md EXEC-08). Env `KNIFE_MAX_RESUME_ATTEMPTS`.
     pub max_resume_attempts: Option<u32>,
+    /// Connections open at once before new ones are refused with 503 (default
+    /// 4096, above the 1,000 live subscribers the streaming target needs; SEC-04).
+    /// Each takes a file descriptor: `knife serve` raises its soft `RLIMIT_NOFILE`
+    /// to the hard limit and warns when the cap does not fit under it.
+    pub max_connections: Option<usize>,
+    /// Seconds a client has to send a request's head before its connection is
+    /// closed (default 10; SEC-04).
+    pub header_read_timeout_secs: Option<u64>,
+}
+
+impl ServerConfig {
+    /// The server loop's bounds (defaults for unset keys).
+    pub fn limits(&self) -> knife_server::ServerLimits {
+        let mut limits = knife_server::ServerLimits::default();
+        if let Some(n) = self.max_connections {
+            limits.max_connections = n.max(1);
+        }
+        if let Some(s) = self.header_read_timeout_secs {
+            limits.header_read_timeout = clamped_secs(s.max(1));
+        }
+        limits
+    }
 }
 
 /// Longest duration any `*_secs` key accepts: 30 days. Larger values are clamped to it
