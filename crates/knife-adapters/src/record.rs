@@ -168,6 +168,7 @@ impl TurnRecorder {
             completed_at: None,
             usage: None,
             error: None,
+            native_turn_id: None,
         };
         let recorder = Self {
             sink,
@@ -660,6 +661,17 @@ impl TurnRecorder {
             tool.status = self.style.tool_after_approval;
             self.emit(tool_idx);
         }
+    }
+
+    /// Records the runtime's own id of the turn (codex's turn id) on the provider turn
+    /// and publishes it at once, so a fork after this run can name it (CHG-09).
+    pub fn set_native_turn_id(&mut self, id: &str) {
+        if self.finished || self.turn.native_turn_id.as_deref() == Some(id) {
+            return;
+        }
+        self.turn.native_turn_id = Some(id.to_owned());
+        self.sink
+            .send(AdapterEvent::ProviderTurnUpdated(self.turn.clone()));
     }
 
     /// Sets the turn's token usage (emitted with the final state).

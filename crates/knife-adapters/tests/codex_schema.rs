@@ -2,40 +2,19 @@
 //! (`codex app-server generate-json-schema`, generated into a temp dir at test time,
 //! not committed). codex is found like the peer suite finds it: `KNIFE_PEER_CODEX_BIN`,
 //! else `$KNIFE_PEERS_DIR` (default `~/.cache/knife-peers`)`/codex/node_modules/.bin/codex`
-//! (`scripts/install-peers.sh --only codex`). Without codex the test passes with a note,
-//! unless `KNIFE_PEERS=1`, which requires it.
+//! (`scripts/install-peers.sh --only codex`). Gated on `knife_has_codex`
+//! (docs/2026-12-01-test-prerequisites.md): without codex the tests are ignored, unless
+//! `KNIFE_PEERS` selects codex (or `KNIFE_TEST_REQUIRE` names it): then they run and fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use knife_adapters::codex::wire::{self, ITEM_FIELDS, SCHEMA_FIELDS, method};
 use serde_json::{Value, json};
 
-fn codex_bin() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("KNIFE_PEER_CODEX_BIN") {
-        return Some(PathBuf::from(path)).filter(|p| p.is_file());
-    }
-    let dir = std::env::var_os("KNIFE_PEERS_DIR").map_or_else(
-        || {
-            std::env::var_os("HOME")
-                .map_or_else(|| PathBuf::from("/root"), PathBuf::from)
-                .join(".cache/knife-peers")
-        },
-        PathBuf::from,
-    );
-    Some(dir.join("codex/node_modules/.bin/codex")).filter(|p| p.is_file())
-}
-
-/// The generated schema directory, or `None` (skip) when codex is not installed.
-fn schema() -> Option<tempfile::TempDir> {
-    let Some(codex) = codex_bin() else {
-        assert!(
-            std::env::var("KNIFE_PEERS").as_deref() != Ok("1"),
-            "KNIFE_PEERS=1 but codex is not installed (scripts/install-peers.sh --only codex)"
-        );
-        eprintln!("codex is not installed: skipping the schema check (KNIFE_PEERS=1 requires it)");
-        return None;
-    };
+/// The generated schema directory; panics saying what to install when codex is missing.
+fn schema() -> tempfile::TempDir {
+    let codex = knife_prereqs::peer_bin("codex").unwrap_or_else(|missing| panic!("{missing}"));
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(&codex)
         .args(["app-server", "generate-json-schema", "--out"])
@@ -47,7 +26,7 @@ fn schema() -> Option<tempfile::TempDir> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(dir)
+    dir
 }
 
 fn load(dir: &Path, file: &str) -> Value {
@@ -129,8 +108,12 @@ fn assert_fits(dir: &Path, file: &str, value: &Value) {
 }
 
 #[test]
+#[cfg_attr(
+    not(knife_has_codex),
+    ignore = "needs codex: run scripts/test (or scripts/install-peers.sh --only codex)"
+)]
 fn the_fields_the_codex_types_use_exist_in_the_schema() {
-    let Some(dir) = schema() else { return };
+    let dir = schema();
     for (file, fields) in SCHEMA_FIELDS {
         let schema = load(dir.path(), file);
         let known = properties(&schema);
@@ -160,8 +143,12 @@ fn the_fields_the_codex_types_use_exist_in_the_schema() {
 }
 
 #[test]
+#[cfg_attr(
+    not(knife_has_codex),
+    ignore = "needs codex: run scripts/test (or scripts/install-peers.sh --only codex)"
+)]
 fn every_method_the_driver_uses_exists() {
-    let Some(dir) = schema() else { return };
+    let dir = schema();
     for (file, used) in [
         ("ClientRequest.json", method::CLIENT_REQUESTS),
         ("ClientNotification.json", method::CLIENT_NOTIFICATIONS),
@@ -176,8 +163,12 @@ fn every_method_the_driver_uses_exists() {
 }
 
 #[test]
+#[cfg_attr(
+    not(knife_has_codex),
+    ignore = "needs codex: run scripts/test (or scripts/install-peers.sh --only codex)"
+)]
 fn what_the_driver_sends_fits_the_schema() {
-    let Some(dir) = schema() else { return };
+    let dir = schema();
     let d = dir.path();
     let init = wire::InitializeParams {
         client_info: wire::ClientInfo {

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use knife_adapters::process::{ChildProcess, ProcessSpec, group_alive};
+use knife_adapters::process::{ChildProcess, ProcessSpec};
+use knife_process::group_alive;
 use knife_runtime::SystemClock;
 use knife_runtime::process_groups::ProcessGroups;
 use knife_runtime::scope::SessionScope;

@@ -8,14 +8,14 @@
 use std::sync::{Arc, Mutex};
 
 use knife_llm::retry::{CONTEXT_OVERFLOW_ERROR, RetryPolicy};
-use knife_llm::{ChatMessage, FinishReason, LlmClient, LlmError, LlmRequest};
+use knife_llm::{ChatMessage, FinishReason, LlmClient, LlmRequest};
 use knife_protocol::{AgentError, RunError};
 use tokio_util::sync::CancellationToken;
 
 use crate::approvals::ApprovalBroker;
 use crate::compaction::{CompactionMode, compact};
 use crate::messages::wire_tool_call;
-use crate::permissions::{ApprovalDecision, ApprovalRequest};
+use crate::permissions::{ApprovalRequest, ApprovalVerdict};
 use crate::processor::{AssistantMessage, Call, ContextLimits, ProcessResult, Processor, used};
 use crate::recorder::{TurnRecorder, TurnStop};
 use crate::tools::{Permission, ToolContext, ToolError, ToolSet};
@@ -363,8 +363,8 @@ async fn approve(
     let tool = ask.tool.clone();
     if let Some(gate) = tool_ctx.policy().approvals.as_ref() {
         return match gate.request(ask).await {
-            ApprovalDecision::Allow => Ok(()),
-            ApprovalDecision::Deny { message } => Err(ToolError::Rejected { tool, message }),
+            ApprovalVerdict::Allow => Ok(()),
+            ApprovalVerdict::Deny { message } => Err(ToolError::Rejected { tool, message }),
         };
     }
     // The user sees the change a `write` / `edit` would make, not its JSON (CHG-05).
@@ -389,74 +389,12 @@ async fn approve(
     }
 }
 
-/// Maps an LLM failure to the run error recorded on the turn (EXEC-01 types):
-/// `provider.http` (with `http_status`, `code` from the body's `error.code` or
-/// `error.type`, and the body as `detail`), `provider.transport`, `provider.stream`,
-/// `provider.timeout`, `provider.decode` or `provider.error`. `message` is the
-/// error's Display text.
-pub fn run_error(error: &LlmError) -> RunError {
-    let message = error.to_string();
-    match error {
-        LlmError::Http { status, body, .. } => RunError {
-            error_type: "provider.http".to_owned(),
-            message,
-            http_status: Some(*status),
-            code: body.as_ref().and_then(knife_llm::error_code),
-            detail: body.clone(),
-        },
-        LlmError::Transport(_) => RunError::new("provider.transport", message),
-        LlmError::Timeout { .. } => RunError::new("provider.timeout", message),
-        LlmError::Stream(_) => RunError::new("provider.stream", message),
-        LlmError::Decode { .. } => RunError::new("provider.decode", message),
-        LlmError::Provider { code, body, .. } => RunError {
-            error_type: "provider.error".to_owned(),
-            message,
-            http_status: None,
-            code: code.clone(),
-            detail: body.clone(),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use knife_llm::SseError;
+    use knife_llm::LlmError;
     use serde_json::json;
-
-    #[test]
-    fn llm_errors_map_to_typed_run_errors() {
-        let transport = run_error(&LlmError::Transport("connection refused".into()));
-        assert_eq!(transport.error_type, "provider.transport");
-        assert!(transport.message.contains("connection refused"));
-        assert_eq!(
-            run_error(&LlmError::Stream(SseError::Incomplete)).error_type,
-            "provider.stream"
-        );
-        let decode = run_error(&LlmError::Decode {
-            message: "bad".into(),
-            data: "{".into(),
-        });
-        assert_eq!(decode.error_type, "provider.decode");
-        let body = json!({"type": "error", "error": {"type": "overloaded_error"}});
-        let provider = run_error(&LlmError::Provider {
-            code: Some("overloaded_error".into()),
-            message: "Overloaded".into(),
-            body: Some(body.clone()),
-        });
-        assert_eq!(provider.error_type, "provider.error");
-        assert_eq!(provider.code.as_deref(), Some("overloaded_error"));
-        assert_eq!(provider.detail, Some(body));
-        let http = run_error(&LlmError::Http {
-            status: 500,
-            retry_after: None,
-            body: Some(json!({"error": {"type": "server_error"}})),
-            message: "boom".into(),
-        });
-        assert_eq!(http.code.as_deref(), Some("server_error"));
-        assert_eq!(http.http_status, Some(500));
-    }
 
     #[test]
     fn empty_arguments_are_an_empty_object() {

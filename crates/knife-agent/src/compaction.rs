@@ -7,8 +7,7 @@ use knife_llm::retry::{CONTEXT_OVERFLOW_ERROR, RetryDecision, RetryPolicy};
 use knife_llm::{ChatMessage, LlmClient, LlmError, LlmEvent, LlmRequest};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 
-use crate::agent::run_error;
-use crate::processor::{gave_up, wait_for_retry};
+use crate::llm_failures::{gave_up, run_error, wait_for_retry};
 use crate::recorder::TurnRecorder;
 
 /// Whether the built-in agent compacts the history when the context is full

@@ -5,6 +5,7 @@
 //! - `agent`: the loop of one turn (model step → tools → model step …).
 //! - `processor`: one model step: stream → turn items, retries, `Continue | Stop | Compact`.
 //! - [`compaction`]: summarise the history when the context is full.
+//! - `llm_failures`: a failed model call's run error and retry wait (below the three above).
 //! - `recorder`: turn items of a turn, throttled snapshots, settlement on stop.
 //! - [`messages`]: transcript → chat messages, default system prompt.
 //! - [`tools`]: `read`, `list`, `glob`, `grep`, `write`, `edit` (confined to the
@@ -16,6 +17,7 @@ pub mod adapter;
 mod agent;
 mod approvals;
 pub mod compaction;
+mod llm_failures;
 pub mod messages;
 pub mod permissions;
 mod processor;
@@ -26,5 +28,5 @@ pub use adapter::{
     BuiltinAgentAdapter, BuiltinAgentConfig, DEFAULT_CONTEXT_LIMIT, DEFAULT_OUTPUT_LIMIT, DRIVER,
     MAX_FLUSH_INTERVAL,
 };
-pub use agent::run_error;
-pub use tools::{ProcessObserver, Tool, ToolContext, ToolError, ToolPolicy, ToolSet};
+pub use llm_failures::run_error;
+pub use tools::{Tool, ToolContext, ToolError, ToolPolicy, ToolSet};

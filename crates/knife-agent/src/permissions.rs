@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What happens to a matching tool call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionAction {
     /// The tool runs without asking.
@@ -58,7 +58,7 @@ impl PermissionAction {
 }
 
 /// One configured rule, e.g. `{tool = "bash", pattern = "git *", action = "allow"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionRule {
     /// Glob over tool names (`bash`, `*`, `{write,edit}`).
@@ -272,9 +272,11 @@ pub struct ApprovalRequest {
     pub diff: Option<String>,
 }
 
-/// The answer to an [`ApprovalRequest`].
+/// What an [`ApprovalGate`] tells the agent loop to do with one call: run it or not.
+/// (The user's recorded answer, with its once/always scope, is
+/// `knife_protocol::ApprovalDecision`; this is its effect on the call.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ApprovalDecision {
+pub enum ApprovalVerdict {
     /// Run the tool.
     Allow,
     /// Do not run it; `message` (the user's words, if any) is passed to the model.
@@ -292,7 +294,7 @@ pub enum ApprovalDecision {
 #[async_trait::async_trait]
 pub trait ApprovalGate: Send + Sync + 'static {
     /// Asks for permission to run one call and waits for the answer.
-    async fn request(&self, request: ApprovalRequest) -> ApprovalDecision;
+    async fn request(&self, request: ApprovalRequest) -> ApprovalVerdict;
 }
 
 /// An automatic gate that allows every `ask` at once (tests, unattended use:
@@ -303,8 +305,8 @@ pub struct AllowAll;
 
 #[async_trait::async_trait]
 impl ApprovalGate for AllowAll {
-    async fn request(&self, _request: ApprovalRequest) -> ApprovalDecision {
-        ApprovalDecision::Allow
+    async fn request(&self, _request: ApprovalRequest) -> ApprovalVerdict {
+        ApprovalVerdict::Allow
     }
 }
 
@@ -533,6 +535,6 @@ mod tests {
                 diff: None,
             })
             .await;
-        assert_eq!(d, ApprovalDecision::Allow);
+        assert_eq!(d, ApprovalVerdict::Allow);
     }
 }

@@ -14,7 +14,7 @@ use knife_llm::{FinishReason, LlmClient, LlmError, LlmEvent, LlmRequest, Usage};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 use serde_json::Value;
 
-use crate::agent::run_error;
+use crate::llm_failures::{gave_up, run_error, wait_for_retry};
 use crate::messages::parse_arguments;
 use crate::recorder::{PartKind, TurnRecorder};
 
@@ -326,45 +326,6 @@ impl Processor<'_> {
             }
         }
     }
-}
-
-/// `failure` of a step that made `calls_made` model calls since `started`: after
-/// more than one, its message ends with how many over how long (TURN-09), e.g.
-/// `… HTTP 503: Service Unavailable (gave up after 8 attempts over 2m 0s)`.
-pub(crate) fn gave_up(
-    mut failure: RunError,
-    calls_made: u32,
-    started: tokio::time::Instant,
-) -> RunError {
-    if calls_made > 1 {
-        failure.message = format!(
-            "{} (gave up {})",
-            failure.message,
-            knife_llm::retry::attempts_note(calls_made, started.elapsed())
-        );
-    }
-    failure
-}
-
-/// Publishes `retry{attempt, message, next}` (next = now + `delay`, wall clock)
-/// and sleeps `delay` (PROC-06, PROC-10). Cancellable: dropping it stops the wait.
-pub(crate) async fn wait_for_retry(
-    rec: &mut TurnRecorder,
-    attempt: u32,
-    delay: std::time::Duration,
-    message: String,
-) {
-    let now = rec.now();
-    let next = chrono::TimeDelta::from_std(delay)
-        .ok()
-        .and_then(|d| now.checked_add_signed(d))
-        .unwrap_or(now);
-    rec.set_status(AgentStatus::Retry {
-        attempt,
-        message,
-        next,
-    });
-    tokio::time::sleep(delay).await;
 }
 
 #[cfg(test)]

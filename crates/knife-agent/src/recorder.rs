@@ -119,6 +119,7 @@ impl TurnRecorder {
             completed_at: None,
             usage: None,
             error: None,
+            native_turn_id: None,
         };
         Self {
             events,

@@ -1,6 +1,6 @@
 //! The `bash` tool over real processes (so real time, with short timeouts):
 //! output and exit status, the output cap, timeouts, background processes,
-//! secrets, the process observer, and aborts — through the tool context's
+//! secrets, the process-group recorder, and aborts — through the tool context's
 //! cancellation and through an interrupted agent turn — that must leave no
 //! process of the command's group alive.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,28 +13,30 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use knife_agent::tools::bash::{HEAD_BYTES, MAX_TIMEOUT_MS, TAIL_BYTES};
-use knife_agent::tools::{
-    ProcessGroupRecord, ProcessObserver, ToolContext, ToolError, ToolPolicy, ToolSet,
-};
+use knife_agent::tools::{ToolContext, ToolError, ToolPolicy, ToolSet};
+use knife_process::{GroupRecord, GroupRecorder, RecordError};
 use knife_protocol::*;
 use knife_runtime::InterruptReason;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-/// Records the observer's calls in order.
+/// Records the recorder's calls in order: `spawned` (register), `exited` (unregister).
 #[derive(Default)]
 struct Observed(Mutex<Vec<(&'static str, u32)>>);
 
-impl ProcessObserver for Observed {
-    fn spawned(&self, group: &ProcessGroupRecord) {
+#[async_trait::async_trait]
+impl GroupRecorder for Observed {
+    async fn register(&self, group: &GroupRecord) -> Result<(), RecordError> {
         // Taken while the shell runs: it identifies the live group.
         assert!(group.is_still_ours(), "{group:?}");
         self.0.lock().unwrap().push(("spawned", group.pgid));
+        Ok(())
     }
-    fn exited(&self, group: &ProcessGroupRecord) {
+    async fn unregister(&self, group: &GroupRecord) -> Result<(), RecordError> {
         // The group is gone by now: there is nothing left to kill.
         assert!(!group.is_still_ours(), "{group:?}");
         self.0.lock().unwrap().push(("exited", group.pgid));
+        Ok(())
     }
 }
 
@@ -54,7 +56,7 @@ impl Observed {
 fn context(root: &Path, observer: Option<Arc<Observed>>, secrets: &[&str]) -> ToolContext {
     let policy = ToolPolicy {
         secret_env_vars: secrets.iter().map(|s| (*s).to_owned()).collect(),
-        process_observer: observer.map(|o| o as Arc<dyn ProcessObserver>),
+        process_recorder: observer.map(|o| o as Arc<dyn GroupRecorder>),
         ..ToolPolicy::default()
     };
     ToolContext::new(root)
@@ -375,19 +377,20 @@ async fn cancelling_the_turn_aborts_the_call_and_kills_the_group() {
 }
 
 #[tokio::test]
-async fn configured_secrets_are_not_in_the_environment() {
-    // cargo sets these for test binaries; one is declared secret, one is not.
+async fn sec_02_only_allowlisted_variables_are_in_the_environment() {
+    // cargo sets these for test binaries; one is declared secret, neither is on the
+    // allowlist (SEC-02): knife's environment is never inherited whole.
     assert!(std::env::var("CARGO_PKG_NAME").is_ok());
-    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok());
     let dir = tempfile::tempdir().unwrap();
     let ctx = context(dir.path(), None, &["CARGO_PKG_NAME"]);
     let out = bash(
         &ctx,
-        json!({"command": "echo \"pkg=${CARGO_PKG_NAME-unset} dir=${CARGO_MANIFEST_DIR-unset}\""}),
+        json!({"command": "echo \"pkg=${CARGO_PKG_NAME-unset} dir=${CARGO_MANIFEST_DIR-unset} path=${PATH:+set}\""}),
     )
     .await
     .unwrap();
-    assert_eq!(out, format!("pkg=unset dir={manifest}\n(exit code 0)"));
+    assert_eq!(out, "pkg=unset dir=unset path=set\n(exit code 0)");
 }
 
 /// Runs [`knife_variables_probe`] in a child test process whose environment has
@@ -431,7 +434,7 @@ async fn knife_variables_probe() {
 async fn interrupting_a_turn_kills_the_command_group_and_leaves_the_thread_idle() {
     let observed = Arc::new(Observed::default());
     let policy = Arc::new(ToolPolicy {
-        process_observer: Some(Arc::clone(&observed) as Arc<dyn ProcessObserver>),
+        process_recorder: Some(Arc::clone(&observed) as Arc<dyn GroupRecorder>),
         approvals: Some(Arc::new(knife_agent::permissions::AllowAll)),
         ..ToolPolicy::default()
     });

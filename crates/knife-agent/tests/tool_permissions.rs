@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use knife_agent::permissions::{
-    ApprovalDecision, ApprovalGate, ApprovalRequest, PermissionAction, PermissionRule,
+    ApprovalGate, ApprovalRequest, ApprovalVerdict, PermissionAction, PermissionRule,
     PermissionRules,
 };
 use knife_agent::tools::{Permission, ToolContext, ToolError, ToolPolicy, ToolSet};
@@ -33,18 +33,18 @@ fn project() -> tempfile::TempDir {
 /// A gate that records what it is asked and answers with `answer`.
 struct Gate {
     asked: Mutex<Vec<ApprovalRequest>>,
-    answer: ApprovalDecision,
+    answer: ApprovalVerdict,
 }
 
 #[async_trait::async_trait]
 impl ApprovalGate for Gate {
-    async fn request(&self, request: ApprovalRequest) -> ApprovalDecision {
+    async fn request(&self, request: ApprovalRequest) -> ApprovalVerdict {
         self.asked.lock().unwrap().push(request);
         self.answer.clone()
     }
 }
 
-fn gate(answer: ApprovalDecision) -> Arc<Gate> {
+fn gate(answer: ApprovalVerdict) -> Arc<Gate> {
     Arc::new(Gate {
         asked: Mutex::new(Vec::new()),
         answer,
@@ -62,7 +62,7 @@ fn policy(rules: Vec<PermissionRule>, gate: Arc<Gate>) -> Arc<ToolPolicy> {
 #[tokio::test]
 async fn authorize_asks_only_for_mutating_tools_with_root_relative_subjects() {
     let p = project();
-    let g = gate(ApprovalDecision::Deny {
+    let g = gate(ApprovalVerdict::Deny {
         message: Some("not now".into()),
     });
     let ctx = ToolContext::new(p.path())
@@ -125,7 +125,7 @@ async fn authorize_asks_only_for_mutating_tools_with_root_relative_subjects() {
 #[tokio::test]
 async fn permission_is_the_verdict_without_waiting() {
     let p = project();
-    let g = gate(ApprovalDecision::Allow);
+    let g = gate(ApprovalVerdict::Allow);
     let rules = vec![PermissionRule::new("bash", "rm *", PermissionAction::Deny)];
     let ctx = ToolContext::new(p.path())
         .unwrap()
@@ -168,7 +168,7 @@ async fn permission_is_the_verdict_without_waiting() {
 
 #[tokio::test]
 async fn a_deny_rule_refuses_the_call_in_the_agent_loop_and_the_model_reads_why() {
-    let g = gate(ApprovalDecision::Allow);
+    let g = gate(ApprovalVerdict::Allow);
     let rules = vec![
         PermissionRule::new("write", "*", PermissionAction::Allow),
         PermissionRule::new("write", "secrets/*", PermissionAction::Deny),
@@ -242,7 +242,7 @@ async fn path_rules_see_where_a_symlink_really_leads() {
     )];
     let ctx = ToolContext::new(p.path())
         .unwrap()
-        .with_policy(policy(rules, gate(ApprovalDecision::Allow)));
+        .with_policy(policy(rules, gate(ApprovalVerdict::Allow)));
     let tools = ToolSet::standard();
     for (tool, args) in [
         ("read", json!({"path": "alias/key.pem"})),
@@ -271,7 +271,7 @@ async fn path_rules_see_where_a_symlink_really_leads() {
 #[tokio::test]
 async fn bash_allow_rule_does_not_cover_chained_commands() {
     let p = project();
-    let g = gate(ApprovalDecision::Allow);
+    let g = gate(ApprovalVerdict::Allow);
     let rules = vec![
         PermissionRule::new("bash", "cargo *", PermissionAction::Allow),
         PermissionRule::new("bash", "*curl*", PermissionAction::Deny),
@@ -330,7 +330,7 @@ async fn bash_allow_rule_does_not_cover_chained_commands() {
 #[tokio::test]
 async fn a_path_outside_the_root_is_refused_before_anyone_is_asked() {
     let p = project();
-    let g = gate(ApprovalDecision::Allow);
+    let g = gate(ApprovalVerdict::Allow);
     let ctx = ToolContext::new(p.path())
         .unwrap()
         .with_policy(policy(vec![], Arc::clone(&g)));

@@ -35,6 +35,10 @@ pub struct CreateThreadRequest {
     /// claims are released at restart, never resumed). Must exist in the same project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_thread_id: Option<ThreadId>,
+    /// Run the thread in its own git worktree on branch `knife/<short id>` (CHG-07);
+    /// default: the project's `[[projects]] worktree` setting, else false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<bool>,
 }
 
 /// One configured provider instance (`GET /api/providers`), from `knife.toml`'s
@@ -211,6 +215,9 @@ pub struct ApiErrorBody {
 pub struct ApiError {
     pub code: String,
     pub message: String,
+    /// The files a `revert_conflict` is about (CHG-04); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
 }
 
 /// Messages a WebSocket client sends on `/api/ws`.

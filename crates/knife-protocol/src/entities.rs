@@ -80,6 +80,10 @@ pub struct Thread {
     /// The thread and run this thread was forked from (CHG-09); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ThreadFork>,
+    /// The thread's own git worktree, when it was created with `worktree: true`
+    /// (CHG-07): its runs work there instead of the project root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::ThreadWorktree>,
 }
 
 /// Longest title a thread may have, in Unicode characters (CHG-08; longer → HTTP 400).
@@ -232,6 +236,12 @@ pub struct Run {
     /// Token usage summed over the run's model calls.
     #[serde(default)]
     pub usage: Option<TokenUsage>,
+    /// The run's start and end checkpoints of its working tree (CHG-01/02).
+    #[serde(default, skip_serializing_if = "crate::RunCheckpoints::is_empty")]
+    pub checkpoints: crate::RunCheckpoints,
+    /// What the run changed in its working tree, once its end checkpoint is recorded (CHG-02).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<crate::ChangeSet>,
 }
 
 /// Token counts reported by a provider (tokens, not bytes).
@@ -373,6 +383,10 @@ pub struct ProviderTurn {
     /// built-in agent; `None` for a turn that completed or for other runtimes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<AgentError>,
+    /// The runtime's own id of this turn, when it has one (codex's turn id): what a
+    /// native fork after this run names as its last turn (CHG-09).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_turn_id: Option<String>,
 }
 
 /// Kind of a runtime request.
@@ -418,6 +432,26 @@ pub enum ApprovalDecision {
     AllowOnce,
     AllowAlways,
     Deny,
+}
+
+impl ApprovalDecision {
+    /// The wire name, as serialized: `allow_once`, `allow_always`, `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::AllowOnce => "allow_once",
+            ApprovalDecision::AllowAlways => "allow_always",
+            ApprovalDecision::Deny => "deny",
+        }
+    }
+
+    /// The answer in words for people: `allowed once`, `allowed always`, `denied`.
+    pub fn described(self) -> &'static str {
+        match self {
+            ApprovalDecision::AllowOnce => "allowed once",
+            ApprovalDecision::AllowAlways => "allowed always",
+            ApprovalDecision::Deny => "denied",
+        }
+    }
 }
 
 /// Something the runtime asks the user mid-turn (approval, input).
@@ -648,5 +682,21 @@ mod token_usage_tests {
         assert_eq!(total.reasoning_tokens, u64::MAX);
         assert_eq!(total.cached_input_tokens, u64::MAX);
         assert_eq!(total.total_tokens, u64::MAX);
+    }
+}
+
+#[cfg(test)]
+mod approval_decision_tests {
+    use super::ApprovalDecision;
+
+    #[test]
+    fn as_str_is_the_serialized_name() {
+        for d in [
+            ApprovalDecision::AllowOnce,
+            ApprovalDecision::AllowAlways,
+            ApprovalDecision::Deny,
+        ] {
+            assert_eq!(serde_json::to_value(d).ok(), Some(d.as_str().into()));
+        }
     }
 }

@@ -49,126 +49,109 @@ impl DomainEvent {
     }
 }
 
-/// Every event `type` string ([`EventBody::event_type`]), in declaration order: the
-/// valid values of the `type` filter of the event stream API.
-pub const EVENT_TYPES: &[&str] = &[
-    "project.created",
-    "project.updated",
-    "thread.created",
-    "thread.updated",
-    "thread.deleted",
-    "run.created",
-    "run.updated",
-    "node.updated",
-    "provider-session.attached",
-    "provider-session.updated",
-    "provider-session.detached",
-    "provider-thread.updated",
-    "provider-turn.updated",
-    "runtime-request.updated",
-    "turn-item.updated",
-    "thread.status",
-    "thread.error",
-];
+/// Declares [`EventBody`] from one list of `"type" => Variant(payload)` lines and
+/// derives the three things that must agree from it: the serde tag of each variant,
+/// [`EventBody::event_type`] and [`EVENT_TYPES`]. Each type string is written once.
+macro_rules! event_bodies {
+    (
+        $(#[$enum_meta:meta])*
+        pub enum $name:ident {
+            $(
+                $(#[$meta:meta])*
+                $type:literal => $variant:ident $( ( $payload:ty ) )? $( { $($field:ident : $fty:ty),* $(,)? } )?
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$enum_meta])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "type", content = "payload")]
+        pub enum $name {
+            $(
+                $(#[$meta])*
+                #[serde(rename = $type)]
+                $variant $( ( $payload ) )? $( { $($field : $fty),* } )?,
+            )*
+        }
 
-/// The payload of a domain event, tagged by its type.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", content = "payload")]
-pub enum EventBody {
-    #[serde(rename = "project.created")]
-    ProjectCreated(Project),
-    #[serde(rename = "project.updated")]
-    ProjectUpdated(Project),
-    #[serde(rename = "thread.created")]
-    ThreadCreated(Thread),
-    #[serde(rename = "thread.updated")]
-    ThreadUpdated(Thread),
-    /// The tombstone of a deleted thread (CHG-08): the fold drops the thread and every
-    /// row of it from the projections, and ignores the thread's later events;
-    /// `knife db purge` removes the thread's events for good.
-    #[serde(rename = "thread.deleted")]
-    ThreadDeleted {
-        thread_id: ThreadId,
-        deleted_at: Timestamp,
-    },
-    #[serde(rename = "run.created")]
-    RunCreated(Run),
-    #[serde(rename = "run.updated")]
-    RunUpdated(Run),
-    #[serde(rename = "node.updated")]
-    NodeUpdated(Node),
-    /// Upserts the session and binds it to the event's thread.
-    #[serde(rename = "provider-session.attached")]
-    ProviderSessionAttached(ProviderSession),
-    /// Upserts the session; creates no binding.
-    #[serde(rename = "provider-session.updated")]
-    ProviderSessionUpdated(ProviderSession),
-    /// Removes the binding of the session to the event's thread.
-    #[serde(rename = "provider-session.detached")]
-    ProviderSessionDetached {
-        provider_session_id: ProviderSessionId,
-        detached_at: Timestamp,
-        reason: Option<String>,
-    },
-    #[serde(rename = "provider-thread.updated")]
-    ProviderThreadUpdated(ProviderThread),
-    #[serde(rename = "provider-turn.updated")]
-    ProviderTurnUpdated(ProviderTurn),
-    #[serde(rename = "runtime-request.updated")]
-    RuntimeRequestUpdated(RuntimeRequest),
-    #[serde(rename = "turn-item.updated")]
-    TurnItemUpdated(TurnItem),
-    /// The agent's live status on the thread (PROC-06); sets `Thread::agent_status`.
-    #[serde(rename = "thread.status")]
-    ThreadStatusChanged {
-        thread_id: ThreadId,
-        run_id: Option<RunId>,
-        status: AgentStatus,
-    },
-    /// A named agent error on the thread (PROC-04, PROC-09); changes no projection.
-    #[serde(rename = "thread.error")]
-    ThreadErrorRaised {
-        thread_id: ThreadId,
-        run_id: Option<RunId>,
-        error: AgentError,
-    },
-    /// An `/mcp` tool call made with the thread's credential (issue 6); changes no
-    /// projection.
-    #[serde(rename = "mcp.tool_called")]
-    McpToolCalled(crate::McpToolCall),
+        /// Every event `type` string ([`EventBody::event_type`]), in declaration order: the
+        /// valid values of the `type` filter of the event stream API.
+        pub const EVENT_TYPES: &[&str] = &[$($type),*];
+
+        impl $name {
+            /// The `type` string of this body, as stored and streamed.
+            pub fn event_type(&self) -> &'static str {
+                match self {
+                    $( $name::$variant { .. } => $type, )*
+                }
+            }
+        }
+    };
+}
+
+event_bodies! {
+    /// The payload of a domain event, tagged by its type.
+    pub enum EventBody {
+        "project.created" => ProjectCreated(Project),
+        "project.updated" => ProjectUpdated(Project),
+        "thread.created" => ThreadCreated(Thread),
+        "thread.updated" => ThreadUpdated(Thread),
+        /// The tombstone of a deleted thread (CHG-08): the fold drops the thread and every
+        /// row of it from the projections, and ignores the thread's later events;
+        /// `knife db purge` removes the thread's events for good.
+        "thread.deleted" => ThreadDeleted {
+            thread_id: ThreadId,
+            deleted_at: Timestamp,
+        },
+        "run.created" => RunCreated(Run),
+        "run.updated" => RunUpdated(Run),
+        "node.updated" => NodeUpdated(Node),
+        /// Upserts the session and binds it to the event's thread.
+        "provider-session.attached" => ProviderSessionAttached(ProviderSession),
+        /// Upserts the session; creates no binding.
+        "provider-session.updated" => ProviderSessionUpdated(ProviderSession),
+        /// Removes the binding of the session to the event's thread.
+        "provider-session.detached" => ProviderSessionDetached {
+            provider_session_id: ProviderSessionId,
+            detached_at: Timestamp,
+            reason: Option<String>,
+        },
+        "provider-thread.updated" => ProviderThreadUpdated(ProviderThread),
+        "provider-turn.updated" => ProviderTurnUpdated(ProviderTurn),
+        "runtime-request.updated" => RuntimeRequestUpdated(RuntimeRequest),
+        "turn-item.updated" => TurnItemUpdated(TurnItem),
+        /// The agent's live status on the thread (PROC-06); sets `Thread::agent_status`.
+        "thread.status" => ThreadStatusChanged {
+            thread_id: ThreadId,
+            run_id: Option<RunId>,
+            status: AgentStatus,
+        },
+        /// A named agent error on the thread (PROC-04, PROC-09); changes no projection.
+        "thread.error" => ThreadErrorRaised {
+            thread_id: ThreadId,
+            run_id: Option<RunId>,
+            error: AgentError,
+        },
+        /// An `/mcp` tool call made with the thread's credential (the `/mcp`
+        /// endpoint's audit record); changes no projection.
+        "mcp.tool_called" => McpToolCalled(crate::McpToolCall),
+        /// A checkpoint of a thread's working tree, or why none could be taken
+        /// (CHG-01/02/04); changes no projection (the run's own `run.updated` carries it).
+        "checkpoint.recorded" => CheckpointRecorded(crate::CheckpointRecord),
+        /// A revert of a thread's files, whole (CHG-04); the revert journal (CHG-10).
+        /// Changes no projection table: reverts are read back from the log by type.
+        "revert.updated" => RevertUpdated(crate::Revert),
+    }
 }
 
 impl EventBody {
-    /// The `type` string of this body, as stored and streamed.
-    pub fn event_type(&self) -> &'static str {
-        match self {
-            EventBody::ProjectCreated(_) => "project.created",
-            EventBody::ProjectUpdated(_) => "project.updated",
-            EventBody::ThreadCreated(_) => "thread.created",
-            EventBody::ThreadUpdated(_) => "thread.updated",
-            EventBody::ThreadDeleted { .. } => "thread.deleted",
-            EventBody::RunCreated(_) => "run.created",
-            EventBody::RunUpdated(_) => "run.updated",
-            EventBody::NodeUpdated(_) => "node.updated",
-            EventBody::ProviderSessionAttached(_) => "provider-session.attached",
-            EventBody::ProviderSessionUpdated(_) => "provider-session.updated",
-            EventBody::ProviderSessionDetached { .. } => "provider-session.detached",
-            EventBody::ProviderThreadUpdated(_) => "provider-thread.updated",
-            EventBody::ProviderTurnUpdated(_) => "provider-turn.updated",
-            EventBody::RuntimeRequestUpdated(_) => "runtime-request.updated",
-            EventBody::TurnItemUpdated(_) => "turn-item.updated",
-            EventBody::ThreadStatusChanged { .. } => "thread.status",
-            EventBody::ThreadErrorRaised { .. } => "thread.error",
-            EventBody::McpToolCalled(_) => "mcp.tool_called",
-        }
-    }
-
     /// Thread and run named by the payload itself (None where the entity has no thread).
     fn scope(&self) -> (Option<ThreadId>, Option<RunId>) {
         match self {
             EventBody::ProjectCreated(_) | EventBody::ProjectUpdated(_) => (None, None),
             EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => (Some(t.id.clone()), None),
             EventBody::ThreadDeleted { thread_id, .. } => (Some(thread_id.clone()), None),
+            EventBody::CheckpointRecorded(c) => (Some(c.thread_id.clone()), c.run_id.clone()),
+            EventBody::RevertUpdated(r) => (Some(r.thread_id.clone()), None),
             EventBody::RunCreated(r) | EventBody::RunUpdated(r) => {
                 (Some(r.thread_id.clone()), Some(r.id.clone()))
             }
@@ -229,5 +212,60 @@ mod tests {
         let back: StoredEvent = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, ev);
         assert_eq!(back.event.event_type(), "project.created");
+    }
+
+    /// The variant names serde knows, read from its "unknown variant" message (which
+    /// lists every tag it accepts).
+    fn serde_variant_names() -> Vec<String> {
+        let err = serde_json::from_value::<EventBody>(serde_json::json!({
+            "type": "no.such.type",
+            "payload": null
+        }))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        let list = err.split("expected one of ").nth(1).unwrap_or_default();
+        list.split(", ")
+            .map(|name| name.trim().trim_matches('`').to_owned())
+            .filter(|name| !name.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn every_serialized_event_type_is_in_event_types() {
+        let serde_names = serde_variant_names();
+        assert_eq!(serde_names.len(), EVENT_TYPES.len(), "{serde_names:?}");
+        for name in &serde_names {
+            assert!(
+                EVENT_TYPES.contains(&name.as_str()),
+                "{name} missing from EVENT_TYPES"
+            );
+        }
+        assert!(EVENT_TYPES.contains(&"mcp.tool_called"));
+    }
+
+    #[test]
+    fn event_type_matches_the_serialized_type() {
+        let now = chrono::Utc::now();
+        let call = crate::McpToolCall {
+            thread_id: ThreadId::from("thread_1"),
+            tool: "thread_send_message".into(),
+            arguments: "{}".into(),
+            target_thread_id: None,
+            ok: true,
+            error: None,
+        };
+        for body in [
+            EventBody::McpToolCalled(call),
+            EventBody::ProviderSessionDetached {
+                provider_session_id: ProviderSessionId::from("ps_1"),
+                detached_at: now,
+                reason: None,
+            },
+        ] {
+            let json = serde_json::to_value(&body).unwrap_or_default();
+            assert_eq!(json["type"], body.event_type());
+            assert!(EVENT_TYPES.contains(&body.event_type()));
+        }
     }
 }

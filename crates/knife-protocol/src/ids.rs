@@ -76,6 +76,8 @@ string_id!(/// Something the runtime asks the user mid-turn (approval, input).
     RuntimeRequestId, "request");
 string_id!(/// A configured driver (`openai`, `local-ollama`, …); named in `knife.toml`.
     ProviderInstanceId, "instance");
+string_id!(/// A revert of a thread's files to a checkpoint (CHG-04).
+    RevertId, "revert");
 
 impl RunId {
     /// The deterministic id of run `ordinal` (1-based) of `thread`: `run:<thread>:<ordinal>`.

@@ -7,20 +7,24 @@
 
 pub mod adapter;
 pub mod api;
+pub mod changes;
 pub mod entities;
 pub mod events;
 pub mod ids;
 pub mod limits;
 pub mod live;
 pub mod mcp;
+pub mod pricing;
 
 pub use adapter::*;
 pub use api::*;
+pub use changes::*;
 pub use entities::*;
 pub use events::*;
 pub use ids::*;
 pub use live::*;
 pub use mcp::*;
+pub use pricing::{ModelPrice, ModelUsage, PriceTable, UsageReport, UsageTotals};
 
 /// Wall-clock timestamps (UTC). Durations never use this type; see ARCHITECTURE.md "Runtime rules".
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

@@ -44,6 +44,34 @@ pub struct StartTurnInput {
     pub cwd: Option<PathBuf>,
 }
 
+/// How a runtime forks a thread's conversation (CHG-09).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ForkSupport {
+    /// The runtime replays the transcript it is given ([`StartTurnInput::history`]):
+    /// a fork is a copy of the source's turn items (the built-in agent).
+    Replay,
+    /// The runtime keeps its own history and forks it itself
+    /// ([`SessionRuntime::fork_thread`]; codex `thread/fork`).
+    Native,
+    /// The runtime cannot fork; the text says why (shown in the 409).
+    Unsupported(String),
+}
+
+/// What [`SessionRuntime::fork_thread`] forks (CHG-09).
+#[derive(Clone, Debug)]
+pub struct ForkThreadInput {
+    /// The source app thread and its native thread.
+    pub source_thread_id: ThreadId,
+    pub source_native_thread_id: String,
+    /// The runtime's id of the last turn the fork keeps; `None` = all of them.
+    pub last_native_turn_id: Option<String>,
+    /// The new app thread the fork belongs to.
+    pub target_thread_id: ThreadId,
+    /// The target's workspace.
+    pub cwd: PathBuf,
+    pub model: Option<String>,
+}
+
 /// Why a turn is interrupted (EXEC-02).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InterruptReason {
@@ -95,6 +123,13 @@ pub trait ProviderAdapter: Send + Sync + 'static {
     fn capabilities(&self) -> ProviderCapabilities;
     /// Opens a provider session. Errors: [`AdapterError::Open`].
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError>;
+
+    /// How threads of this runtime fork (CHG-09). Default [`ForkSupport::Replay`]:
+    /// right for runtimes that replay [`StartTurnInput::history`]; runtimes with a
+    /// history of their own override it.
+    fn fork_support(&self) -> ForkSupport {
+        ForkSupport::Replay
+    }
 
     /// Opens a provider session with the extras the session manager supplies
     /// ([`OpenSessionOptions`]: item-identity version (MGR-09), the thread's MCP
@@ -180,6 +215,18 @@ pub trait SessionRuntime: Send + Sync + 'static {
         let _ = (request, answer);
         Err(AdapterError::Runtime(
             "this runtime does not take answers to runtime requests".into(),
+        ))
+    }
+
+    /// Forks the native conversation `input.source_native_thread_id` through
+    /// `input.last_native_turn_id` into a new native thread for
+    /// `input.target_thread_id` (CHG-09, [`ForkSupport::Native`]), leaves it unloaded
+    /// (the target's first turn resumes it with its own settings) and returns its
+    /// record (`app_thread_id` = the target). Default: [`AdapterError::Runtime`].
+    async fn fork_thread(&self, input: ForkThreadInput) -> Result<ProviderThread, AdapterError> {
+        let _ = input;
+        Err(AdapterError::Runtime(
+            "this runtime cannot fork a conversation".into(),
         ))
     }
 

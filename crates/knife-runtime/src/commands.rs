@@ -174,6 +174,7 @@ pub async fn create_thread(
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: request.parent_thread_id,
+        worktree: None,
         archived_at: None,
         forked_from: None,
     };

@@ -55,6 +55,37 @@ pub enum RuntimeError {
         request: RuntimeRequestId,
         reason: String,
     },
+    /// A thread has no run with that ordinal (HTTP 404).
+    #[error(
+        "thread {thread} has no run {ordinal}; its runs are listed by GET /api/threads/{thread}"
+    )]
+    RunNotFound { thread: ThreadId, ordinal: u32 },
+    /// A run (or the server) has no checkpoints to diff or revert (HTTP 409); the
+    /// text says why ("no checkpoint: …").
+    #[error("{0}")]
+    NoCheckpoint(String),
+    /// A revert would overwrite files changed since the thread's last checkpoint
+    /// (HTTP 409, CHG-04); `force` overrides.
+    #[error(
+        "these files changed since the thread's last checkpoint (another thread or a person \
+         edited them): {}; nothing was written. Revert with force to overwrite them",
+        files.join(", ")
+    )]
+    RevertConflict { files: Vec<String> },
+    /// Merging a thread's worktree branch would conflict (HTTP 409, CHG-07): nothing
+    /// was changed.
+    #[error(
+        "merging branch {branch} into the project's branch would conflict in: {}; nothing was changed. \
+         Resolve it in git (`git merge {branch}` in the project), or keep the work on its branch",
+        files.join(", ")
+    )]
+    MergeConflict { branch: String, files: Vec<String> },
+    /// A revert does not exist on the thread (HTTP 404).
+    #[error("thread {thread} has no revert {revert}")]
+    RevertNotFound { thread: ThreadId, revert: RevertId },
+    /// Reading or writing the working tree or knife's checkpoint repository failed.
+    #[error(transparent)]
+    Workspace(#[from] knife_workspace::WorkspaceError),
     /// A lifecycle operation that cannot run beside an active run (HTTP 409
     /// `run_in_progress`; CHG-08): `action` is what was refused (`deleting`, …),
     /// `hint` what to do.
@@ -85,7 +116,7 @@ pub enum RuntimeError {
     Store(#[from] knife_store::StoreError),
     /// A session-manager operation (close, release, detach) failed.
     #[error(transparent)]
-    Session(#[from] crate::sessions::SessionError),
+    Session(#[from] SessionError),
 }
 
 /// The workspace (cwd) of a session is missing or not a directory (MGR-07, MGR-08).
@@ -106,4 +137,46 @@ pub struct ProviderSessionOpenError {
     pub provider_session_id: ProviderSessionId,
     /// What failed and what to do, as reported by the adapter.
     pub message: String,
+}
+
+/// A release whose close or persistence failed (MGR-38). The credential was revoked
+/// and requests settled where possible anyway; the status write is retried.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "could not close provider session {provider_session_id} cleanly ({reason}): {message}; \
+     knife keeps retrying to record it, check the data directory's disk and permissions"
+)]
+pub struct ProviderSessionCloseError {
+    /// The session whose release failed.
+    pub provider_session_id: ProviderSessionId,
+    /// The release reason (`idle`, `runtime_error`, `manual_shutdown`, `server_shutdown`).
+    pub reason: &'static str,
+    /// What failed (close, status write, request settlement).
+    pub message: String,
+}
+
+/// Failures of the session manager.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    WorkspaceMissing(#[from] ProviderWorkspaceMissingError),
+    #[error(transparent)]
+    Open(#[from] ProviderSessionOpenError),
+    #[error(transparent)]
+    Close(#[from] ProviderSessionCloseError),
+    #[error(
+        "provider instance `{0}` is not configured; add it to knife.toml as [providers.{0}] \
+         and restart knife"
+    )]
+    InstanceNotFound(ProviderInstanceId),
+    #[error("provider session {0} is no longer live; open it again (the next message does this)")]
+    SessionGone(ProviderSessionId),
+    #[error("the provider runtime failed: {0}")]
+    Runtime(#[from] crate::adapter::AdapterError),
+    #[error(
+        "the server is shutting down and opens no provider sessions; retry once it has restarted"
+    )]
+    ShuttingDown,
+    #[error(transparent)]
+    Store(#[from] knife_store::StoreError),
 }

@@ -6,12 +6,13 @@
 //! external runtimes (knife-adapters) implement [`ProviderAdapter`].
 
 pub mod adapter;
-pub mod answers;
+pub mod boot;
 pub mod bounds;
 pub mod clock;
 pub mod commands;
 pub mod error;
 pub mod execution;
+pub mod fork;
 pub mod ingest;
 pub mod lifecycle;
 pub mod live;
@@ -19,20 +20,18 @@ pub mod mcp;
 pub mod process_groups;
 pub mod reaper;
 pub mod recording;
-pub mod recovery;
-pub mod restart;
-pub mod runs;
 pub mod scope;
 pub mod sessions;
-pub mod terminal;
 
 pub use adapter::*;
+pub use boot::restart::*;
 pub use clock::*;
 pub use error::*;
-pub use execution::*;
+pub use execution::terminal::*;
+pub use execution::{
+    DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome, RunObserver,
+};
 pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
-pub use restart::*;
 pub use sessions::{
     OpenRequest, SessionError, SessionHandle, SessionManager, SessionManagerOptions,
 };
-pub use terminal::*;

@@ -127,6 +127,7 @@ async fn a_child_thread_names_an_existing_parent_of_the_same_project() {
         provider_instance_id: None,
         model: None,
         parent_thread_id: parent,
+        worktree: None,
     };
     let known = std::slice::from_ref(&instance);
     let parent = create_thread(

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use knife_protocol::*;
-use knife_runtime::runs::{
+use knife_runtime::execution::runs::{
     CONTINUE_AFTER_SERVER_RESTART, CONTINUE_DESCRIPTION, RESUME_EXHAUSTED_TYPE,
 };
 use knife_runtime::*;

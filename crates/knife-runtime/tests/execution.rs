@@ -219,6 +219,7 @@ async fn harness_with(
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance,
         std::slice::from_ref(&instance),
@@ -604,6 +605,8 @@ async fn a_run_whose_end_was_never_recorded_is_settled_by_the_next_message() {
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     };
     h.store
         .write(vec![

@@ -53,6 +53,7 @@ async fn harness(shared: bool) -> H {
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance,
         std::slice::from_ref(&instance),

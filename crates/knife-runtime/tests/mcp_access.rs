@@ -128,6 +128,7 @@ async fn mcp_04_store_policy_fails_closed_for_an_unknown_thread() {
             provider_instance_id: Some(instance.clone()),
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance,
         std::slice::from_ref(&instance),

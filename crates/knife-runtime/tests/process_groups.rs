@@ -7,7 +7,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::time::Duration;
 
-use knife_runtime::process_groups::{kill_leftover_process_groups, process_start_ticks};
+use knife_process::signals::process_start_ticks;
+use knife_runtime::process_groups::kill_leftover_process_groups;
 use knife_store::{ProcessGroupRecord, Store};
 
 fn record(pgid: i32, leader_start: Option<u64>) -> ProcessGroupRecord {
@@ -38,7 +39,7 @@ async fn leftover_groups_are_killed_and_forgotten_reused_pids_are_spared() {
     let mut reused = spawn_group();
     let leftover_pgid = i32::try_from(leftover.id()).unwrap();
     let reused_pgid = i32::try_from(reused.id()).unwrap();
-    let start = process_start_ticks(leftover_pgid);
+    let start = process_start_ticks(leftover.id());
     assert!(start.is_some(), "/proc is readable");
     store
         .register_process_group(record(leftover_pgid, start))

@@ -121,6 +121,7 @@ impl H {
             time_suspended: None,
             resume_attempts: 0,
             parent_thread_id: None,
+            worktree: None,
             archived_at: None,
             untitled: false,
             forked_from: None,

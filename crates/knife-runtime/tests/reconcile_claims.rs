@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use knife_protocol::*;
-use knife_runtime::recovery::{REQUEST_NOT_RESUMABLE, reconcile_after_restart};
+use knife_runtime::boot::recovery::reconcile_after_restart;
+use knife_runtime::execution::terminal::REQUEST_NOT_RESUMABLE;
 
 #[tokio::test(start_paused = true)]
 async fn reconcile_leaves_claimed_work_to_the_sweep_and_expires_pending_requests() {

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use knife_protocol::*;
-use knife_runtime::recovery::{TOOL_ABORTED, reconcile_after_restart};
+use knife_runtime::boot::recovery::reconcile_after_restart;
+use knife_runtime::execution::terminal::TOOL_ABORTED;
 use knife_runtime::{Clock, SystemClock};
 use knife_store::{Store, StreamFilter};
 
@@ -53,6 +54,7 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: None,
+        worktree: None,
         archived_at: None,
         untitled: false,
         forked_from: None,
@@ -70,6 +72,8 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     };
     let session = ProviderSession {
         id: ProviderSessionId::exclusive(&thread.provider_instance_id, &thread_id),

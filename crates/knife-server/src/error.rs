@@ -17,6 +17,8 @@ pub struct ApiErr {
     pub code: &'static str,
     /// What happened and what to do: `error.message`.
     pub message: String,
+    /// Files the error is about (`revert_conflict`, CHG-04): `error.files`.
+    pub files: Vec<String>,
 }
 
 impl ApiErr {
@@ -26,6 +28,7 @@ impl ApiErr {
             status: StatusCode::BAD_REQUEST,
             code: "invalid_request",
             message: message.into(),
+            files: Vec::new(),
         }
     }
 
@@ -35,6 +38,7 @@ impl ApiErr {
             status: StatusCode::NOT_FOUND,
             code: "not_found",
             message: message.into(),
+            files: Vec::new(),
         }
     }
 
@@ -45,6 +49,7 @@ impl ApiErr {
             status: StatusCode::METHOD_NOT_ALLOWED,
             code: "method_not_allowed",
             message: message.into(),
+            files: Vec::new(),
         }
     }
 
@@ -55,6 +60,7 @@ impl ApiErr {
             status: StatusCode::FORBIDDEN,
             code: "forbidden",
             message: message.into(),
+            files: Vec::new(),
         }
     }
 
@@ -72,6 +78,7 @@ impl ApiErr {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
             message: message.into(),
+            files: Vec::new(),
         }
     }
 }
@@ -82,6 +89,7 @@ impl IntoResponse for ApiErr {
             error: ApiError {
                 code: self.code.into(),
                 message: self.message,
+                files: self.files,
             },
         };
         (self.status, Json(body)).into_response()
@@ -114,14 +122,34 @@ impl From<RuntimeError> for ApiErr {
             RuntimeError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             RuntimeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             RuntimeError::Session(_) => (StatusCode::INTERNAL_SERVER_ERROR, "provider_session"),
+            RuntimeError::RunNotFound { .. } | RuntimeError::RevertNotFound { .. } => {
+                (StatusCode::NOT_FOUND, "not_found")
+            }
+            RuntimeError::NoCheckpoint(_) => (StatusCode::CONFLICT, "no_checkpoint"),
+            RuntimeError::RevertConflict { .. } => (StatusCode::CONFLICT, "revert_conflict"),
+            RuntimeError::MergeConflict { .. } => (StatusCode::CONFLICT, "merge_conflict"),
+            RuntimeError::Workspace(knife_workspace::WorkspaceError::NotAGitRepository {
+                ..
+            }) => (StatusCode::BAD_REQUEST, "not_a_git_repository"),
+            RuntimeError::Workspace(knife_workspace::WorkspaceError::Git { .. }) => {
+                (StatusCode::CONFLICT, "git_refused")
+            }
+            RuntimeError::Workspace(_) => (StatusCode::INTERNAL_SERVER_ERROR, "workspace"),
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %e, "internal error");
         }
+        let files = match &e {
+            RuntimeError::RevertConflict { files } | RuntimeError::MergeConflict { files, .. } => {
+                files.clone()
+            }
+            _ => Vec::new(),
+        };
         Self {
             status,
             code,
             message: e.to_string(),
+            files,
         }
     }
 }

@@ -137,6 +137,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                     let error = ApiError {
                         code: e.code.into(),
                         message: e.message,
+                        files: e.files,
                     };
                     let _ = tx.send(WsServerMessage::Error { error }).await;
                     continue;
@@ -168,6 +169,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                                 error: ApiError {
                                     code: "store".into(),
                                     message: e.to_string(),
+                                    files: Vec::new(),
                                 },
                             },
                         };
@@ -187,6 +189,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                 let error = ApiError {
                     code: "invalid_request".into(),
                     message: format!("invalid message: {e}"),
+                    files: Vec::new(),
                 };
                 let _ = tx.send(WsServerMessage::Error { error }).await;
             }

@@ -8,6 +8,9 @@
 //! `GET /api/threads/{id}/events?after=N` (SSE: replay, then live), `GET /api/ws`,
 //! `GET /api/events/latest` (the log's highest sequence), `GET /api/providers` (configured provider instances),
 //! `GET /api/sessions` (live provider sessions), `POST /api/sessions/{id}/close`,
+//! `GET /api/threads/{id}/runs/{ordinal}/diff` (the run's diff between its checkpoints),
+//! `POST /api/threads/{id}/runs/{ordinal}/revert`, `GET /api/threads/{id}/reverts`,
+//! `POST /api/threads/{id}/reverts/{revert_id}/undo` (changes.rs),
 //! `GET /healthz`, `GET /metrics` (Prometheus text), the web page at `/` (assets
 //! under `/ui/`, embedded; see [`ui`]), `/mcp` (MCP streamable HTTP, see
 //! [`mcp`]; with debug tokens on, `POST|DELETE /api/threads/{id}/mcp-token`). Every error is JSON, including
@@ -20,6 +23,7 @@
 //! browser cannot set headers on a WebSocket; tokens in URLs end up in logs and
 //! history, so no other route takes them. `/healthz` is always open.
 
+mod changes;
 mod error;
 mod events;
 mod limits;
@@ -31,6 +35,7 @@ mod routes;
 mod sessions;
 mod threads;
 pub mod ui;
+mod usage;
 
 pub use error::ApiErr;
 pub use listen::{ApiListener, ConnectionInfo, ServerLimits, serve, serve_with};
@@ -69,4 +74,6 @@ pub struct AppState {
     pub closing: CancellationToken,
     /// The `/mcp` endpoint's credentials and settings; `None` serves no `/mcp`.
     pub mcp: Option<mcp::McpState>,
+    /// Prices of `GET /api/usage` (TURN-06): knife's defaults and the config's `[prices]`.
+    pub prices: Arc<knife_protocol::PriceTable>,
 }

@@ -48,5 +48,6 @@ pub(crate) fn too_large(declared: Option<u64>) -> ApiErr {
             "{what}; the limit is {BODY_MAX_BYTES} bytes (a message may hold at most {} bytes)",
             knife_protocol::limits::MESSAGE_MAX_BYTES
         ),
+        files: Vec::new(),
     }
 }

@@ -43,8 +43,23 @@ pub fn router(state: AppState) -> Router {
                 .delete(crate::threads::delete_thread),
         )
         .route("/threads/{id}/messages", post(post_message))
+        .route("/threads/{id}/fork", post(crate::threads::fork_thread))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/requests", get(list_requests))
+        .route(
+            "/threads/{id}/runs/{ordinal}/diff",
+            get(crate::changes::run_diff),
+        )
+        .route(
+            "/threads/{id}/runs/{ordinal}/revert",
+            post(crate::changes::revert_run),
+        )
+        .route("/threads/{id}/reverts", get(crate::changes::list_reverts))
+        .route("/threads/{id}/merge", post(crate::changes::merge_thread))
+        .route(
+            "/threads/{id}/reverts/{revert_id}/undo",
+            post(crate::changes::undo_revert),
+        )
         .route(
             "/threads/{id}/requests/{request_id}",
             post(answer_request).get(get_request),
@@ -52,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/events", get(crate::events::sse_events))
         .route("/events/latest", get(latest_sequence))
         .route("/providers", get(list_providers))
+        .route("/usage", get(crate::usage::usage))
         .route(
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),
@@ -211,14 +227,23 @@ async fn create_thread(
     payload: Result<Json<CreateThreadRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Thread>), ApiErr> {
     let known = s.execution.manager().instances();
+    let request = body(payload)?;
+    // Checked before the thread exists: a folder that is not a git repository is a
+    // clear 400, not a thread without its worktree (CHG-07).
+    let worktree = s.execution.wants_worktree(&request).await?;
     let thread = commands::create_thread(
         &s.store,
         s.clock.as_ref(),
-        body(payload)?,
+        request,
         &s.default_instance,
         &known,
     )
     .await?;
+    let thread = if worktree {
+        s.execution.attach_worktree(thread).await?
+    } else {
+        thread
+    };
     Ok((StatusCode::CREATED, Json(thread)))
 }
 
@@ -365,6 +390,8 @@ fn thread_not_found(id: &ThreadId) -> ApiErr {
 }
 
 async fn render_metrics(State(s): State<AppState>) -> impl IntoResponse {
+    // CHG-11: sets the `knife_checkpoint_bytes` gauge before the page is rendered.
+    s.execution.checkpoint_bytes().await;
     let text = s.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use knife_protocol::*;
 use serde::Deserialize;
 
@@ -55,4 +56,17 @@ pub(crate) async fn delete_thread(
     let Query(q) = query
         .map_err(|e| ApiErr::bad_request(format!("invalid query string: {}", e.body_text())))?;
     Ok(Json(s.execution.delete_thread(&id, q.force).await?))
+}
+
+/// `POST /api/threads/{id}/fork` with `{"after_run"?: n, "title"?: string}`: 201 with
+/// the new thread (CHG-09). 400 no such run / run still active / bad title; 404
+/// unknown thread; 409 `fork_unsupported` for runtimes that cannot fork (ACP).
+pub(crate) async fn fork_thread(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+    payload: Result<Json<ForkThreadRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Thread>), ApiErr> {
+    let request = crate::routes::body(payload)?;
+    let thread = s.execution.fork_thread(&id, request).await?;
+    Ok((StatusCode::CREATED, Json(thread)))
 }

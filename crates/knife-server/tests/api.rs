@@ -63,6 +63,7 @@ async fn serve(token: Option<&str>) -> Server {
         api_token: token.map(Arc::from),
         closing: Default::default(),
         mcp: None,
+        prices: Arc::new(knife_protocol::PriceTable::defaults()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -114,6 +115,7 @@ impl Server {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: None,
+                worktree: None,
             },
             &instance,
             std::slice::from_ref(&instance),
@@ -185,6 +187,48 @@ async fn events_with_unknown_type_is_a_json_400_listing_the_valid_types() {
         .unwrap();
     let text = String::from_utf8_lossy(&chunk);
     assert!(text.contains("event: thread.created"), "{text}");
+}
+
+/// `mcp.tool_called` was missing from the type filter's list (it answered 400);
+/// the filter now takes it and streams only that type.
+#[tokio::test]
+async fn events_filtered_by_mcp_tool_called_stream_the_mcp_audit_events() {
+    let s = serve(None).await;
+    let t = s.thread().await;
+    let call = McpToolCall {
+        thread_id: t.id.clone(),
+        tool: "thread_send_message".into(),
+        arguments: "{}".into(),
+        target_thread_id: None,
+        ok: true,
+        error: None,
+    };
+    s.store
+        .write(vec![DomainEvent::new(
+            chrono::Utc::now(),
+            EventBody::McpToolCalled(call),
+        )])
+        .await
+        .unwrap();
+    let resp = s
+        .http
+        .get(s.url(&format!(
+            "/api/threads/{}/events?type=mcp.tool_called",
+            t.id
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.bytes_stream();
+    let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+        .await
+        .expect("a replayed event")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&chunk);
+    assert!(text.contains("event: mcp.tool_called"), "{text}");
+    assert!(!text.contains("event: thread.created"), "{text}");
 }
 
 #[tokio::test]

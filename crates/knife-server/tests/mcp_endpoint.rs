@@ -58,6 +58,7 @@ async fn serve() -> Server {
             debug_tokens: true,
             worktrees_dir: dir.path().join("data/worktrees"),
         }),
+        prices: Arc::new(knife_protocol::PriceTable::defaults()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -101,6 +102,7 @@ impl Server {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: None,
+                worktree: None,
             },
             &instance,
             std::slice::from_ref(&instance),

@@ -102,6 +102,7 @@ fn state(store: knife_store::Store) -> AppState {
         api_token: None,
         closing: Default::default(),
         mcp: None,
+        prices: Arc::new(knife_protocol::PriceTable::defaults()),
     }
 }
 

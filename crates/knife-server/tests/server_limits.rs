@@ -44,6 +44,7 @@ async fn serve(limits: ServerLimits) -> Server {
         api_token: None,
         closing: Default::default(),
         mcp: None,
+        prices: Arc::new(knife_protocol::PriceTable::defaults()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -100,6 +101,7 @@ impl Server {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: None,
+                worktree: None,
             },
             &instance,
             std::slice::from_ref(&instance),

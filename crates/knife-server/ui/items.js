@@ -38,7 +38,12 @@ export function renderItem(item, ctx) {
           h('span', { class: 'marker-label' }, `↻ ${item.description || 'Message from knife'}`),
           h('details', {}, h('summary', {}, 'what knife told the agent'), h('pre', { class: 'plain' }, item.text)));
       }
-      return h('div', attrs, h('div', { class: 'who' }, 'You'), h('div', { class: 'plain user-text' }, item.text));
+      {
+        // The run's model when the message (or the thread) named one (TURN-10).
+        const run = ctx && ctx.runs && ctx.runs.get(item.run_id);
+        const model = run && run.model ? h('span', { class: 'run-model muted', title: 'model of this run' }, ` · ${run.model}`) : null;
+        return h('div', attrs, h('div', { class: 'who' }, 'You', model), h('div', { class: 'plain user-text' }, item.text));
+      }
     case 'assistant_message':
       return h('div', attrs, h('div', { class: 'who' }, 'Assistant', item.streaming ? h('span', { class: 'streaming' }, ' • streaming') : null,
         item.status === 'interrupted' ? h('span', { class: 'badge' }, 'interrupted') : null),
@@ -47,15 +52,23 @@ export function renderItem(item, ctx) {
       return h('details', attrs,
         h('summary', {}, item.streaming ? 'Reasoning… ' : 'Reasoning ', h('span', { class: 'muted' }, took(item))),
         h('pre', { class: 'plain reasoning-text' }, item.text));
-    case 'tool_call':
+    case 'tool_call': {
+      // A write / edit whose approval carries the diff: the card below shows the
+      // change, so the raw arguments fold away (CHG-05).
+      const diffed = [...(ctx.requests ? ctx.requests.values() : [])]
+        .some((r) => r.tool_approval && r.tool_approval.call_id === item.call_id && r.tool_approval.diff);
+      const input = truncated(pretty(item.input), 400, 'tool-input');
       return h('div', { ...attrs, class: `${attrs.class} card` },
         h('div', { class: 'card-head' },
           h('span', { class: 'tool-name' }, item.tool),
           h('span', { class: `badge st-${item.status}` }, item.status),
           h('span', { class: 'muted' }, took(item))),
-        h('div', { class: 'label' }, 'input'), truncated(pretty(item.input), 400, 'tool-input'),
+        diffed
+          ? h('details', { class: 'tool-args' }, h('summary', { class: 'label' }, 'arguments (the approval shows the change)'), input)
+          : [h('div', { class: 'label' }, 'input'), input],
         item.output != null ? [h('div', { class: 'label' }, 'output'), truncated(item.output, 600, 'tool-output')] : null,
         item.error != null ? [h('div', { class: 'label' }, 'error'), truncated(item.error, 600, 'tool-error error')] : null);
+    }
     case 'error':
       return h('div', { ...attrs, class: `${attrs.class} error-box` },
         h('strong', {}, `Error (${item.error.type})`), ' ', h('span', { class: 'error-message' }, item.error.message),

@@ -113,6 +113,9 @@ export class Sidebar {
       this.projects = projects;
       this.loaded = true;
       this.offline.hidden = true;
+      // Threads archived or deleted elsewhere leave the list (CHG-08).
+      const listed = new Set(threads.map((t) => t.id));
+      for (const id of [...this.threads.keys()]) if (!listed.has(id) && id !== this.created) this.threads.delete(id);
       for (const t of threads) {
         const old = this.threads.get(t.id);
         if (!old || old.updated_at <= t.updated_at) this.threads.set(t.id, t);
@@ -150,7 +153,11 @@ export class Sidebar {
   apply(ev) {
     const p = ev.payload;
     if (ev.type === 'thread.created' || ev.type === 'thread.updated') {
-      this.threads.set(p.id, p);
+      // An archived thread is hidden from the list (CHG-08).
+      if (p.archived_at) this.threads.delete(p.id);
+      else this.threads.set(p.id, p);
+    } else if (ev.type === 'thread.deleted') {
+      this.threads.delete(p.thread_id);
     } else if (ev.type === 'thread.status') {
       const t = this.threads.get(p.thread_id);
       if (t) t.agent_status = p.status;

@@ -76,19 +76,71 @@ export class ThreadView {
     this.error = h('p', { class: 'error', id: 'thread-error', hidden: true });
     this.input = h('textarea', { id: 'composer-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter to send)' });
     this.sendButton = h('button', { type: 'submit', id: 'send' }, 'Send');
-    const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input, h('div', { class: 'composer-buttons' }, this.interruptButton, this.sendButton));
+    // The model picker (TURN-10): empty sends no `model` (the thread's); a name
+    // applies to each message sent while it is set, recorded on its run. The
+    // list suggests the configured instances' models; any name can be typed.
+    this.models = h('datalist', { id: 'composer-models' });
+    this.modelInput = h('input', { id: 'composer-model', list: 'composer-models', autocomplete: 'off', placeholder: 'model (default)', title: 'model of the next run; empty: the thread\'s model' });
+    const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input,
+      h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.sendButton));
     composer.addEventListener('submit', (e) => { e.preventDefault(); this.send(); });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
     });
     this.el = h('section', { class: 'view thread-view', dataset: { thread: id } },
       h('header', { class: 'thread-head' }, this.title,
+        this.actions(),
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
       this.statusLine, this.scroller, this.error, composer);
     this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
     this.load();
+  }
+
+  /** Rename, archive / unarchive, fork and delete buttons (CHG-08, CHG-09). */
+  actions() {
+    const path = `/threads/${encodeURIComponent(this.id)}`;
+    const act = (id, label, fn, cls = '') => h('button', {
+      type: 'button', id, class: `thread-action ${cls}`,
+      on: {
+        click: async () => {
+          try {
+            await fn();
+            this.showError(null);
+          } catch (e) {
+            this.showError(e.message);
+          }
+        },
+      },
+    }, label);
+    this.archiveButton = act('thread-archive', 'Archive', async () => {
+      const archived = !(this.thread && this.thread.archived_at);
+      this.thread = await api(path, { method: 'PATCH', body: { archived } });
+      this.drawStatus();
+    });
+    return h('span', { class: 'thread-actions' },
+      act('thread-rename', 'Rename', async () => {
+        const title = window.prompt('New title (at most 200 characters)', this.thread ? this.thread.title : '');
+        if (title === null || !title.trim()) return;
+        this.thread = await api(path, { method: 'PATCH', body: { title } });
+        this.drawStatus();
+      }),
+      this.archiveButton,
+      act('thread-fork', 'Fork', async () => {
+        const t = await api(`${path}/fork`, { method: 'POST', body: {} });
+        location.hash = `#/thread/${encodeURIComponent(t.id)}`;
+      }),
+      act('thread-delete', 'Delete', async () => {
+        if (!window.confirm('Delete this thread? It disappears from every list; `knife db purge` removes its events for good.')) return;
+        try {
+          await api(path, { method: 'DELETE' });
+        } catch (e) {
+          if (e.code !== 'run_in_progress' || !window.confirm(`${e.message}\n\nStop the run and delete the thread?`)) throw e;
+          await api(`${path}?force=true`, { method: 'DELETE' });
+        }
+        location.hash = '#/';
+      }, 'danger'));
   }
 
   async load() {
@@ -132,11 +184,16 @@ export class ThreadView {
         this.requests.set(p.id, p);
         for (const item of this.items.values()) {
           if (item.type === 'approval' && item.request_id === p.id) this.upsert(item, true);
+          // The guarded tool item folds its arguments once the diff is known (CHG-05).
+          if (item.type === 'tool_call' && p.tool_approval && item.call_id === p.tool_approval.call_id) this.upsert(item, true);
         }
         break;
       case 'thread.created':
       case 'thread.updated':
         this.thread = p;
+        break;
+      case 'thread.deleted':
+        this.showError('This thread was deleted.');
         break;
       case 'thread.status':
         if (this.thread) this.thread.agent_status = p.status;
@@ -233,7 +290,7 @@ export class ThreadView {
     this.frame = null;
     if (!this.dirty.size) return;
     const stick = this.nearBottom();
-    const ctx = { requests: this.requests, answer: (r, d, m) => this.answer(r, d, m) };
+    const ctx = { requests: this.requests, runs: this.runs, answer: (r, d, m) => this.answer(r, d, m) };
     for (const id of this.dirty) {
       if (!this.items.has(id)) continue;
       const item = this.shown(this.items.get(id));
@@ -276,6 +333,7 @@ export class ThreadView {
     const t = this.thread;
     if (!t) return;
     this.title.textContent = t.title || t.id;
+    if (this.archiveButton) this.archiveButton.textContent = t.archived_at ? 'Unarchive' : 'Archive';
     const pending = [...this.requests.values()].filter((r) => r.status === 'pending').length;
     const s = threadStatus(t, pending);
     const parts = [h('span', { class: `status status-${s.key}`, id: 'thread-status-label', title: s.title || '' }, s.label)];
@@ -288,6 +346,7 @@ export class ThreadView {
     }
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
+    this.fillModels();
     replace(this.statusLine, parts);
     const hide = !t.active_run_id;
     // A hidden button cannot keep the focus: hand it to the composer, not to <body>.
@@ -295,14 +354,26 @@ export class ThreadView {
     this.interruptButton.hidden = hide;
   }
 
+  /** The picker's suggestions: the thread's model and every configured instance's. */
+  fillModels() {
+    const t = this.thread;
+    const known = [t && t.model, ...((this.sidebar && this.sidebar.providers) || []).map((p) => p.model)];
+    const names = [...new Set(known.filter(Boolean))];
+    if (names.join('\n') === this.models.dataset.names) return;
+    this.models.dataset.names = names.join('\n');
+    replace(this.models, names.map((m) => h('option', { value: m })));
+  }
+
   async send() {
     const text = this.input.value;
+    const model = this.modelInput.value.trim();
     // One message per press: Ctrl+Enter again while the first is on its way is ignored.
     if (!text.trim() || this.sending) return;
     this.sending = true;
     this.sendButton.disabled = true;
     try {
-      await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body: { text } });
+      const body = model ? { text, model } : { text };
+      await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body });
       this.input.value = '';
       this.showError(null);
     } catch (e) {

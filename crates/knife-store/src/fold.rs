@@ -324,7 +324,10 @@ pub(crate) fn apply_event(
             ])?;
             Ok(())
         }
-        EventBody::ThreadErrorRaised { .. } | EventBody::McpToolCalled(_) => Ok(()),
+        EventBody::ThreadErrorRaised { .. }
+        | EventBody::McpToolCalled(_)
+        | EventBody::CheckpointRecorded(_)
+        | EventBody::RevertUpdated(_) => Ok(()),
     }
 }
 

@@ -78,36 +78,21 @@ impl Peer {
 
     /// The env var that overrides the binary path (`KNIFE_PEER_CLAUDE_AGENT_ACP_BIN`, ...).
     pub fn bin_env(self) -> String {
-        format!(
-            "KNIFE_PEER_{}_BIN",
-            self.name().to_ascii_uppercase().replace('-', "_")
-        )
+        knife_prereqs::peer_bin_env(self.name())
     }
 
     /// The installed binary: the [`Peer::bin_env`] variable when set (it must
     /// name an existing file), else the install script's location; `None`
-    /// when the peer is not installed.
+    /// when the peer is not installed (found by [`knife_prereqs::peer_bin`]).
     pub fn bin(self) -> Option<PathBuf> {
-        if let Some(path) = std::env::var_os(self.bin_env()) {
-            let path = PathBuf::from(path);
-            return path.is_file().then_some(path);
-        }
-        let path = peers_dir()
-            .join(self.name())
-            .join("node_modules/.bin")
-            .join(self.program());
-        path.is_file().then_some(path)
+        knife_prereqs::peer_bin(self.name()).ok()
     }
 }
 
 /// Where `scripts/install-peers.sh` installs: `KNIFE_PEERS_DIR`, else
 /// `$HOME/.cache/knife-peers` (`/root/.cache/knife-peers` without `HOME`).
 pub fn peers_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KNIFE_PEERS_DIR") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
-    home.join(".cache/knife-peers")
+    knife_prereqs::peers_dir()
 }
 
 /// A peer that could not be run, or a schema check that failed.

@@ -671,3 +671,40 @@ async fn a_silent_program_fails_the_open_after_the_initialize_time_box() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn chg_09_an_acp_thread_refuses_to_fork_with_a_clear_message() {
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let run = h.run(&exec, &thread, "hello").await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let before = h.projection(&thread).await;
+    let err = exec
+        .fork_thread(
+            &thread,
+            ForkThreadRequest {
+                after_run: Some(1),
+                title: None,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::ForkUnsupported { driver, .. } if driver == "acp"),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("Agent Client Protocol"), "{text}");
+    assert!(
+        text.contains("start a new thread"),
+        "the message says what to do: {text}"
+    );
+    // Nothing was written: no new thread, the source as it was.
+    assert_eq!(h.store.list_threads(None).await.unwrap().len(), 1);
+    let after = h.projection(&thread).await;
+    assert_eq!(
+        (after.runs, after.turn_items),
+        (before.runs, before.turn_items)
+    );
+}

@@ -343,6 +343,54 @@ async fn codex_an_interrupt_while_an_approval_waits_cancels_the_request() {
     assert!(late.is_err());
 }
 
+/// Stop while codex waits on an approval: knife answers the approval `cancel` before it
+/// sends `turn/interrupt` (as the ACP driver answers `cancelled` before
+/// `session/cancel`), so codex is not left waiting on a request nobody will answer.
+#[tokio::test]
+async fn codex_stop_while_an_approval_waits_answers_it_cancel_before_turn_interrupt() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(
+            &h.thread.id,
+            script(r#"[{"approve_command":"make deploy"},{"wait_interrupt":true}]"#),
+        )
+        .await
+        .unwrap();
+    let request = pending_request(&h).await;
+    h.exec
+        .interrupt(&h.thread.id, InterruptReason::User)
+        .await
+        .unwrap();
+    let run = h.finish(&run.id).await;
+    assert_eq!(run.status, RunStatus::Interrupted);
+    let sent = h.sent();
+    let answer = sent
+        .iter()
+        .position(|m| m.get("method").is_none() && m["result"].get("decision").is_some())
+        .expect("knife never answered codex's approval request");
+    assert_eq!(
+        sent[answer]["result"]["decision"], "cancel",
+        "{}",
+        sent[answer]
+    );
+    let interrupt = sent
+        .iter()
+        .position(|m| m["method"] == "turn/interrupt")
+        .expect("knife sent no turn/interrupt");
+    assert!(
+        answer < interrupt,
+        "the approval was answered after turn/interrupt: {sent:?}"
+    );
+    let p = h.projection().await;
+    let settled = p
+        .runtime_requests
+        .iter()
+        .find(|r| r.id == request.id)
+        .unwrap();
+    assert_eq!(settled.status, RuntimeRequestStatus::Cancelled);
+}
+
 #[tokio::test]
 async fn codex_mgr_12_detach_unloads_the_native_thread_and_keeps_the_runtime() {
     let h = harness(Duration::from_secs(60)).await;
@@ -407,6 +455,7 @@ async fn codex_mgr_10_threads_of_two_projects_share_one_process_with_their_own_c
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance(),
         std::slice::from_ref(&instance()),
@@ -533,4 +582,69 @@ async fn chg_05_codex_file_change_approvals_carry_codex_diff() {
     );
     h.answer(&request.id, ApprovalDecision::Deny).await.unwrap();
     h.finish(&run.id).await;
+}
+
+#[tokio::test]
+async fn chg_09_codex_forks_natively_with_thread_fork_after_the_run() {
+    let h = harness(Duration::from_secs(60)).await;
+    let first = h.run(script(r#"[{"text": "one"}]"#)).await;
+    h.run(script(r#"[{"text": "two"}]"#)).await;
+    let source = h.projection().await;
+    let native_turn = source
+        .provider_turns
+        .iter()
+        .find(|t| t.run_id == first.id)
+        .and_then(|t| t.native_turn_id.clone())
+        .expect("codex's turn id is recorded on the provider turn");
+    let source_native = source.provider_threads[0].native_id.clone().unwrap();
+
+    let fork = h
+        .exec
+        .fork_thread(
+            &h.thread.id,
+            ForkThreadRequest {
+                after_run: Some(1),
+                title: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(fork.run_count, 1);
+    let forks = h.sent_methods("thread/fork");
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    assert_eq!(forks[0]["params"]["threadId"], source_native.as_str());
+    assert_eq!(forks[0]["params"]["lastTurnId"], native_turn.as_str());
+    let forked = h.store.thread_projection(&fork.id).await.unwrap().unwrap();
+    let fork_native = forked.provider_threads[0].native_id.clone().unwrap();
+    assert_ne!(fork_native, source_native);
+    assert_eq!(forked.runs.len(), 1);
+    // The source is untouched.
+    let after = h.projection().await;
+    assert_eq!(after.runs, source.runs);
+    assert_eq!(after.turn_items, source.turn_items);
+
+    // The fork's next run continues codex's forked thread.
+    let run = h
+        .exec
+        .start_run(&fork.id, script(r#"[{"text": "three"}]"#))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), h.exec.await_idle(&fork.id))
+        .await
+        .unwrap();
+    assert_eq!(run.ordinal, 2);
+    let resumed: Vec<Value> = h.sent_methods("thread/resume");
+    assert!(
+        resumed
+            .iter()
+            .any(|m| m["params"]["threadId"] == fork_native.as_str()),
+        "{resumed:?}"
+    );
+    let turns = h.sent_methods("turn/start");
+    assert_eq!(
+        turns.last().unwrap()["params"]["threadId"],
+        fork_native.as_str()
+    );
+    let run = h.store.get_run(&run.id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
 }

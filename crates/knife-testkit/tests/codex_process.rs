@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use codex_support::*;
 use knife_adapters::codex::{CodexAdapter, CodexConfig};
-use knife_adapters::process::group_alive;
+use knife_process::group_alive;
 use knife_protocol::*;
 use knife_runtime::process_groups::ProcessGroups;
 use knife_runtime::*;

@@ -44,6 +44,8 @@ pub struct App {
     pub reaper: Reaper,
     /// Connection cap and header timeout of the server loop (SEC-04).
     pub limits: knife_server::ServerLimits,
+    /// The sandbox of model-run commands (SEC-01), for `/healthz/detail`.
+    pub sandbox: Arc<knife_process::sandbox::SandboxSettings>,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -92,6 +94,14 @@ fn describe_metrics() {
         "Provider sessions stopped by the reaper for inactivity"
     );
     metrics::describe_counter!(
+        crate::usage_metrics::TOKENS_TOTAL,
+        "Tokens of ended runs by provider instance, model and kind (input, cached_input, output, reasoning)"
+    );
+    metrics::describe_counter!(
+        crate::usage_metrics::COST_TOTAL,
+        "Cost of ended runs in micro-dollars by provider instance and model (priced models only)"
+    );
+    metrics::describe_counter!(
         "knife_resume_budget_exhausted_total",
         "Threads ended with `aborted` because their work was interrupted max_resume_attempts times"
     );
@@ -126,7 +136,7 @@ impl App {
         // Boot order (issue 4): reconcile what died with the previous process, kill
         // the process groups it left running, then (below, once execution exists) the
         // restart sweep resumes claimed work; only then does the server accept requests.
-        let report = knife_runtime::recovery::reconcile_after_restart(&store, clock.as_ref())
+        let report = knife_runtime::boot::recovery::reconcile_after_restart(&store, clock.as_ref())
             .await
             .context("cannot reconcile the state left by the previous process")?;
         if !report.runs_interrupted.is_empty()
@@ -155,11 +165,20 @@ impl App {
         // environment (KNIFE_* always is).
         // Every `bash` process group is recorded, so the next boot kills the ones a
         // crash leaves running (the kill above).
-        let observer = crate::process_registry::RegistryObserver::start(
-            knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone()),
-        );
+        let recorder =
+            knife_runtime::process_groups::ProcessGroups::new(store.clone(), clock.clone());
+        // SEC-01: the sandbox of `bash` (probed once: bubblewrap, else Landlock, else none).
+        let sandbox = Arc::new(crate::sandbox::settings(config, data_dir));
+        match &sandbox.support {
+            knife_process::sandbox::SandboxSupport::Unavailable { .. } => {
+                tracing::warn!("sandbox: {}", sandbox.support.describe())
+            }
+            _ => tracing::info!("sandbox: {}", sandbox.support.describe()),
+        }
         let tool_policy = Arc::new(ToolPolicy {
-            process_observer: Some(Arc::new(observer)),
+            sandbox: Some(Arc::clone(&sandbox)),
+            project_env: crate::sandbox::project_env(config),
+            process_recorder: Some(Arc::new(recorder)),
             secret_env_vars: crate::providers::secret_env_vars(config),
             permissions: PermissionRules::new(config.permissions.clone())
                 .context("invalid [[permissions]] in the config")?,
@@ -269,17 +288,50 @@ impl App {
             )),
             config.sessions.reaper_options(),
         );
-        let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+        let prices = Arc::new(crate::config::prices::price_table(&config.prices));
+        let execution = ExecutionService::new(store.clone(), clock.clone(), manager)
+            .with_run_observer(Arc::new(crate::usage_metrics::UsageMetrics {
+                prices: Arc::clone(&prices),
+                default_models: config
+                    .providers
+                    .iter()
+                    .filter(|(_, p)| !p.model.is_empty())
+                    .map(|(id, p)| (id.clone(), p.model.clone()))
+                    .collect(),
+            }));
+        let execution = crate::checkpoints::attach(execution, config, data_dir).await;
         let options = RestartOptions {
             max_resume_attempts: config
                 .server
                 .max_resume_attempts
                 .unwrap_or(RestartOptions::default().max_resume_attempts),
         };
+        // A revert a crash cut short is finished before any run touches files (CHG-10).
+        let reverts = execution
+            .replay_revert_journal()
+            .await
+            .context("cannot finish the reverts the previous process left unfinished")?;
+        if reverts > 0 {
+            tracing::info!(
+                reverts,
+                "finished reverts the previous process left unfinished"
+            );
+        }
         let sweep = RestartService::new(execution.clone(), options)
             .resume_suspended_threads()
             .await
             .context("cannot resume the work claimed by the previous process")?;
+        // After the sweep started the resumed turns (boot stays fast): the runs the
+        // crash cut short that boot ended get their end checkpoint (CHG-10).
+        execution.checkpoint_after_boot(
+            report
+                .runs_interrupted
+                .iter()
+                .map(|(thread, _)| thread.clone())
+                .chain(sweep.exhausted.iter().cloned())
+                .chain(sweep.children_released.iter().cloned())
+                .collect(),
+        );
         if !sweep.resumed.is_empty() || !sweep.exhausted.is_empty() {
             tracing::info!(
                 resumed = sweep.resumed.len(),
@@ -313,6 +365,7 @@ impl App {
                 access: mcp_access,
                 debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
             }),
+            prices,
         };
         Ok(App {
             lock,
@@ -321,6 +374,7 @@ impl App {
             state,
             reaper,
             limits: config.server.limits(),
+            sandbox,
         })
     }
 
@@ -343,7 +397,21 @@ impl App {
                 .set_endpoint(knife_runtime::mcp::endpoint_for(listener.local_addr()?));
         }
         self.lock.record_url(url)?;
-        let router = knife_server::router(self.state.clone());
+        // `GET /healthz/detail`: which sandbox commands get (SEC-01), open like /healthz.
+        let detail = serde_json::json!({
+            "status": "ok",
+            "sandbox": {
+                "kind": self.sandbox.support.kind(),
+                "detail": self.sandbox.support.describe(),
+            },
+        });
+        let router = knife_server::router(self.state.clone()).route(
+            "/healthz/detail",
+            axum::routing::get(move || {
+                let detail = detail.clone();
+                async move { axum::Json(detail) }
+            }),
+        );
         let reaper_stop = CancellationToken::new();
         let reaper = self.reaper.clone().start(reaper_stop.clone());
         let execution = self.execution.clone();

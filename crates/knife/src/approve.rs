@@ -162,9 +162,7 @@ pub async fn approve(config_path: Option<&Path>, args: ApproveArgs) -> anyhow::R
     let resolved =
         answer_request(&client, &thread, &RuntimeRequestId::from(request), &answer).await?;
     let how = match (resolved.status, resolved.decision) {
-        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => "allowed once",
-        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => "allowed always",
-        (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::Deny)) => "denied",
+        (RuntimeRequestStatus::Resolved, Some(decision)) => decision.described(),
         (RuntimeRequestStatus::Resolved, None) => "resolved",
         (RuntimeRequestStatus::Pending, _) => "pending",
         (RuntimeRequestStatus::Expired, _) => "expired",

@@ -109,6 +109,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
     let args = RunArgs {
         project: Some(project.clone()),
         thread: None,
+        worktree: false,
         model: None,
         provider: None,
         server: None,

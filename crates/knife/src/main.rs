@@ -4,20 +4,25 @@
 mod app;
 mod approve;
 mod bench;
+mod changes;
+mod checkpoints;
 mod client;
 mod config;
 mod demo;
+mod doctor;
 mod lock;
 mod pipe;
-mod process_registry;
 mod providers;
 mod render;
 mod run;
+mod sandbox;
 mod serve;
 mod sessions;
 mod thread_lifecycle;
 mod threads;
 mod token;
+mod usage;
+mod usage_metrics;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +56,15 @@ enum Command {
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// A run's changes: the file list with +/- and the unified diff (coloured on a
+    /// terminal). Default run: the thread's last.
+    Diff(changes::DiffArgs),
+    /// Restore the files touched by a run and every later run to their state before
+    /// it (`--force` over files changed since; `--undo REVERT_ID` undoes a revert).
+    Revert(changes::RevertArgs),
+    /// Tokens and cost of runs per provider instance and model (`--project`,
+    /// `--thread`, `--since`), priced with knife.toml's `[prices]`.
+    Usage(usage::UsageArgs),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages, OpenAI
     /// Responses and Gemini streamGenerateContent from one script), for tests, demos,
     /// benchmarks and external agents (codex, Claude, Gemini CLI, opencode). Script
@@ -58,6 +72,9 @@ enum Command {
     MockLlm(demo::MockLlmArgs),
     /// A self-contained demo: mock model + in-process server + a sample project.
     Demo,
+    /// Check the config, data dir, provider instances, peer programs, git, sandbox and
+    /// database, and say what to fix (exit 1 when something is broken).
+    Doctor(doctor::DoctorArgs),
     /// Database maintenance: `db rebuild` recomputes every projection from the event
     /// log; `db purge` removes deleted threads' events for good.
     #[command(subcommand)]
@@ -112,8 +129,12 @@ fn main() -> ExitCode {
             Command::Approve(args) => approve::approve(config, args).await,
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
+            Command::Usage(args) => usage::usage(config, args).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
+            Command::Diff(args) => changes::diff(config, args).await,
+            Command::Revert(args) => changes::revert(config, args).await,
             Command::Demo => demo::demo().await,
+            Command::Doctor(args) => doctor::doctor(config, args).await,
             Command::Db(cmd) => threads::db(config, cmd).await,
             Command::Bench(cmd) => bench::bench(cmd).await,
             Command::Token(cmd) => token::token(cmd),

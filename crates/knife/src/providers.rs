@@ -148,10 +148,24 @@ pub fn secret_env_vars(config: &crate::config::Config) -> Vec<String> {
 /// [`secret_env_vars`] except the instance's own `api_key_env` (its own key; its
 /// `env` table may set any of the others explicitly).
 pub fn agent_env_remove(config: &crate::config::Config, p: &ProviderConfig) -> Vec<String> {
-    secret_env_vars(config)
+    let mut names: Vec<String> = secret_env_vars(config)
         .into_iter()
         .filter(|name| p.api_key_env.as_ref() != Some(name))
-        .collect()
+        .collect();
+    // SEC-02: of the rest of knife's environment, only what an agent needs passes
+    // (knife_process::sandbox::env::agent_env: locale, PATH, HOME, XDG dirs, proxies,
+    // CA certificates, its own key); GITHUB_TOKEN, AWS_* and the like do not.
+    let own: Vec<String> = p.api_key_env.iter().cloned().collect();
+    let allowed = knife_process::sandbox::env::agent_env(&own, &[]);
+    names.extend(
+        std::env::vars_os()
+            .filter_map(|(name, _)| name.into_string().ok())
+            .filter(|name| !allowed.iter().any(|(a, _)| a == name.as_str()))
+            .filter(|name| !p.env.contains_key(name)),
+    );
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The `acp` adapter config of instance `id`: `command` (required), `args`, `env`;
@@ -266,9 +280,15 @@ mod tests {
         assert_eq!(secret_env_vars(&config), ["A_KEY", "B_KEY", "TOKEN_VAR"]);
         // An agent instance keeps its own key variable.
         let mut own = config.providers["cx"].clone();
-        assert_eq!(agent_env_remove(&config, &own).len(), 3);
+        let removed = agent_env_remove(&config, &own);
+        for name in ["A_KEY", "B_KEY", "TOKEN_VAR"] {
+            assert!(removed.iter().any(|r| r == name), "{name}: {removed:?}");
+        }
+        assert!(!removed.iter().any(|r| r == "PATH"), "PATH passes");
         own.api_key_env = Some("A_KEY".into());
-        assert_eq!(agent_env_remove(&config, &own), ["B_KEY", "TOKEN_VAR"]);
+        let removed = agent_env_remove(&config, &own);
+        assert!(!removed.iter().any(|r| r == "A_KEY"), "its own key passes");
+        assert!(removed.iter().any(|r| r == "B_KEY"));
     }
 
     #[test]

@@ -182,13 +182,13 @@ impl<'p> RunView<'p> {
         }
         let elsewhere = if open { " (answered elsewhere)" } else { "" };
         let outcome = match (request.status, request.decision) {
-            (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowOnce)) => {
-                format!("✓ allowed once{elsewhere}")
+            (
+                RuntimeRequestStatus::Resolved,
+                Some(d @ (ApprovalDecision::AllowOnce | ApprovalDecision::AllowAlways)),
+            ) => format!("✓ {}{elsewhere}", d.described()),
+            (RuntimeRequestStatus::Resolved, _) => {
+                format!("✗ {}{elsewhere}", ApprovalDecision::Deny.described())
             }
-            (RuntimeRequestStatus::Resolved, Some(ApprovalDecision::AllowAlways)) => {
-                format!("✓ allowed always{elsewhere}")
-            }
-            (RuntimeRequestStatus::Resolved, _) => format!("✗ denied{elsewhere}"),
             (RuntimeRequestStatus::Cancelled, _) => {
                 "✗ request cancelled: the run was interrupted".to_owned()
             }

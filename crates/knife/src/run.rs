@@ -20,6 +20,11 @@ pub struct RunArgs {
     /// Project folder (default: the current directory).
     #[arg(long, conflicts_with = "thread")]
     pub project: Option<PathBuf>,
+    /// Run the new thread in its own git worktree on branch `knife/<short id>`
+    /// (SPEC.md CHG-07; the project must be a git repository). Bring the work back
+    /// with `knife threads merge THREAD`.
+    #[arg(long, conflicts_with = "thread")]
+    pub worktree: bool,
     /// Continue this thread instead of starting a new one.
     #[arg(long)]
     pub thread: Option<String>,
@@ -156,6 +161,7 @@ async fn new_thread(client: &ApiClient, args: &RunArgs) -> anyhow::Result<Thread
         provider_instance_id: args.provider.as_deref().map(ProviderInstanceId::from),
         model: args.model.clone(),
         parent_thread_id: None,
+        worktree: args.worktree.then_some(true),
     };
     client.post("/api/threads", &req).await
 }

@@ -88,6 +88,16 @@ pub enum ThreadsCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Merge the work of a thread's worktree (branch `knife/<short id>`) into the
+    /// project's current branch; refused with the conflicting files on conflict
+    /// (nothing changed). Needs the running server.
+    Merge {
+        id: String,
+        #[arg(long, env = "KNIFE_SERVER")]
+        server: Option<String>,
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 /// `knife db …`.
@@ -107,6 +117,13 @@ pub enum DbCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Space used: the event log (database files) and the checkpoint repositories
+    /// (reads file sizes: works next to a running server).
+    Stats {
+        /// Data directory (default $XDG_DATA_HOME/knife).
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<ExitCode> {
@@ -114,6 +131,10 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
     let (data_dir, what) = match &cmd {
         DbCommand::Rebuild { data_dir } => (data_dir, "rebuild"),
         DbCommand::Purge { data_dir } => (data_dir, "purge"),
+        DbCommand::Stats { data_dir } => {
+            crate::changes::db_stats(&config.data_dir(data_dir.as_deref())?).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     let db = config.data_dir(data_dir.as_deref())?.join(DB_FILE);
     if !db.is_file() {
@@ -156,6 +177,8 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 println!("  {thread}");
             }
         }
+        // Answered before the lock above.
+        DbCommand::Stats { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -333,6 +356,27 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                 None => println!("thread {thread} has no run in progress; nothing to interrupt"),
             }
         }
+        ThreadsCommand::Merge {
+            id,
+            server,
+            data_dir,
+        } => {
+            let Some(client) = find_server(&config, server.as_deref(), data_dir.as_deref()).await?
+            else {
+                anyhow::bail!(
+                    "no knife server is running; start it with `knife serve`, then merge"
+                );
+            };
+            let merged: MergeResponse = client
+                .post(&format!("/api/threads/{id}/merge"), &serde_json::json!({}))
+                .await?;
+            match (&merged.into, &merged.commit) {
+                (Some(into), Some(commit)) => {
+                    println!("merged {} into {into} ({commit})", merged.branch)
+                }
+                _ => println!("{} has nothing new to merge", merged.branch),
+            }
+        }
         ThreadsCommand::Show { id, source, json } => {
             let reader = Reader::open(&config, &source).await?;
             let p = reader.thread(&ThreadId::from(id)).await?;
@@ -477,9 +521,7 @@ fn print_item(item: &TurnItem) {
             ..
         } => {
             let answer = match decision {
-                Some(ApprovalDecision::AllowOnce) => "allowed once".to_owned(),
-                Some(ApprovalDecision::AllowAlways) => "allowed always".to_owned(),
-                Some(ApprovalDecision::Deny) => "denied".to_owned(),
+                Some(decision) => decision.described().to_owned(),
                 None => format!("{:?}", item.status).to_lowercase(),
             };
             let note = message

@@ -412,3 +412,32 @@ async fn e2e_a_program_that_is_not_an_agent_fails_the_run_fast() {
         );
     }
 }
+
+/// CHG-02 with an ACP agent: a file the agent writes itself is in the change set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_02_acp_agent_edits_are_in_the_change_set() {
+    let home = tempfile::tempdir().unwrap();
+    let server = Server::start_with_config(&acp_config(home.path())).await;
+    let api = &server.api;
+    let project_dir = server.project_dir();
+    let project = api.create_project(&project_dir).await;
+    let thread = api.create_thread(&project).await;
+    let target = std::fs::canonicalize(&project_dir)
+        .unwrap()
+        .join("made-by-acp.txt");
+    let prompt = json!({"steps": [
+        {"write_file": {"path": target.display().to_string(), "content": "a\nb\nc\n"}},
+        {"text": "done"}
+    ]});
+    let run = api.post_message(&thread, &prompt.to_string()).await;
+    let (_, done) = api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    let changes = done.changes.expect("change set");
+    let f = changes
+        .files
+        .iter()
+        .find(|f| f.path == "made-by-acp.txt")
+        .unwrap();
+    assert_eq!(f.kind, FileChangeKind::Added);
+    assert_eq!(f.added, 3);
+}

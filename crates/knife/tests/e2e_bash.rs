@@ -23,10 +23,13 @@ text = "the next turn works"
 "#;
 
 /// The test config plus a rule allowing every `bash` call: no one answers
-/// approvals in these tests.
+/// approvals in these tests. The project runs unsandboxed (`sandbox = "off"`): these
+/// tests read the command's pids and its parent from the host (a PID namespace would
+/// hide them); the sandbox itself is tested in e2e_sandbox.rs.
 fn bash_allowed(base_url: &str) -> String {
     format!(
-        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n",
+        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n\n\
+         [[projects]]\nroot = \"project\"\nsandbox = \"off\"\n",
         config_toml(base_url)
     )
 }

@@ -222,3 +222,30 @@ async fn a_killed_server_restarts_kills_the_orphaned_app_server_and_resumes_the_
     assert_eq!(now.len(), 1);
     assert_ne!(now[0], orphans[0]);
 }
+
+/// CHG-02 with an external runtime: a file codex writes on its own (no knife tool)
+/// is in the run's change set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_02_codex_edits_made_by_the_app_server_itself_are_in_the_change_set() {
+    let home = tempfile::tempdir().unwrap();
+    let server = Server::start_with_config(&codex_toml(home.path())).await;
+    let api = &server.api;
+    let project_dir = server.project_dir();
+    std::fs::write(project_dir.join("lib.rs"), "fn old() {}\n").unwrap();
+    let project = api.create_project(&project_dir).await;
+    let thread = api.create_thread(&project).await;
+    let target = std::fs::canonicalize(&project_dir).unwrap().join("lib.rs");
+    let script = serde_json::json!([
+        {"write_file": {"path": target.display().to_string(), "content": "fn new() {}\nfn more() {}\n"}},
+        {"text": "patched"}
+    ]);
+    let run = api
+        .post_message(&thread, &format!("FAKE_CODEX: {script}"))
+        .await;
+    let (_, done) = api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    let changes = done.changes.expect("change set");
+    let lib = changes.files.iter().find(|f| f.path == "lib.rs").unwrap();
+    assert_eq!(lib.kind, FileChangeKind::Modified);
+    assert_eq!((lib.added, lib.removed), (2, 1));
+}

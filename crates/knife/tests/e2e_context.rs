@@ -222,3 +222,146 @@ text = "Done."
     assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{body}");
     assert!(body.to_string().contains("leave `model` out"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_06_usage_totals_per_project_thread_and_model_are_priced_in_microdollars() {
+    let mock = mock(
+        r#"
+repeat_last = true
+[[response]]
+text = "Counted."
+usage = { prompt_tokens = 1000, completion_tokens = 500 }
+"#,
+    )
+    .await;
+    // 1 and 2 USD per million tokens: each run costs 1000 + 1000 micro-dollars.
+    let config = format!(
+        "{}\n[prices.\"gpt-4o-mini\"]\ninput = 1\noutput = 2\n",
+        config_toml(&mock.base_url())
+    );
+    let server = Server::start_with_config(&config).await;
+    let (first, _) = run_once(&server, "one").await;
+    let run = server.api.post_message(&first, "two").await;
+    server.api.follow_run(&first, &run, 0).await;
+    // A third run on a model without a price: its tokens count, its cost is unknown.
+    let (status, body) = server
+        .api
+        .post(
+            &format!("/api/threads/{first}/messages"),
+            &serde_json::json!({"text": "three", "model": "unpriced-model"}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    server.api.follow_run(&first, &run, 0).await;
+
+    let (status, report) = server.api.get("/api/usage").await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{report}");
+    let report: UsageReport = serde_json::from_value(report).unwrap();
+    assert_eq!(report.total.runs, 3);
+    assert_eq!(report.total.input_tokens, 3000);
+    assert_eq!(report.total.output_tokens, 1500);
+    assert_eq!(report.total.cost_microdollars, 4000);
+    assert_eq!(report.total.unpriced_runs, 1);
+    let models: Vec<(Option<&str>, u64, u64)> = report
+        .by_model
+        .iter()
+        .map(|m| {
+            (
+                m.model.as_deref(),
+                m.totals.runs,
+                m.totals.cost_microdollars,
+            )
+        })
+        .collect();
+    assert_eq!(
+        models,
+        [
+            (Some("gpt-4o-mini"), 2, 4000),
+            (Some("unpriced-model"), 1, 0)
+        ]
+    );
+
+    // Per thread, per project, since.
+    let projection = server.api.projection(&first).await;
+    let project = projection.thread.project_id.to_string();
+    for path in [
+        format!("/api/usage?thread_id={first}"),
+        format!("/api/usage?project_id={project}"),
+        "/api/usage?since=2000-01-01".to_owned(),
+    ] {
+        let (_, r) = server.api.get(&path).await;
+        assert_eq!(r["total"]["runs"], 3, "{path}: {r}");
+    }
+    let (_, r) = server.api.get("/api/usage?since=2999-01-01").await;
+    assert_eq!(r["total"]["runs"], 0, "{r}");
+    let (status, r) = server.api.get("/api/usage?since=yesterday").await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{r}");
+    assert!(r.to_string().contains("YYYY-MM-DD"), "{r}");
+
+    // `knife usage --project FOLDER`.
+    let url = server.proc.url();
+    let folder = server.project_dir().display().to_string();
+    let out = run_cli(
+        server.path(),
+        &["usage", "--server", &url, "--project", &folder],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("gpt-4o-mini") && out.stdout.contains("$0.004000"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("without a price"), "{}", out.stdout);
+
+    // Prometheus counters per instance and model, in integer units.
+    let metrics = server
+        .api
+        .http
+        .get(format!("{}/metrics", server.api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str, labels: &[&str]| -> Option<u64> {
+        metrics.lines().find_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            (series.starts_with(&format!("{name}{{")) && labels.iter().all(|p| series.contains(p)))
+                .then(|| value.parse().unwrap())
+        })
+    };
+    let priced = [r#"instance="mock""#, r#"model="gpt-4o-mini""#];
+    assert_eq!(
+        value(
+            "knife_tokens_total",
+            &[priced[0], priced[1], r#"kind="input""#]
+        ),
+        Some(2000),
+        "{metrics}"
+    );
+    assert_eq!(
+        value(
+            "knife_tokens_total",
+            &[priced[0], priced[1], r#"kind="output""#]
+        ),
+        Some(1000)
+    );
+    assert_eq!(
+        value(
+            "knife_tokens_total",
+            &[r#"model="unpriced-model""#, r#"kind="input""#]
+        ),
+        Some(1000)
+    );
+    assert_eq!(value("knife_cost_microdollars_total", &priced), Some(4000));
+    assert_eq!(
+        value(
+            "knife_cost_microdollars_total",
+            &[r#"model="unpriced-model""#]
+        ),
+        None
+    );
+}

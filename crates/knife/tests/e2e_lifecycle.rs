@@ -113,3 +113,119 @@ async fn chg_08_cli_renames_archives_deletes_and_db_purge_removes_the_events() {
     assert!(show.status.success(), "{}", show.stderr);
     assert!(show.stdout.contains("Kept thread"), "{}", show.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_09_cli_fork_after_a_run_replays_that_history_to_the_model() {
+    let mock = MockLlm::script(
+        "[[response]]\ntext = \"First answer.\"\n\n[[response]]\ntext = \"Second answer.\"\n\n\
+         [[response]]\ntext = \"Third answer.\"\n",
+        &[],
+    )
+    .await;
+    let server = Server::start(&mock.base_url()).await;
+    let url = server.proc.url();
+    let cwd = server.path().to_owned();
+    let project = server.project_dir().display().to_string();
+    let out = run_cli(
+        &cwd,
+        &[
+            "run",
+            "--server",
+            &url,
+            "--project",
+            &project,
+            "alpha question",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    let (_, threads) = server.api.get("/api/threads").await;
+    let threads: Vec<Thread> = serde_json::from_value(threads).unwrap();
+    let source = threads[0].id.to_string();
+    let out = run_cli(
+        &cwd,
+        &[
+            "run",
+            "--server",
+            &url,
+            "--thread",
+            &source,
+            "beta question",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let fork = run_cli(
+        &cwd,
+        &["threads", "fork", &source, "--after", "1", "--server", &url],
+    )
+    .await;
+    assert!(fork.status.success(), "{}", fork.stderr);
+    let forked = fork.stdout.trim().to_owned();
+    assert!(
+        forked.starts_with("thread_") && forked != source,
+        "{}",
+        fork.stdout
+    );
+    let out = run_cli(
+        &cwd,
+        &[
+            "run",
+            "--server",
+            &url,
+            "--thread",
+            &forked,
+            "gamma question",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim_end(), "Third answer.");
+
+    // The model saw run 1 of the source, not run 2.
+    let requests: serde_json::Value = reqwest::get(format!("{}/_mock/requests", mock.proc.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let last = requests
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|r| {
+            r["body_text"]
+                .as_str()
+                .is_some_and(|b| b.contains("gamma question"))
+        })
+        .expect("the fork's model request");
+    let body = last["body_text"].as_str().unwrap();
+    assert!(
+        body.contains("alpha question") && body.contains("First answer."),
+        "{body}"
+    );
+    assert!(
+        !body.contains("beta question") && !body.contains("Second answer."),
+        "{body}"
+    );
+
+    // The source is untouched; the fork says where it came from.
+    let source_p = server.api.projection(&source).await;
+    assert_eq!(source_p.runs.len(), 2);
+    let fork_p = server.api.projection(&forked).await;
+    assert_eq!(
+        fork_p.thread.forked_from.as_ref().map(|f| f.after_run),
+        Some(1)
+    );
+    assert_eq!(fork_p.runs.len(), 2, "the copied run and the fork's own");
+    let (status, body) = server
+        .api
+        .post(
+            &format!("/api/threads/{source}/fork"),
+            &serde_json::json!({"after_run": 9}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{body}");
+}

@@ -2,9 +2,9 @@
 // official Python SDK (`mcp`, installed pinned by .ci/run). SPEC.md MCP-02, MCP-03,
 // MCP-07, MCP-12 end to end.
 //
-// The client runs under `$KNIFE_TEST_PYTHON` (default `python3`). When that
-// interpreter cannot import `mcp`, the test fails, unless `KNIFE_SKIP_PYTHON_MCP=1`
-// says to skip it (then it prints why). CI sets neither skip nor missing SDK.
+// The client runs under the Python `knife_prereqs::python_mcp` finds (`$KNIFE_TEST_PYTHON`,
+// else scripts/test's venv, else `python3`). Gated on `knife_has_python_mcp`: where no
+// Python can import `mcp` the test is ignored (with the reason), never passed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -19,35 +19,12 @@ use knife_protocol::*;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-fn python() -> String {
-    std::env::var("KNIFE_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-/// True when the Python MCP SDK is importable; panics when it is not and no skip
-/// was asked for.
-fn sdk_available() -> bool {
-    let ok = std::process::Command::new(python())
-        .args(["-c", "import mcp"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return true;
-    }
-    if std::env::var("KNIFE_SKIP_PYTHON_MCP").is_ok_and(|v| v == "1") {
-        eprintln!(
-            "SKIPPED e2e_mcp: `{} -c 'import mcp'` failed and KNIFE_SKIP_PYTHON_MCP=1",
-            python()
-        );
-        return false;
-    }
-    panic!(
-        "the Python MCP SDK is missing: `{} -c 'import mcp'` failed. Install it with \
-         `pip install mcp==2.3.0` (or run .ci/run, which installs it into a venv and sets \
-         KNIFE_TEST_PYTHON), or set KNIFE_SKIP_PYTHON_MCP=1 to skip this test",
-        python()
-    );
+/// The Python that can `import mcp`; panics saying how to install it.
+fn python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| knife_prereqs::python_mcp().unwrap_or_else(|missing| panic!("{missing}")))
+        .clone()
 }
 
 /// Runs tests/mcp/client.py; returns its JSON output.
@@ -125,10 +102,11 @@ async fn tool_call_event(api: &Api, base: &str, thread: &str, tool: &str) -> Mcp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_python_mcp),
+    ignore = "needs the Python MCP SDK (mcp==2.3.0): run scripts/test"
+)]
 async fn e2e_mcp_python_sdk_client_against_knife_serve() {
-    if !sdk_available() {
-        return;
-    }
     let mock = MockLlm::script("[[response]]\ntext = \"Done.\"\n", &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let main = folder(dir.path(), "main");

@@ -3,9 +3,11 @@
 // run by the real `knife serve` with the peer as a provider instance, and the
 // mock LLM (in this process) on loopback behind the peer.
 //
-// Opt-in: `scripts/install-peers.sh`, then `KNIFE_PEERS=1 cargo test -p knife
-// --test e2e_peers` (or `KNIFE_PEERS=codex` / a comma list). Without it every
-// test prints how to enable it and passes. `.ci/run` runs the codex part.
+// `scripts/install-peers.sh`, then `cargo test -p knife --test e2e_peers`
+// (`KNIFE_PEERS=1` / `codex` / a comma list requires those peers). Each peer's tests are
+// gated on `knife_peer_<name>` (set when the peer is installed or KNIFE_PEERS selects it,
+// see knife-prereqs): otherwise they are ignored, never passed; selected but missing,
+// they fail. `scripts/test` installs codex, so its part runs there.
 //
 // Steps, one test each per peer (see `peer_suite!`): a turn with streamed text;
 // a command needing approval answered through knife's HTTP API; an MCP tool call
@@ -28,9 +30,7 @@ async fn streamed_text(spec: &'static PeerSpec) {
         stream_deltas_ms: Some(40),
         ..ScriptResponse::text(answer)
     }]);
-    let Some(rig) = Rig::start(spec, script, "").await else {
-        return;
-    };
+    let rig = Rig::start(spec, script, "").await;
     let thread = rig.thread().await;
     let run = rig.send(&thread, "Say something, slowly.").await;
     let (p, _) = rig.finish(&thread, &run, false).await;
@@ -73,9 +73,7 @@ async fn streamed_text(spec: &'static PeerSpec) {
 async fn cli_run(spec: &'static PeerSpec) {
     let answer = "Answered through knife run: alpha beta gamma";
     let script = Script::new(vec![ScriptResponse::text(answer)]);
-    let Some(mut rig) = Rig::start(spec, script, "").await else {
-        return;
-    };
+    let mut rig = Rig::start(spec, script, "").await;
     let project = rig.server.project_dir();
     let out = common::run_cli(
         &project,
@@ -116,9 +114,7 @@ async fn command_approval(spec: &'static PeerSpec) {
         },
         ScriptResponse::text("The file is there."),
     ]);
-    let Some(rig) = Rig::start(spec, script, "").await else {
-        return;
-    };
+    let rig = Rig::start(spec, script, "").await;
     let thread = rig.thread().await;
     let run = rig.send(&thread, "Create the file.").await;
     let request = rig
@@ -172,9 +168,7 @@ async fn mcp_tool_call(spec: &'static PeerSpec) {
         ScriptResponse::mcp_tool_call(MCP_SERVER, "thread_status", "{}"),
         ScriptResponse::text("knife answered."),
     ]);
-    let Some(rig) = Rig::start(spec, script, "").await else {
-        return;
-    };
+    let rig = Rig::start(spec, script, "").await;
     let other = rig.thread().await; // a second thread: the call must not land there
     let thread = rig.thread().await;
     let run = rig.send(&thread, "Ask knife for your status.").await;
@@ -228,9 +222,7 @@ async fn interrupt(spec: &'static PeerSpec) {
         ScriptResponse::text("After the interrupt."),
         ScriptResponse::text("And once more."),
     ]);
-    let Some(rig) = Rig::start(spec, script, "").await else {
-        return;
-    };
+    let rig = Rig::start(spec, script, "").await;
     let thread = rig.thread().await;
     let run = rig.send(&thread, "Talk for a long time.").await;
     rig.wait_for("streamed text", &thread, |p| {
@@ -298,9 +290,7 @@ async fn interrupt(spec: &'static PeerSpec) {
 /// peer's whole process group is gone.
 async fn idle_release(spec: &'static PeerSpec) {
     let script = Script::new(vec![ScriptResponse::text("Done.")]);
-    let Some(rig) = Rig::start(spec, script, "idle_timeout_secs = 2").await else {
-        return;
-    };
+    let rig = Rig::start(spec, script, "idle_timeout_secs = 2").await;
     let thread = rig.thread().await;
     let run = rig.send(&thread, "Hello.").await;
     let (p, _) = rig.finish(&thread, &run, false).await;
@@ -338,9 +328,7 @@ async fn crash_restart_resume(spec: &'static PeerSpec) {
         },
         ScriptResponse::text("Resumed after restart."),
     ]);
-    let Some(mut rig) = Rig::start(spec, script, "").await else {
-        return;
-    };
+    let mut rig = Rig::start(spec, script, "").await;
     let thread = rig.thread().await;
     let first = rig.send(&thread, "Remember the word pelican.").await;
     let (p, _) = rig.finish(&thread, &first, false).await;
@@ -410,37 +398,49 @@ async fn crash_restart_resume(spec: &'static PeerSpec) {
 
 /// One module of seven tests per peer.
 macro_rules! peer_suite {
-    ($($name:ident => $spec:expr),* $(,)?) => {$(
+    ($($name:ident => $spec:expr, $cfg:meta, $why:literal;)*) => {$(
+        #[cfg_attr(not($cfg), allow(unused_imports))]
         mod $name {
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
             async fn streamed_text() { super::streamed_text(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
             async fn cli_run() { super::cli_run(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
             async fn command_approval() { super::command_approval(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
             async fn mcp_tool_call() { super::mcp_tool_call(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
             async fn interrupt() { super::interrupt(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
             async fn idle_release() { super::idle_release(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
             async fn crash_restart_resume() { super::crash_restart_resume(&$spec).await }
         }
     )*};
 }
 
 peer_suite! {
-    codex => CODEX,
-    claude_agent_acp => CLAUDE,
-    gemini => GEMINI,
-    opencode => OPENCODE,
+    codex => CODEX, knife_peer_codex,
+        "needs the codex peer: run scripts/test (or scripts/install-peers.sh --only codex)";
+    claude_agent_acp => CLAUDE, knife_peer_claude_agent_acp,
+        "needs the claude-agent-acp peer: scripts/install-peers.sh --only claude-agent-acp";
+    gemini => GEMINI, knife_peer_gemini,
+        "needs the gemini peer: scripts/install-peers.sh --only gemini";
+    opencode => OPENCODE, knife_peer_opencode,
+        "needs the opencode peer: scripts/install-peers.sh --only opencode";
 }

@@ -1,5 +1,5 @@
 // The bash tool's process groups are recorded in the store (app.rs wires the tool's
-// ProcessObserver to knife_runtime::process_groups): a server SIGKILLed while a
+// recorder to knife_runtime::process_groups::ProcessGroups): a server SIGKILLed while a
 // command runs leaves the command behind, and the next boot kills it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,7 +36,8 @@ fn alive(pid: u32) -> bool {
 async fn e2e_process_groups_a_killed_servers_bash_command_is_killed_at_the_next_boot() {
     let mock = MockLlm::script(SCRIPT, &[]).await;
     let config = format!(
-        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n",
+        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n\n\
+         [[projects]]\nroot = \"project\"\nsandbox = \"off\"\n",
         config_toml(&mock.base_url())
     );
     let mut server = Server::start_with_config(&config).await;
@@ -103,7 +104,8 @@ text = "done"
 "#;
     let mock = MockLlm::script(QUICK, &[]).await;
     let config = format!(
-        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n",
+        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n\n\
+         [[projects]]\nroot = \"project\"\nsandbox = \"off\"\n",
         config_toml(&mock.base_url())
     );
     let mut server = Server::start_with_config(&config).await;

@@ -7,8 +7,9 @@
 // Needs Node (`node` on PATH or $KNIFE_NODE), playwright-core installed from
 // tests/ui/package-lock.json ($KNIFE_UI_NODE_MODULES, default
 // ~/.cache/knife-ui-node/node_modules) and Chromium ($KNIFE_CHROMIUM, default
-// /usr/bin/chromium). `.ci/run` installs all three. When one is missing the test
-// fails and says how to install it, unless KNIFE_SKIP_UI_TESTS=1 asks to skip.
+// /usr/bin/chromium), found by `knife_prereqs::browser`; `scripts/test` installs all
+// three. Gated on `knife_has_browser`: where one is missing the test is ignored (with the
+// reason); forced to run (`--include-ignored`), it fails naming the missing piece.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -24,64 +25,9 @@ use serde_json::{Value, json};
 const SUITE_TIMEOUT: Duration = Duration::from_secs(150);
 const TOKEN: &str = "ui-test-token-5f2c";
 
-fn node() -> String {
-    std::env::var("KNIFE_NODE").unwrap_or_else(|_| "node".into())
-}
-
-fn node_modules() -> PathBuf {
-    match std::env::var_os("KNIFE_UI_NODE_MODULES") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-            .join(".cache/knife-ui-node/node_modules"),
-    }
-}
-
-fn chromium() -> PathBuf {
-    std::env::var_os("KNIFE_CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
-}
-
-/// True when Node, playwright-core and Chromium are all there; panics naming the
-/// missing piece unless KNIFE_SKIP_UI_TESTS=1.
-fn browser_tools_available() -> bool {
-    let node_ok = std::process::Command::new(node())
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let missing = if !node_ok {
-        Some(format!("Node.js (`{} --version` failed)", node()))
-    } else if !node_modules()
-        .join("playwright-core/package.json")
-        .is_file()
-    {
-        Some(format!(
-            "playwright-core in {} (install it with `npm ci --prefix ~/.cache/knife-ui-node` \
-             after copying crates/knife/tests/ui/package.json and package-lock.json there, or set \
-             KNIFE_UI_NODE_MODULES)",
-            node_modules().display()
-        ))
-    } else if !chromium().is_file() {
-        Some(format!(
-            "Chromium at {} (`apt-get install -y chromium`, or set KNIFE_CHROMIUM)",
-            chromium().display()
-        ))
-    } else {
-        None
-    };
-    let Some(missing) = missing else {
-        return true;
-    };
-    if std::env::var("KNIFE_SKIP_UI_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED e2e_ui: missing {missing} and KNIFE_SKIP_UI_TESTS=1");
-        return false;
-    }
-    panic!(
-        "the browser tests need {missing}. `.ci/run` installs everything; or set \
-         KNIFE_SKIP_UI_TESTS=1 to skip them"
-    );
+/// Node, playwright-core and Chromium; panics naming the missing piece.
+fn browser_tools() -> knife_prereqs::Browser {
+    knife_prereqs::browser().unwrap_or_else(|missing| panic!("{missing}"))
 }
 
 /// One scenario's processes: the mock model and the server using it.
@@ -206,10 +152,12 @@ async fn stop_mid_stream_and_restart(server: &mut Server) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_browser),
+    ignore = "needs Node, playwright-core and Chromium: run scripts/test"
+)]
 async fn e2e_ui_browser_suite_against_knife_serve() {
-    if !browser_tools_available() {
-        return;
-    }
+    let tools = browser_tools();
     let sessions = "\n[sessions]\nidle_timeout_secs = 600\n";
     let scenarios: Vec<(&str, String, &str, Option<&'static str>)> = vec![
         (
@@ -225,6 +173,15 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             "approval",
             "[[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo knife-ui-ok; seq 1 300\" } }]\n\n\
              [[response]]\ntext = \"The command printed knife-ui-ok. Done.\"\n"
+                .into(),
+            "",
+            None,
+        ),
+        (
+            // A `write` asks for approval; its card shows the diff (CHG-05).
+            "diff",
+            "[[response]]\ntool_calls = [{ name = \"write\", arguments = { path = \"notes.md\", content = \"hello <b>knife</b>\\nsecond line\\n\" } }]\n\n\
+             [[response]]\ntext = \"Written.\"\n"
                 .into(),
             "",
             None,
@@ -316,6 +273,13 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             None,
         ),
         (
+            // The composer's model picker (TURN-10).
+            "model",
+            "repeat_last = true\n\n[[response]]\ntext = \"Answered on the picked model.\"\n".into(),
+            "",
+            None,
+        ),
+        (
             "token",
             "[[response]]\ntext = \"Authorised answer.\"\n".into(),
             "",
@@ -353,11 +317,11 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
     std::fs::write(&config_path, config.to_string()).unwrap();
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/run.mjs");
-    let mut cmd = tokio::process::Command::new(node());
+    let mut cmd = tokio::process::Command::new(&tools.node);
     cmd.arg(script)
         .env("KNIFE_UI_CONFIG", &config_path)
-        .env("KNIFE_UI_NODE_MODULES", node_modules())
-        .env("KNIFE_CHROMIUM", chromium())
+        .env("KNIFE_UI_NODE_MODULES", &tools.node_modules)
+        .env("KNIFE_CHROMIUM", &tools.chromium)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

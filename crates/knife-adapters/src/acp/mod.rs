@@ -35,11 +35,16 @@ use std::time::Duration;
 use knife_protocol::*;
 use knife_runtime::process_groups::ProcessGroups;
 use knife_runtime::{
-    AdapterError, OpenSessionInput, OpenSessionOptions, ProviderAdapter, SessionRuntime,
-    SharedClock, SystemClock,
+    AdapterError, ForkSupport, OpenSessionInput, OpenSessionOptions, ProviderAdapter,
+    SessionRuntime, SharedClock, SystemClock,
 };
 
 use crate::process::{EOF_GRACE, ProcessSpec, TERM_GRACE};
+
+/// Why an ACP thread cannot be forked (the 409 of `POST /api/threads/{id}/fork`).
+pub const ACP_FORK_REFUSED: &str = "ACP agents keep their conversation inside the agent and the \
+     Agent Client Protocol has no way to copy it; start a new thread instead, or use a \
+     built-in or codex provider instance for threads you want to fork";
 
 /// Driver name.
 pub const DRIVER: &str = "acp";
@@ -164,6 +169,11 @@ impl ProviderAdapter for AcpAdapter {
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
         self.open_with_options(input, OpenSessionOptions::default())
             .await
+    }
+
+    /// ACP agents keep their own history and the protocol has no way to copy it (CHG-09).
+    fn fork_support(&self) -> ForkSupport {
+        ForkSupport::Unsupported(ACP_FORK_REFUSED.into())
     }
 
     /// Spawns the agent and opens its ACP session (module docs). The process is

@@ -72,6 +72,7 @@ impl Inner {
                         && turn.native_turn.is_none()
                     {
                         turn.native_turn = Some(n.turn.id.clone());
+                        turn.recorder.set_native_turn_id(&n.turn.id);
                         // knife asked to interrupt before codex named the turn, and the
                         // `turn/start` call that would have sent it was dropped (the run
                         // was cancelled while codex accepted the turn): send it now.

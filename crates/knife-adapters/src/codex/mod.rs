@@ -15,8 +15,8 @@
 //!   `native_id` = codex's thread id), which the store keeps, so a later session — also
 //!   after a crash — resumes the same codex thread.
 //! - **turns**: `turn/start {threadId, input:[{type:text}]}`; notifications → adapter
-//!   events (see [`session`]); `turn/interrupt` for interrupts; `thread/unsubscribe` to
-//!   unload a thread.
+//!   events (see [`session`]); `turn/interrupt` for interrupts (approvals still open
+//!   are answered `cancel` first); `thread/unsubscribe` to unload a thread.
 //! - **approvals**: `item/commandExecution/requestApproval`,
 //!   `item/fileChange/requestApproval` and `mcpServer/elicitation/request` (MCP tool call
 //!   approvals) become runtime requests with a `live` capability, answered through
@@ -35,8 +35,8 @@ use knife_protocol::*;
 use knife_runtime::mcp::McpSlots;
 use knife_runtime::process_groups::ProcessGroups;
 use knife_runtime::{
-    AdapterError, OpenSessionInput, OpenSessionOptions, ProviderAdapter, SessionRuntime,
-    SharedClock, SystemClock,
+    AdapterError, ForkSupport, OpenSessionInput, OpenSessionOptions, ProviderAdapter,
+    SessionRuntime, SharedClock, SystemClock,
 };
 
 mod diff;
@@ -185,6 +185,11 @@ impl ProviderAdapter for CodexAdapter {
     async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
         self.open_with_options(input, OpenSessionOptions::default())
             .await
+    }
+
+    /// codex forks its own history (`thread/fork`, CHG-09).
+    fn fork_support(&self) -> ForkSupport {
+        ForkSupport::Native
     }
 
     /// Spawns the app-server, runs the handshake and loads the first thread (module

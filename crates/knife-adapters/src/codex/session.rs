@@ -12,8 +12,8 @@ use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::mcp::McpSessionConfig;
 use knife_runtime::{
-    AdapterError, InterruptReason, OpenSessionInput, OpenSessionOptions, SessionRuntime,
-    StartTurnInput,
+    AdapterError, ForkThreadInput, InterruptReason, OpenSessionInput, OpenSessionOptions,
+    SessionRuntime, StartTurnInput,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -550,6 +550,7 @@ impl SessionRuntime for CodexSession {
                                 && turn.native_turn.is_none() =>
                         {
                             turn.native_turn = Some(resp.turn.id.clone());
+                            turn.recorder.set_native_turn_id(&resp.turn.id);
                             turn.interrupt.is_some()
                         }
                         _ => false,
@@ -583,8 +584,10 @@ impl SessionRuntime for CodexSession {
         }
     }
 
-    /// Sends `turn/interrupt` for the running turn of `thread` (once codex named the
-    /// turn); codex then ends it with `turn/completed` status `interrupted`.
+    /// Answers every approval codex waits on for the running turn of `thread` with
+    /// `cancel` (request, node and item `cancelled`), then sends `turn/interrupt` (once
+    /// codex named the turn); codex then ends it with `turn/completed` status
+    /// `interrupted`. An approval left unanswered would keep codex waiting on it.
     async fn interrupt_turn(
         &self,
         thread: &ThreadId,
@@ -596,12 +599,36 @@ impl SessionRuntime for CodexSession {
         };
         let target = {
             let mut st = lock(&inner.state);
-            let Some(turn) = st.turns.get_mut(&native) else {
-                return Ok(());
+            let target = match st.turns.get_mut(&native) {
+                Some(turn) => {
+                    turn.interrupt
+                        .get_or_insert_with(|| reason.as_str().to_owned());
+                    turn.native_turn.clone()
+                }
+                None => return Ok(()),
             };
-            turn.interrupt
-                .get_or_insert_with(|| reason.as_str().to_owned());
-            turn.native_turn.clone()
+            let mut open: Vec<RuntimeRequestId> = st
+                .requests
+                .iter()
+                .filter(|(_, p)| p.native_thread == native)
+                .map(|(id, _)| id.clone())
+                .collect();
+            open.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+            for id in open {
+                let Some(pending) = st.requests.remove(&id) else {
+                    continue;
+                };
+                if let Err(e) = inner
+                    .rpc
+                    .respond(&pending.rpc_id, cancel_answer(pending.shape))
+                {
+                    tracing::warn!(error = %e, "could not answer codex's approval request before the interrupt");
+                }
+                if let Some(turn) = st.turns.get_mut(&native) {
+                    turn.recorder.approval_cancelled(&id);
+                }
+            }
+            target
         };
         if let Some(native_turn) = target {
             inner.send_interrupt(native, native_turn).await;
@@ -717,6 +744,63 @@ impl SessionRuntime for CodexSession {
         true
     }
 
+    /// `thread/fork` of the source's codex thread through `last_native_turn_id`
+    /// (CHG-09), then `thread/unsubscribe` of the new one: the target's first turn
+    /// resumes it with its own settings (its MCP credential). Returns the target's
+    /// provider thread (`not_loaded`). Errors: [`AdapterError::Closed`] after close;
+    /// [`AdapterError::Runtime`] with codex's answer when it refuses.
+    async fn fork_thread(&self, input: ForkThreadInput) -> Result<ProviderThread, AdapterError> {
+        let inner = &self.inner;
+        if inner.closing.load(Ordering::SeqCst) || inner.sink.is_closed() {
+            return Err(AdapterError::Closed);
+        }
+        let params = wire::ThreadForkParams {
+            thread_id: input.source_native_thread_id.clone(),
+            last_turn_id: input.last_native_turn_id.clone(),
+            cwd: input.cwd.display().to_string(),
+            approval_policy: inner.config.approval_policy.clone(),
+            sandbox: inner.config.sandbox.clone(),
+            model: input.model.clone().or_else(|| inner.model.clone()),
+        };
+        let forked = match inner
+            .rpc
+            .call::<_, wire::ThreadResponse>(method::THREAD_FORK, &params)
+            .await
+        {
+            Ok(resp) => resp.thread.id,
+            Err(e) => {
+                return Err(AdapterError::Runtime(
+                    failure_text(inner.rpc.child(), &e, "forking the codex thread").await,
+                ));
+            }
+        };
+        // Best effort: a loaded fork only costs memory until the idle unload.
+        let unsubscribe = wire::ThreadUnsubscribeParams {
+            thread_id: forked.clone(),
+        };
+        if let Err(e) = inner
+            .rpc
+            .call::<_, Value>(method::THREAD_UNSUBSCRIBE, &unsubscribe)
+            .await
+        {
+            tracing::debug!(error = %e, native = %forked, "could not unsubscribe the forked codex thread");
+        }
+        let now = inner.config.clock.now();
+        Ok(ProviderThread {
+            id: ProviderThreadId::native(DRIVER, &forked),
+            driver: DRIVER.to_owned(),
+            provider_instance_id: inner.config.provider_instance_id.clone(),
+            provider_session_id: Some(inner.provider_session_id.clone()),
+            app_thread_id: Some(input.target_thread_id.clone()),
+            native_id: Some(forked),
+            status: ProviderThreadStatus::NotLoaded,
+            last_run_ordinal: None,
+            pending_background_tasks: Vec::new(),
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
     /// `thread/unsubscribe` of `native_thread_id`; the thread is forgotten by this
     /// session (a later turn or resume loads it again).
     async fn unload_thread(
@@ -748,6 +832,19 @@ impl SessionRuntime for CodexSession {
         result
             .map(|_| ())
             .map_err(|e| AdapterError::Runtime(format!("thread/unsubscribe failed: {e}")))
+    }
+}
+
+/// The answer to an approval whose turn is being interrupted: `cancel` (decline and
+/// end the turn) for command / file-change approvals, `cancel` for an elicitation.
+fn cancel_answer(shape: ApprovalShape) -> Value {
+    match shape {
+        ApprovalShape::Decision => json!(wire::ApprovalResponse { decision: "cancel" }),
+        ApprovalShape::Elicitation => json!(wire::ElicitationResponse {
+            action: "cancel",
+            content: None,
+            meta: None,
+        }),
     }
 }
 

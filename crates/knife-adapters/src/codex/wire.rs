@@ -14,6 +14,7 @@ pub mod method {
     pub const THREAD_START: &str = "thread/start";
     pub const THREAD_RESUME: &str = "thread/resume";
     pub const THREAD_UNSUBSCRIBE: &str = "thread/unsubscribe";
+    pub const THREAD_FORK: &str = "thread/fork";
     pub const TURN_START: &str = "turn/start";
     pub const TURN_INTERRUPT: &str = "turn/interrupt";
 
@@ -39,6 +40,7 @@ pub mod method {
         THREAD_START,
         THREAD_RESUME,
         THREAD_UNSUBSCRIBE,
+        THREAD_FORK,
         TURN_START,
         TURN_INTERRUPT,
     ];
@@ -118,6 +120,18 @@ pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[
     ("v2/TurnStartResponse.json", &["turn"]),
     ("v2/TurnInterruptParams.json", &["threadId", "turnId"]),
     ("v2/ThreadUnsubscribeParams.json", &["threadId"]),
+    (
+        "v2/ThreadForkParams.json",
+        &[
+            "threadId",
+            "lastTurnId",
+            "cwd",
+            "approvalPolicy",
+            "sandbox",
+            "model",
+        ],
+    ),
+    ("v2/ThreadForkResponse.json", &["thread"]),
     ("v2/TurnStartedNotification.json", &["threadId", "turn"]),
     ("v2/TurnCompletedNotification.json", &["threadId", "turn"]),
     (
@@ -223,7 +237,24 @@ pub struct ThreadParams {
     pub exclude_turns: Option<bool>,
 }
 
-/// `thread/start` / `thread/resume` result.
+/// `thread/fork` params (CHG-09): fork `thread_id` through `last_turn_id` (inclusive;
+/// `None` = every turn) into a new codex thread with these settings.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadForkParams {
+    pub thread_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_turn_id: Option<String>,
+    pub cwd: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// `thread/start` / `thread/resume` / `thread/fork` result.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ThreadResponse {
     pub thread: ThreadInfo,

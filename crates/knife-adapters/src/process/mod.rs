@@ -1,9 +1,9 @@
 //! Supervised child processes that speak newline-delimited JSON over stdio.
 //!
-//! [`ChildProcess::spawn`] starts a program in a new session (so a new process group
-//! whose id is the child's pid, and no controlling terminal) through `process-wrap`,
-//! records the group in the store ([`ProcessGroups`]) so the next boot kills it if knife
-//! dies first, and starts four tasks:
+//! [`ChildProcess::spawn`] starts a program as a `knife_process::ProcessGroup` (a new
+//! session, so a new process group whose id is the child's pid, and no controlling
+//! terminal), recorded in the store ([`ProcessGroups`]) so the next boot kills it if
+//! knife dies first, and starts four tasks:
 //!
 //! - **stdout reader**: splits stdout into lines of at most [`ProcessSpec::max_line_bytes`]
 //!   (default [`MAX_LINE_BYTES`], 16 MiB) and hands each non-blank UTF-8 line to the
@@ -21,12 +21,12 @@
 //!   ([`ExitInfo::describe`]).
 //! - **supervisor**: owns the child. It waits for the child to exit on its own, or for
 //!   [`ChildProcess::close`] (or the last handle being dropped), then runs the close
-//!   sequence: stdin EOF → [`ProcessSpec::eof_grace`] (3 s) → SIGTERM to the group →
-//!   [`ProcessSpec::term_grace`] → SIGKILL to the group. Whatever ended the leader, any
-//!   member of the group still alive then gets SIGTERM/SIGKILL too, the leader is reaped,
-//!   the group is forgotten in the store, and the [`ExitInfo`] is published
-//!   ([`ChildProcess::wait_exit`]). If the supervisor itself is dropped (runtime shutdown)
-//!   the group gets SIGKILL.
+//!   sequence: stdin EOF → [`ProcessSpec::eof_grace`] (3 s) for the leader to exit, then
+//!   `ProcessGroup::terminate` with [`ProcessSpec::term_grace`]: SIGTERM to the group →
+//!   grace → SIGKILL. Whatever ended the leader, members of the group still alive get
+//!   the same, the leader is reaped, the group is forgotten in the store, and the
+//!   [`ExitInfo`] is published ([`ChildProcess::wait_exit`]). If the supervisor itself is
+//!   dropped (runtime shutdown) the group gets SIGTERM and then SIGKILL.
 //!
 //! Usage by a driver:
 //!
@@ -40,21 +40,18 @@
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use knife_process::{GroupRecorder, Launch, ProcessGroup, SpawnSpec};
 use knife_protocol::ThreadId;
-/// Whether a process group still has a live member (re-exported from knife-runtime).
-pub use knife_runtime::process_groups::group_alive;
-use knife_runtime::process_groups::{ProcessGroups, signal_group};
+use knife_runtime::process_groups::ProcessGroups;
 use knife_runtime::scope::SessionScope;
 use nix::sys::signal::Signal;
-use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessSession};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
 
 pub(crate) mod lines;
 mod tail;
@@ -73,10 +70,6 @@ pub const STDERR_TAIL_LINES: usize = 8;
 pub const EOF_GRACE: Duration = Duration::from_secs(3);
 /// Default time between SIGTERM and SIGKILL in the close sequence.
 pub const TERM_GRACE: Duration = Duration::from_secs(3);
-/// How long SIGKILLed members get to disappear before the supervisor stops waiting.
-const KILL_WAIT: Duration = Duration::from_secs(2);
-/// How often a dying group is polled.
-const POLL: Duration = Duration::from_millis(20);
 /// Lines buffered between the stdout reader and its consumer.
 const LINE_QUEUE: usize = 1024;
 /// Default bound of the bytes of lines read but not yet taken ([`ProcessSpec::max_queued_bytes`]).
@@ -187,6 +180,9 @@ pub enum ProcessError {
         #[source]
         source: io::Error,
     },
+    /// The sandbox refused to start the program; nothing runs.
+    #[error(transparent)]
+    Sandbox(knife_process::SpawnError),
     /// stdin is closed (the process is closing or gone).
     #[error("the process {0} no longer accepts input (it is closing or has exited)")]
     StdinClosed(String),
@@ -310,7 +306,8 @@ impl ChildProcess {
     /// Starts `spec` as described in the module docs and records its process group in
     /// `groups` (awaited, so a crash right after still finds the row).
     ///
-    /// Errors: [`ProcessError::Spawn`] when the program cannot be started.
+    /// Errors: [`ProcessError::NotFound`] / [`ProcessError::Spawn`] when the program
+    /// cannot be started, [`ProcessError::Sandbox`] when a sandbox refuses it.
     pub async fn spawn(
         spec: ProcessSpec,
         groups: Option<ProcessGroups>,
@@ -340,44 +337,33 @@ impl ChildProcess {
                 }
             }
         };
-        let mut wrap = CommandWrap::with_new(&spec.program, |cmd| {
-            cmd.args(&spec.args)
-                .current_dir(&spec.cwd)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            for (name, _) in std::env::vars_os() {
+        let mut launch = Launch::new(&spec.program, &spec.cwd);
+        launch.args = spec.args.clone();
+        launch.env_remove = std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| {
                 let text = name.to_string_lossy();
-                if spec
-                    .env_remove_prefixes
+                spec.env_remove_prefixes
                     .iter()
                     .any(|p| text.starts_with(p.as_str()))
                     || spec.env_remove.iter().any(|n| *n == text)
-                {
-                    cmd.env_remove(&name);
-                }
-            }
-            for (k, v) in &spec.env {
-                cmd.env(k, v);
-            }
-        });
-        wrap.wrap(ProcessSession);
-        let mut child = wrap.spawn().map_err(spawn_err)?;
-        let pgid = child.id().unwrap_or(0);
-        let stdin = child.stdin().take();
-        let stdout = child.stdout().take();
-        let stderr = child.stderr().take();
+            })
+            .collect();
+        launch.env = spec.env.clone();
+        let mut process = SpawnSpec::new(launch, spec.label.clone()).piped();
+        process.thread = spec.thread.clone();
+        process.recorder = groups.map(|g| Arc::new(g) as Arc<dyn GroupRecorder>);
+        process.drop_grace = spec.term_grace;
+        let mut group = ProcessGroup::spawn(process).await.map_err(|e| match e {
+            knife_process::SpawnError::Spawn { source, .. } => spawn_err(source),
+            other => ProcessError::Sandbox(other),
+        })?;
+        let pgid = group.pgid();
+        let stdin = group.take_stdin();
+        let stdout = group.take_stdout();
+        let stderr = group.take_stderr();
         let label = spec.label.clone();
         tracing::info!(child = %label, pgid, "started an agent process");
-
-        // Armed before anything can fail, so the group never outlives a dropped spawn.
-        let killer = KillOnDrop { pgid, armed: true };
-        if let Some(groups) = &groups
-            && let Ok(raw) = i32::try_from(pgid)
-            && let Err(e) = groups.register(raw, spec.thread.as_ref(), &label).await
-        {
-            tracing::warn!(child = %label, error = %e, "could not record the agent process group; a crash could leave it running");
-        }
 
         let stats = Arc::new(LineStats::default());
         let tail = Arc::new(Mutex::new(StderrTail::default()));
@@ -473,11 +459,8 @@ impl ChildProcess {
             stats,
         });
         let supervisor = Supervisor {
-            child,
-            pgid,
+            group,
             label,
-            killer,
-            groups,
             tail,
             eof_grace: spec.eof_grace,
             term_grace: spec.term_grace,
@@ -575,13 +558,10 @@ fn close_stdin(shared: &Shared) {
     }
 }
 
-/// Owns the child; see the module docs.
+/// Owns the child's process group; see the module docs.
 struct Supervisor {
-    child: Box<dyn ChildWrapper>,
-    pgid: u32,
+    group: ProcessGroup,
     label: String,
-    killer: KillOnDrop,
-    groups: Option<ProcessGroups>,
     tail: Arc<Mutex<StderrTail>>,
     eof_grace: Duration,
     term_grace: Duration,
@@ -595,7 +575,7 @@ impl Supervisor {
         exit_tx: watch::Sender<Option<ExitInfo>>,
     ) {
         let exited = {
-            let wait = self.child.inner_mut().wait();
+            let wait = self.group.wait_leader();
             tokio::pin!(wait);
             tokio::select! {
                 status = &mut wait => Some(status.ok()),
@@ -604,104 +584,51 @@ impl Supervisor {
         };
         let (status, closed_by_knife) = match exited {
             Some(status) => (status, false),
-            None => (self.close_sequence().await, true),
+            None => (self.wait_after_eof().await, true),
         };
         if let Some(shared) = self.stdin.upgrade() {
             close_stdin(&shared);
         }
-        // Members the leader left behind (a crashed agent's tool commands) go too.
-        self.end_group().await;
-        let _ = self.child.try_wait();
-        // The record goes only with the group: members that survived SIGKILL (stuck in
-        // the kernel) stay recorded, so the next boot tries again.
-        if let (Some(groups), Ok(raw)) = (&self.groups, i32::try_from(self.pgid))
-            && !group_alive(self.pgid)
-            && let Err(e) = groups.unregister(raw).await
-        {
-            tracing::warn!(child = %self.label, error = %e, "could not forget the agent process group");
+        if closed_by_knife && status.is_none() {
+            tracing::debug!(child = %self.label, "agent process ignored stdin EOF; sending SIGTERM");
         }
-        self.killer.armed = false;
-        let stderr_tail = self.tail.lock().map(|t| t.lines()).unwrap_or_default();
+        // The leader if it is still running, and members it left behind (a crashed
+        // agent's tool commands): SIGTERM → term_grace → SIGKILL, reaped. The record
+        // goes only with the group: members that survived SIGKILL (stuck in the
+        // kernel) stay recorded, so the next boot tries again.
+        let Supervisor {
+            group,
+            label,
+            tail,
+            term_grace,
+            ..
+        } = self;
+        let end = group.terminate(term_grace).await;
+        if end.killed {
+            tracing::warn!(child = %label, "agent process group ignored SIGTERM; sent SIGKILL");
+        }
+        let stderr_tail = tail.lock().map(|t| t.lines()).unwrap_or_default();
         let info = ExitInfo {
-            status,
+            status: status.or(end.leader),
             closed_by_knife,
             stderr_tail,
         };
         if closed_by_knife {
-            tracing::info!(child = %self.label, status = %info.status_text(), "stopped an agent process");
+            tracing::info!(child = %label, status = %info.status_text(), "stopped an agent process");
         } else {
-            tracing::warn!(child = %self.label, status = %info.status_text(), "an agent process exited");
+            tracing::warn!(child = %label, status = %info.status_text(), "an agent process exited");
         }
         let _ = exit_tx.send(Some(info));
     }
 
-    /// stdin EOF → eof_grace → SIGTERM → term_grace → SIGKILL; returns the leader's status.
-    async fn close_sequence(&mut self) -> Option<ExitStatus> {
+    /// Closes stdin and gives the leader `eof_grace` to exit; its status if it did.
+    async fn wait_after_eof(&mut self) -> Option<ExitStatus> {
         if let Some(shared) = self.stdin.upgrade() {
             close_stdin(&shared);
         }
-        if let Ok(status) =
-            tokio::time::timeout(self.eof_grace, self.child.inner_mut().wait()).await
-        {
-            return status.ok();
-        }
-        tracing::debug!(child = %self.label, "agent process ignored stdin EOF; sending SIGTERM");
-        signal_group(self.pgid, Signal::SIGTERM);
-        signal_group(self.pgid, Signal::SIGCONT);
-        if let Ok(status) =
-            tokio::time::timeout(self.term_grace, self.child.inner_mut().wait()).await
-        {
-            return status.ok();
-        }
-        tracing::warn!(child = %self.label, "agent process ignored SIGTERM; sending SIGKILL");
-        signal_group(self.pgid, Signal::SIGKILL);
-        match tokio::time::timeout(KILL_WAIT, self.child.inner_mut().wait()).await {
+        match tokio::time::timeout(self.eof_grace, self.group.wait_leader()).await {
             Ok(status) => status.ok(),
             Err(_) => None,
         }
-    }
-
-    /// SIGTERM, then SIGKILL, to group members still alive after the leader ended.
-    async fn end_group(&mut self) {
-        let pgid = self.pgid;
-        if !group_alive(pgid) {
-            return;
-        }
-        signal_group(pgid, Signal::SIGTERM);
-        signal_group(pgid, Signal::SIGCONT);
-        if wait_until_gone(pgid, self.term_grace).await {
-            return;
-        }
-        signal_group(pgid, Signal::SIGKILL);
-        if !wait_until_gone(pgid, KILL_WAIT).await {
-            tracing::warn!(child = %self.label, pgid, "agent process group still has members after SIGKILL");
-        }
-    }
-}
-
-/// SIGKILLs the group when dropped armed (the supervisor was dropped mid-way).
-struct KillOnDrop {
-    pgid: u32,
-    armed: bool,
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            signal_group(self.pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-async fn wait_until_gone(pgid: u32, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if !group_alive(pgid) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(POLL).await;
     }
 }

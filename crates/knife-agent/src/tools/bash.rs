@@ -14,10 +14,10 @@
 //!   shell exits: nothing a call starts outlives it.
 //! - Abort: when the turn is cancelled (or the call's future dropped) the whole
 //!   group gets SIGTERM, [`KILL_GRACE`] later SIGKILL, and is reaped.
-//! - Every group is reported to [`ToolPolicy::process_observer`].
+//! - Every group is recorded through [`ToolPolicy::process_recorder`].
 //!
 //! [`ToolPolicy::secret_env_vars`]: super::ToolPolicy::secret_env_vars
-//! [`ToolPolicy::process_observer`]: super::ToolPolicy::process_observer
+//! [`ToolPolicy::process_recorder`]: super::ToolPolicy::process_recorder
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -131,10 +131,10 @@ enum End {
 /// Runs `command` to its end (or timeout / abort); see the module docs.
 async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> Result<String, ToolError> {
     let Spawned {
-        mut guard,
+        mut group,
         output: mut pipe,
-    } = spawn_shell(command, ctx)?;
-    let pgid = guard.pgid();
+    } = spawn_shell(command, ctx).await?;
+    let pgid = group.pgid();
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     let mut out = CappedOutput::default();
     let (end, leftovers) = {
@@ -146,18 +146,18 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> Result<String
                 biased;
                 () = ctx.cancelled() => break End::Aborted,
                 () = tokio::time::sleep_until(deadline) => break End::TimedOut,
-                status = guard.wait_leader() => break End::Exited(status.ok()),
+                status = group.wait_leader() => break End::Exited(status.ok()),
                 _ = &mut reading, if !eof => eof = true,
             }
         };
         // Stop whatever is left of the group while still reading, so members
         // blocked on a full pipe can die and the tail of the output is kept.
-        let (leftovers, _) = tokio::join!(guard.finish(), async {
+        let (ended, _) = tokio::join!(group.terminate(KILL_GRACE), async {
             if !eof {
                 let _ = tokio::time::timeout(DRAIN_LIMIT, &mut reading).await;
             }
         });
-        (end, leftovers)
+        (end, ended.had_members)
     };
     tracing::debug!(pgid, "command finished");
     let mut text = out.render();
@@ -179,6 +179,10 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> Result<String
                 text.push_str("(background processes it left running were stopped)\n");
             }
             text.push_str(&describe_status(status));
+            if let Some(note) = super::process::sandbox_note(ctx) {
+                text.push('\n');
+                text.push_str(&note);
+            }
             Ok(text)
         }
     }

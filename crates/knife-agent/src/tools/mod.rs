@@ -41,14 +41,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::permissions::{ApprovalDecision, ApprovalRequest, DecisionSource, PermissionAction};
+use crate::permissions::{ApprovalRequest, ApprovalVerdict, DecisionSource, PermissionAction};
 
 pub use bash::BashTool;
 pub use edit::EditTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListTool;
-pub use policy::{KNIFE_ENV_PREFIX, ProcessGroupRecord, ProcessObserver, ToolPolicy};
+pub use policy::{KNIFE_ENV_PREFIX, ToolPolicy};
 pub use read::ReadTool;
 pub use write::WriteTool;
 
@@ -507,10 +507,8 @@ impl ToolSet {
                     });
                 };
                 match gate.request(request).await {
-                    ApprovalDecision::Allow => Ok(()),
-                    ApprovalDecision::Deny { message } => {
-                        Err(ToolError::Rejected { tool, message })
-                    }
+                    ApprovalVerdict::Allow => Ok(()),
+                    ApprovalVerdict::Deny { message } => Err(ToolError::Rejected { tool, message }),
                 }
             }
         }

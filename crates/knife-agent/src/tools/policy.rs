@@ -1,106 +1,17 @@
-//! [`ToolPolicy`]: what a session's tool calls are allowed and how their
-//! processes are observed; [`ProcessObserver`]: the hook that records process groups.
+//! [`ToolPolicy`]: what a session's tool calls are allowed and where their
+//! process groups are recorded.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use knife_process::GroupRecorder;
+use knife_process::sandbox::SandboxSettings;
 
 use crate::permissions::{ApprovalGate, PermissionRules};
 
 /// Prefix of knife's own environment variables; every variable starting with it
 /// is removed from the environment of `bash` commands.
 pub const KNIFE_ENV_PREFIX: &str = "KNIFE_";
-
-/// Told about every process group a tool spawns, so the durable-execution layer
-/// can record it and a restarted server can kill groups a crash left behind
-/// (after [`ProcessGroupRecord::is_still_ours`] says the number was not reused).
-///
-/// Both calls are synchronous and made from the tool's task (or, for a call
-/// dropped mid-run, from the task that kills its group): an implementation must
-/// not block; send to a channel or spawn if it needs to write somewhere.
-pub trait ProcessObserver: Send + Sync + 'static {
-    /// A process group was started (its leader, the shell, is running).
-    fn spawned(&self, group: &ProcessGroupRecord);
-    /// The group is gone: every member was killed or exited, and the leader was
-    /// reaped. Not called if the server dies first: a recorded `spawned` without
-    /// `exited` is then the next boot's cue to kill the group.
-    fn exited(&self, group: &ProcessGroupRecord);
-}
-
-/// A process group started by a tool, with what tells it apart from a later
-/// group that got the same number (pids are reused). Serializable, to be stored.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ProcessGroupRecord {
-    /// The group's id = its leader's pid (also its session id).
-    pub pgid: u32,
-    /// The leader's start time in clock ticks since boot (`/proc/<pid>/stat`
-    /// field 22). Linux only.
-    pub leader_start_ticks: Option<u64>,
-    /// The kernel's boot id when the group started
-    /// (`/proc/sys/kernel/random/boot_id`). Linux only.
-    pub boot_id: Option<String>,
-    /// The thread whose tool call started the group (the session's thread), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thread_id: Option<knife_protocol::ThreadId>,
-    /// What the group runs, for logs: `bash: <command>` (first line, ≤ 80 chars).
-    #[serde(default)]
-    pub label: String,
-}
-
-impl ProcessGroupRecord {
-    /// The record of group `pgid`, read now (call it while the leader runs); no
-    /// thread, empty label.
-    pub fn capture(pgid: u32) -> Self {
-        Self {
-            pgid,
-            leader_start_ticks: start_ticks(pgid),
-            boot_id: boot_id(),
-            thread_id: None,
-            label: String::new(),
-        }
-    }
-
-    /// Whether a live process group with this id is still the one recorded, so
-    /// killing it (after a crash) cannot hit an unrelated program: same boot,
-    /// and either the leader is the recorded process (same start time) or the
-    /// leader is gone but members remain (a pgid's number is not reused while
-    /// members hold it). False when the group is gone, and off Linux (nothing to
-    /// check against).
-    pub fn is_still_ours(&self) -> bool {
-        let (Some(boot), Some(ticks)) = (&self.boot_id, self.leader_start_ticks) else {
-            return false;
-        };
-        if boot_id().as_ref() != Some(boot) {
-            return false;
-        }
-        match start_ticks(self.pgid) {
-            Some(now) => now == ticks,
-            None => super::process::group_alive(self.pgid),
-        }
-    }
-}
-
-/// Start time (clock ticks since boot) of process `pid`, from `/proc`.
-fn start_ticks(pid: u32) -> Option<u64> {
-    if !cfg!(target_os = "linux") {
-        return None;
-    }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state …`: field 22 is the 20th after the command name.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-fn boot_id() -> Option<String> {
-    if !cfg!(target_os = "linux") {
-        return None;
-    }
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-}
 
 /// The policy of a session's tool calls. The default asks the user for every
 /// `ask` (runtime requests, see `crate::approvals`), applies the default rules,
@@ -111,8 +22,9 @@ pub struct ToolPolicy {
     /// `KNIFE_*` one: the API-key variables of the configured providers
     /// (`api_key_env`), so a command cannot read knife's secrets.
     pub secret_env_vars: Vec<String>,
-    /// Told about every process group `bash` starts and reaps.
-    pub process_observer: Option<Arc<dyn ProcessObserver>>,
+    /// Records every process group `bash` starts and reaps (knife-runtime's
+    /// `ProcessGroups` in the server), so the next boot kills what a crash left.
+    pub process_recorder: Option<Arc<dyn GroupRecorder>>,
     /// Rules deciding allow / ask / deny per call.
     pub permissions: PermissionRules,
     /// Answers `ask` decisions automatically when set (tests, headless embedding:
@@ -123,16 +35,25 @@ pub struct ToolPolicy {
     /// the key (canonical path): per-project overrides from `knife.toml`
     /// (`[[projects]]`), so they win over the global rules.
     pub project_permissions: Vec<(std::path::PathBuf, PermissionRules)>,
+    /// The sandbox of `bash` commands (SEC-01): `None` runs them unsandboxed (unit
+    /// tests, embedding); the server sets it from what the machine offers and the
+    /// projects' `sandbox` settings.
+    pub sandbox: Option<Arc<SandboxSettings>>,
+    /// Variables set for `bash` commands of the project whose root is the key
+    /// (canonical), on top of the allowlist (SEC-02; `[[projects]] env`).
+    pub project_env: Vec<(std::path::PathBuf, Vec<(OsString, OsString)>)>,
 }
 
 impl Default for ToolPolicy {
     fn default() -> Self {
         Self {
             secret_env_vars: Vec::new(),
-            process_observer: None,
+            process_recorder: None,
             permissions: PermissionRules::defaults(),
             approvals: None,
             project_permissions: Vec::new(),
+            sandbox: None,
+            project_env: Vec::new(),
         }
     }
 }
@@ -141,15 +62,26 @@ impl std::fmt::Debug for ToolPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolPolicy")
             .field("secret_env_vars", &self.secret_env_vars)
-            .field("process_observer", &self.process_observer.is_some())
+            .field("process_recorder", &self.process_recorder.is_some())
             .field("permissions", &self.permissions.rules())
             .field("approvals", &self.approvals.is_some())
             .field("project_permissions", &self.project_permissions.len())
+            .field("sandbox", &self.sandbox.as_ref().map(|s| s.support.kind()))
             .finish_non_exhaustive()
     }
 }
 
 impl ToolPolicy {
+    /// The `env` table of the project whose root is or contains `root`.
+    pub fn env_for(&self, root: &std::path::Path) -> &[(OsString, OsString)] {
+        self.project_env
+            .iter()
+            .filter(|(r, _)| root.starts_with(r))
+            .max_by_key(|(r, _)| r.as_os_str().len())
+            .map(|(_, env)| env.as_slice())
+            .unwrap_or(&[])
+    }
+
     /// Whether environment variable `name` must not reach a command: it starts
     /// with [`KNIFE_ENV_PREFIX`] or is one of [`Self::secret_env_vars`].
     pub fn is_secret_env(&self, name: &OsStr) -> bool {
@@ -186,32 +118,5 @@ mod tests {
         assert!(!policy.is_secret_env(OsStr::new("OPENAI_API_KEY_2")));
         assert!(!policy.is_secret_env(OsStr::new("PATH")));
         assert!(!policy.is_secret_env(OsStr::new("knife_lower")));
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_record_matches_its_live_process_and_not_a_reused_number() {
-        let me = std::process::id();
-        let record = ProcessGroupRecord::capture(me);
-        assert!(record.leader_start_ticks.is_some() && record.boot_id.is_some());
-        // Our own pid as a "group": the leader is alive with the same start time.
-        assert!(record.is_still_ours());
-        // Same number, another start time: the number was reused.
-        let reused = ProcessGroupRecord {
-            leader_start_ticks: record.leader_start_ticks.map(|t| t + 1),
-            ..record.clone()
-        };
-        assert!(!reused.is_still_ours());
-        // Another boot: nothing of the old one survives.
-        let rebooted = ProcessGroupRecord {
-            boot_id: Some("another-boot".into()),
-            ..record.clone()
-        };
-        assert!(!rebooted.is_still_ours());
-        let unknown = ProcessGroupRecord {
-            leader_start_ticks: None,
-            ..record
-        };
-        assert!(!unknown.is_still_ours());
     }
 }

@@ -8,16 +8,30 @@ use futures::StreamExt;
 use knife_protocol::*;
 
 use super::*;
+use crate::execution::runs::root_node;
 use crate::sessions::{OpenRequest, SessionHandle};
 
 impl ExecutionService {
-    pub(super) async fn drive(&self, ctx: RunContext) {
+    pub(super) async fn drive(&self, mut ctx: RunContext) {
+        // Before the turn starts, whatever the driver (CHG-01).
+        self.record_start(&mut ctx).await;
+        // The model learns which files a revert restored since its last run (CHG-04).
+        if !ctx.continuation
+            && self.checkpoints().is_some()
+            && let Some(note) = self.revert_note(&ctx.thread.id, ctx.run.ordinal).await
+        {
+            ctx.text = format!("{note}\n\n{}", ctx.text);
+        }
         let Ended {
             outcome,
             usage,
             teardown,
         } = self.run_turn(&ctx).await;
         ctx.finishing.store(true, Ordering::SeqCst);
+        // After it, however it ended (CHG-02); a failure is recorded, never raised.
+        if let Some(event) = self.record_end(&mut ctx).await {
+            ctx.end_events.push(event);
+        }
         // The terminal write must land, or the thread stays "running" in the store
         // until the next boot: retry a few times (a full disk may free up), then
         // leave it to `create_run`, which settles a stale active run it finds.
@@ -294,7 +308,7 @@ impl ExecutionService {
 
     /// Writes the run's terminal state, an error item when it failed, and the idle
     /// thread, in one transaction. The terminal is classified by
-    /// [`crate::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
+    /// [`crate::execution::terminal::terminal_of_outcome`] (EXEC-01/02); the claim is released in
     /// that same transaction unless the run was interrupted by a shutdown (EXEC-04/05).
     /// A failure caused by a teardown (`teardown`: the open refused or stopped, the
     /// session gone, its stream ended or broken) of a run the shutdown interrupted, or
@@ -326,11 +340,11 @@ impl ExecutionService {
         // Whatever the runtime left unfinished ends with the run (a grace expiry, a
         // broken event stream or a failed write means its own settlement never came).
         let mut events = match store.thread_projection(&ctx.thread.id).await? {
-            Some(p) => crate::recovery::settle_unfinished(
+            Some(p) => crate::execution::terminal::settle_unfinished(
                 &p,
                 &run.id,
                 now,
-                crate::recovery::REQUEST_RUN_ENDED,
+                crate::execution::terminal::REQUEST_RUN_ENDED,
             ),
             None => Vec::new(),
         };
@@ -376,7 +390,9 @@ impl ExecutionService {
                 thread.last_error = Some(error.clone());
                 events.push(DomainEvent::new(
                     now,
-                    EventBody::TurnItemUpdated(crate::runs::error_item(&run, error, now)),
+                    EventBody::TurnItemUpdated(crate::execution::runs::error_item(
+                        &run, error, now,
+                    )),
                 ));
                 "failed"
             }
@@ -394,9 +410,16 @@ impl ExecutionService {
             ),
         );
         events.insert(0, DomainEvent::new(now, EventBody::RunUpdated(run.clone())));
+        // The end checkpoint is logged just before the run's terminal state.
+        for (i, event) in ctx.end_events.iter().enumerate() {
+            events.insert(i, event.clone());
+        }
         let claimed = thread.is_claimed();
         events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
         store.write(events).await?;
+        if let Some(observer) = &self.inner.run_observer {
+            observer.run_finished(&run);
+        }
         metrics::counter!("knife_runs_total", "outcome" => label).increment(1);
         let seconds = (now - run.requested_at).num_milliseconds().max(0) as f64 / 1000.0;
         metrics::histogram!("knife_run_duration_seconds", "outcome" => label).record(seconds);

@@ -22,6 +22,19 @@ impl SessionManager {
         self.inner.adapters.get(instance).map(|a| a.capabilities())
     }
 
+    /// How threads of `instance` fork (CHG-09); `None` when the instance is not configured.
+    pub fn fork_support(&self, instance: &ProviderInstanceId) -> Option<crate::ForkSupport> {
+        self.inner.adapters.get(instance).map(|a| a.fork_support())
+    }
+
+    /// The driver name of `instance`'s adapter (`builtin`, `codex`, `acp`, …).
+    pub fn driver(&self, instance: &ProviderInstanceId) -> Option<String> {
+        self.inner
+            .adapters
+            .get(instance)
+            .map(|a| a.driver().to_owned())
+    }
+
     /// The live sessions, sorted by id. No side effects.
     pub fn describe(&self) -> Vec<LiveSessionInfo> {
         let now = Instant::now();

@@ -52,7 +52,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::adapter::ProviderAdapter;
 use crate::clock::SharedClock;
-use crate::error::{ProviderSessionOpenError, ProviderWorkspaceMissingError};
+pub use crate::error::{ProviderSessionCloseError, SessionError};
 use crate::mcp::{CredentialRegistry, McpAccessPolicy, McpSlots};
 use entry::{Entry, KeyedLocks};
 
@@ -138,48 +138,6 @@ impl ReleaseReason {
             ReleaseReason::ServerShutdown => "server_shutdown",
         }
     }
-}
-
-/// A release whose close or persistence failed (MGR-38). The credential was revoked
-/// and requests settled where possible anyway; the status write is retried.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "could not close provider session {provider_session_id} cleanly ({reason}): {message}; \
-     knife keeps retrying to record it, check the data directory's disk and permissions"
-)]
-pub struct ProviderSessionCloseError {
-    /// The session whose release failed.
-    pub provider_session_id: ProviderSessionId,
-    /// The release reason (`idle`, `runtime_error`, `manual_shutdown`, `server_shutdown`).
-    pub reason: &'static str,
-    /// What failed (close, status write, request settlement).
-    pub message: String,
-}
-
-/// Failures of the session manager.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error(transparent)]
-    WorkspaceMissing(#[from] ProviderWorkspaceMissingError),
-    #[error(transparent)]
-    Open(#[from] ProviderSessionOpenError),
-    #[error(transparent)]
-    Close(#[from] ProviderSessionCloseError),
-    #[error(
-        "provider instance `{0}` is not configured; add it to knife.toml as [providers.{0}] \
-         and restart knife"
-    )]
-    InstanceNotFound(ProviderInstanceId),
-    #[error("provider session {0} is no longer live; open it again (the next message does this)")]
-    SessionGone(ProviderSessionId),
-    #[error("the provider runtime failed: {0}")]
-    Runtime(#[from] crate::adapter::AdapterError),
-    #[error(
-        "the server is shutting down and opens no provider sessions; retry once it has restarted"
-    )]
-    ShuttingDown,
-    #[error(transparent)]
-    Store(#[from] knife_store::StoreError),
 }
 
 pub(crate) struct Inner {

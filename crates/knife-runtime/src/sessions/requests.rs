@@ -109,7 +109,7 @@ pub fn pending_approval(
 /// `expired` with `not_resumable{reason}` and `resolved_at = now`, its node `failed`
 /// (`completed_at = now`) and its transcript item ([`request_item_id`]) `failed`
 /// (MGR-41). Shared by session release ([`expire_requests_of_session`]) and boot
-/// reconciliation (`crate::recovery`), so both settle a request the same way.
+/// reconciliation (`crate::boot::recovery`), so both settle a request the same way.
 pub fn expire_request_events(
     request: &RuntimeRequest,
     projection: &ThreadProjection,

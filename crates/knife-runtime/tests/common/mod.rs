@@ -38,6 +38,8 @@ pub struct Started {
     pub thread: ThreadId,
     pub run: RunId,
     pub text: String,
+    /// The transcript the turn was given (`StartTurnInput::history`).
+    pub history: Vec<TurnItem>,
 }
 
 /// The test's control of the fake runtime: per-thread plans, the turns started.
@@ -191,6 +193,7 @@ impl SessionRuntime for FakeSession {
             thread: input.thread_id.clone(),
             run: input.run_id.clone(),
             text: input.text.clone(),
+            history: input.history.clone(),
         });
         self.drains.count.send_modify(|c| *c += 1);
         match plan {
@@ -335,6 +338,7 @@ impl Harness {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: parent.cloned(),
+                worktree: None,
             },
             &self.instance,
             std::slice::from_ref(&self.instance),
@@ -376,6 +380,8 @@ impl Harness {
             completed_at: None,
             error: None,
             usage: None,
+            checkpoints: Default::default(),
+            changes: None,
         };
         t.status = ThreadStatus::Running;
         t.active_run_id = Some(run_id.clone());

@@ -110,6 +110,7 @@ impl Harness {
                 provider_instance_id: Some(instance.clone()),
                 model: None,
                 parent_thread_id: None,
+                worktree: None,
             },
             &instance,
             std::slice::from_ref(&instance),
@@ -278,6 +279,7 @@ pub fn provider_turn(
         completed_at: None,
         usage: None,
         error: None,
+        native_turn_id: None,
     }
 }
 

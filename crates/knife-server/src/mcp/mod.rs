@@ -195,6 +195,7 @@ pub(crate) async fn mint_token(
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "internal",
             message: e.to_string(),
+            files: Vec::new(),
         })?;
     Ok(axum::Json(config))
 }

@@ -278,6 +278,7 @@ impl KnifeMcp {
                         provider_instance_id: Some(caller.provider_instance_id.clone()),
                         model: caller.model.clone(),
                         parent_thread_id: Some(caller.id.clone()),
+                        worktree: None,
                     },
                     &self.state.default_instance,
                     &known,

@@ -50,6 +50,7 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         time_suspended: None,
         resume_attempts: 0,
         parent_thread_id: None,
+        worktree: None,
         archived_at: None,
         untitled: false,
         forked_from: None,
@@ -72,6 +73,8 @@ pub fn run(thread: &str, ordinal: u32, status: RunStatus) -> Run {
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     }
 }
 
@@ -148,6 +151,7 @@ pub fn provider_turn(
         completed_at: None,
         usage: None,
         error: None,
+        native_turn_id: None,
     }
 }
 

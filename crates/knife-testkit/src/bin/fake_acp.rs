@@ -17,6 +17,7 @@
 //! | `{"tool": {"id", "title", "kind", "input"}, "permission": bool, "output": "…"}` | `tool_call`; with `permission`, a `session/request_permission` (options `always`/allow_always, `once`/allow_once, `reject`/reject_once) and the call runs only when an allow option is chosen; then `tool_call_update` completed (or failed `rejected`) |
 //! | `{"garbage": "…"}` | writes that raw line to stdout |
 //! | `{"sleep_ms": N}` | waits |
+//! | `{"write_file": {"path": "/abs/path", "content": "…"}}` | writes the file itself (an edit no knife tool sees) |
 //! | `{"hang": true}` | stays busy until `session/cancel`, then ends the turn `cancelled` |
 //! | `{"deaf": true}` | stays busy and ignores `session/cancel` |
 //! | `{"crash": N}` | writes `fake_acp: crashing with N` to stderr and exits with status N |
@@ -308,6 +309,10 @@ async fn run_prompt(
             );
         } else if let Some(line) = step["garbage"].as_str() {
             let _ = agent.out.send(line.to_owned());
+        } else if let Some(file) = step.get("write_file") {
+            // An edit the agent makes itself (no knife tool sees it).
+            let path = file["path"].as_str().unwrap_or_default();
+            let _ = std::fs::write(path, file["content"].as_str().unwrap_or_default());
         } else if let Some(ms) = step["sleep_ms"].as_u64() {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => {}

@@ -3,7 +3,8 @@
 //!
 //! Speaks JSON-RPC lines without the `"jsonrpc"` field on stdin/stdout: `initialize`,
 //! `thread/start`, `thread/resume` (only threads this `CODEX_HOME` has seen; others get
-//! codex's "no rollout found" error), `thread/unsubscribe`, `turn/start`,
+//! codex's "no rollout found" error), `thread/fork` (of a thread it has seen: a new
+//! thread file naming the source and `lastTurnId`), `thread/unsubscribe`, `turn/start`,
 //! `turn/interrupt`. Threads are files `CODEX_HOME/fake-threads/<id>`. Every line read
 //! is appended to `CODEX_HOME/fake-requests.jsonl`, so tests can check what knife sent.
 //! Exits 0 at stdin EOF (unless a `hang` command ran). With `FAKE_CODEX_MUTE_INITIALIZE`
@@ -23,6 +24,8 @@
 //!   `mcpServer/elicitation/request`; `accept` → result `called whoami`, else failed;
 //! - `{"usage": [input, output]}`: adds to the thread's token usage;
 //! - `{"sleep_ms": N}`;
+//! - `{"write_file": {"path": "/abs/path", "content": "…"}}`: writes the file itself
+//!   (an edit no knife tool sees: checkpoints must still catch it);
 //! - `{"wait_interrupt": true}`: blocks until `turn/interrupt`;
 //! - `{"deaf": true}`: blocks forever and ignores `turn/interrupt` (a wedged turn);
 //! - `{"fail": "message"}`: ends the turn `failed`;
@@ -211,6 +214,25 @@ fn handle(fake: &Arc<Fake>, message: Value) {
                 &id,
                 json!({"thread": {"id": thread, "status": {"type": "idle"}}}),
             );
+        }
+        "thread/fork" => {
+            let source = params
+                .get("threadId")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if source.is_empty() || !fake.threads_dir().join(source).is_file() {
+                fake.error(&id, &format!("no rollout found for thread id {source}"));
+                return;
+            }
+            let thread = fake.fresh("thr");
+            let record = json!({"forkedFrom": source, "lastTurnId": params.get("lastTurnId"), "params": params});
+            let _ = std::fs::write(fake.threads_dir().join(&thread), record.to_string());
+            let info = json!({"id": thread, "status": {"type": "idle"}, "cwd": params.get("cwd")});
+            fake.result(
+                &id,
+                json!({"thread": info, "model": "mock-model", "cwd": params.get("cwd")}),
+            );
+            fake.notify("thread/started", json!({"thread": info}));
         }
         "thread/unsubscribe" => fake.result(&id, json!({"status": "unsubscribed"})),
         "turn/start" => {
@@ -493,6 +515,10 @@ async fn run_command(fake: &Arc<Fake>, thread: &str, ids: &Value, command: &Valu
         );
     } else if let Some(ms) = command.get("sleep_ms").and_then(Value::as_u64) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    } else if let Some(file) = command.get("write_file") {
+        // Like codex applying a patch on its own (no knife tool involved).
+        let path = file["path"].as_str().unwrap_or_default();
+        let _ = std::fs::write(path, file["content"].as_str().unwrap_or_default());
     } else if command.get("wait_interrupt").is_some() {
         std::future::pending::<()>().await;
     } else if let Some(message) = command.get("fail").and_then(Value::as_str) {

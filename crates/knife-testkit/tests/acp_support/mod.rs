@@ -125,6 +125,7 @@ impl Harness {
                 provider_instance_id: None,
                 model: None,
                 parent_thread_id: None,
+                worktree: None,
             },
             &self.instance,
             std::slice::from_ref(&self.instance),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use knife_adapters::codex::{CodexAdapter, CodexConfig};
-use knife_adapters::process::group_alive;
+use knife_process::group_alive;
 use knife_protocol::*;
 use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::mcp::{CredentialRegistry, McpSlots};
@@ -68,6 +68,7 @@ pub async fn harness(idle: Duration) -> Harness {
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         },
         &instance(),
         std::slice::from_ref(&instance()),

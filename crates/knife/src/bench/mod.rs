@@ -1,6 +1,7 @@
-//! `knife bench`: measured numbers for the store, live streaming and the restart sweep.
+//! `knife bench`: measured numbers for the store, live streaming, the restart sweep and checkpoints.
 //! Prints tables; nothing here asserts a speed (benchmarks measure, tests prove).
 
+mod checkpoint;
 mod processor;
 mod restart;
 mod store;
@@ -36,6 +37,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 500)]
         deltas: usize,
     },
+    /// Checkpoints (SPEC.md CHG-06): a generated tree of N files (plus an ignored
+    /// `node_modules/`), K files changed per round: checkpoint and diff times, and the
+    /// objects each checkpoint stored. Target: ≤ 300 ms per checkpoint.
+    Checkpoint {
+        /// Files in the generated tree.
+        #[arg(long, default_value_t = 10_000)]
+        files: usize,
+        /// Files changed before each checkpoint.
+        #[arg(long, default_value_t = 10)]
+        changed: usize,
+        /// Checkpoints measured.
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+    },
     /// N claimed threads and a restart sweep over no-op drains: time from boot to the
     /// first drain of the last thread, and memory.
     Restart {
@@ -51,6 +66,11 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Processor { deltas } => processor::run(deltas).await?,
         BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
         BenchCommand::Restart { threads } => restart::run(threads).await?,
+        BenchCommand::Checkpoint {
+            files,
+            changed,
+            rounds,
+        } => checkpoint::run(files, changed, rounds).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -51,6 +51,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
             time_suspended: Some(now),
             resume_attempts: 0,
             parent_thread_id: None,
+            worktree: None,
             archived_at: None,
             untitled: false,
             forked_from: None,

@@ -65,6 +65,7 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
             provider_instance_id: None,
             model: None,
             parent_thread_id: None,
+            worktree: None,
         };
         let t: Thread = client.post("/api/threads", &req).await?;
         thread_ids.push(t.id);

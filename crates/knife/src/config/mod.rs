@@ -9,6 +9,8 @@ use anyhow::{Context, bail};
 use knife_agent::permissions::{PermissionRule, PermissionRules};
 use serde::Deserialize;
 
+pub mod keys;
+pub mod prices;
 pub mod providers;
 pub use providers::ProviderConfig;
 
@@ -16,7 +18,7 @@ pub use providers::ProviderConfig;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// The whole configuration file.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Instance used by threads that name none. Default: the only instance, or `openai`.
@@ -44,10 +46,72 @@ pub struct Config {
     /// project root) and MCP access overrides (MCP-03, MCP-05).
     #[serde(default)]
     pub projects: Vec<ProjectConfig>,
+    /// Model prices in USD per million tokens (`[prices."gpt-4o"] input = 2.5,
+    /// cached_input = 1.25, output = 10`), over knife's default table
+    /// (`knife_protocol::pricing::DEFAULT_PRICES`); a model is priced by its exact
+    /// name, else the longest entry prefixing it (TURN-06).
+    #[serde(default)]
+    pub prices: BTreeMap<String, prices::PriceConfig>,
+    /// `[checkpoints]`: what run checkpoints leave out (CHG-01, CHG-06).
+    #[serde(default)]
+    pub checkpoints: CheckpointsConfig,
+    /// The file this config was read from (hidden from sandboxed commands, SEC-01).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+/// `[checkpoints]`: knife's own git checkpoints of working trees before and after
+/// each run (SPEC.md CHG-01/02; docs/2026-12-01-checkpoints.md).
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsConfig {
+    /// `false` turns checkpoints off (no diff, no revert). Default true.
+    pub enabled: Option<bool>,
+    /// Extra excludes (gitignore syntax) for every project, after `.gitignore` and
+    /// the defaults (`node_modules`, `target`, `.venv`, `dist`, `build`, …).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Files larger than this many bytes are left out (listed as skipped). Default 50 MiB.
+    pub max_file_bytes: Option<u64>,
+    /// Unified diffs are cut at this many bytes, with a note. Default 1 MiB.
+    pub max_diff_bytes: Option<usize>,
+}
+
+impl Config {
+    /// Canonical roots of the projects whose threads default to a worktree (CHG-07).
+    pub fn worktree_roots(&self) -> Vec<String> {
+        self.projects
+            .iter()
+            .filter(|p| p.worktree == Some(true))
+            .map(|p| p.resolved_root().display().to_string())
+            .collect()
+    }
+
+    /// The checkpoint options of the config: global and per-project excludes, caps.
+    pub fn checkpoint_options(&self) -> knife_workspace::CheckpointOptions {
+        let defaults = knife_workspace::CheckpointOptions::default();
+        knife_workspace::CheckpointOptions {
+            exclude: self.checkpoints.exclude.clone(),
+            max_file_bytes: self
+                .checkpoints
+                .max_file_bytes
+                .unwrap_or(defaults.max_file_bytes),
+            max_diff_bytes: self
+                .checkpoints
+                .max_diff_bytes
+                .unwrap_or(defaults.max_diff_bytes),
+            root_exclude: self
+                .projects
+                .iter()
+                .filter(|p| !p.checkpoint_exclude.is_empty())
+                .map(|p| (p.resolved_root(), p.checkpoint_exclude.clone()))
+                .collect(),
+        }
+    }
 }
 
 /// `[[projects]]`: settings of the project whose root folder is `root`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectConfig {
     /// The project's root folder (as given to `knife run` / `POST /api/projects`).
@@ -60,6 +124,58 @@ pub struct ProjectConfig {
     pub agent_browser_access: Option<bool>,
     /// Overrides `agent_device_access`.
     pub agent_device_access: Option<bool>,
+    /// Extra checkpoint excludes (gitignore syntax) of this project (CHG-01).
+    #[serde(default)]
+    pub checkpoint_exclude: Vec<String>,
+    /// New threads of this project get their own git worktree unless the request
+    /// says `worktree: false` (CHG-07). Default false.
+    pub worktree: Option<bool>,
+    /// Variables set for the commands the model runs in this project (`bash`), on
+    /// top of the allowlist they get from knife's environment (SEC-02).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The sandbox of this project's commands (SEC-01): `sandbox = "off"` (the
+    /// explicit opt-out, warned in the log and on the thread), or
+    /// `sandbox.network = true` (keep the network). Default: sandboxed, no network.
+    pub sandbox: Option<ProjectSandboxConfig>,
+}
+
+/// `[[projects]] sandbox`: `"off"` / `"on"`, or a table `{ network = true }`.
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ProjectSandboxConfig {
+    /// `sandbox = "off"` or `sandbox = "on"`.
+    Mode(String),
+    /// `sandbox.network = true` (and `sandbox.mode = "off"|"on"`).
+    Table {
+        /// `off` or `on` (default `on`).
+        #[serde(default)]
+        mode: Option<String>,
+        /// Commands keep the network (default false).
+        #[serde(default)]
+        network: bool,
+    },
+}
+
+impl ProjectSandboxConfig {
+    /// The settings, or what is wrong with them.
+    pub fn settings(&self) -> Result<knife_process::sandbox::ProjectSandbox, String> {
+        let (mode, network) = match self {
+            ProjectSandboxConfig::Mode(m) => (Some(m.as_str()), false),
+            ProjectSandboxConfig::Table { mode, network } => (mode.as_deref(), *network),
+        };
+        let off = match mode {
+            None | Some("on") => false,
+            Some("off") => true,
+            Some(other) => {
+                return Err(format!(
+                    "sandbox = \"{other}\" is not a sandbox mode; use \"off\" (no sandbox, \
+                     warned) or \"on\" (the default), or sandbox.network = true"
+                ));
+            }
+        };
+        Ok(knife_process::sandbox::ProjectSandbox { off, network })
+    }
 }
 
 impl ProjectConfig {
@@ -101,7 +217,7 @@ impl Config {
 }
 
 /// `[server]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Listen address, e.g. `127.0.0.1:7878`.
@@ -150,7 +266,7 @@ pub fn clamped_secs(secs: u64) -> std::time::Duration {
 /// `[sessions]`: how long provider sessions live (SPEC.md MGR) and how the reaper
 /// finds stale ones (REAP). Every key is optional; seconds, at most
 /// [`MAX_DURATION_SECS`] (30 days; larger values are clamped).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsConfig {
     /// An idle session (no turn, no activity) is released after this long (default 1800).
@@ -201,10 +317,25 @@ impl Config {
     /// `$XDG_CONFIG_HOME/knife/knife.toml`; a missing default file is an empty config.
     /// Then applies env overrides and fills the default `openai` instance when none is set.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let mut config = match Self::locate(path) {
+            Some(p) => {
+                let mut config = Self::parse_file(&p)?;
+                config.source = std::fs::canonicalize(&p).ok().or(Some(p));
+                config
+            }
+            None => Config::default(),
+        };
+        config.apply_env(|k| std::env::var(k).ok());
+        Ok(config)
+    }
+
+    /// The file [`Config::load`] reads: `path`, else `$KNIFE_CONFIG`, else the first of
+    /// `./knife.toml` and `$XDG_CONFIG_HOME/knife/knife.toml` that exists; `None`: no file.
+    pub fn locate(path: Option<&Path>) -> Option<PathBuf> {
         let explicit = path
             .map(Path::to_path_buf)
             .or_else(|| std::env::var_os("KNIFE_CONFIG").map(PathBuf::from));
-        let candidate = match explicit {
+        match explicit {
             Some(p) => Some(p),
             None => [
                 Some(PathBuf::from("knife.toml")),
@@ -213,13 +344,7 @@ impl Config {
             .into_iter()
             .flatten()
             .find(|p| p.is_file()),
-        };
-        let mut config = match candidate {
-            Some(p) => Self::parse_file(&p)?,
-            None => Config::default(),
-        };
-        config.apply_env(|k| std::env::var(k).ok());
-        Ok(config)
+        }
     }
 
     /// A config with one `openai-chat` instance `id` at `base_url` serving `model`
@@ -255,6 +380,8 @@ impl Config {
                 path.display()
             )
         })?;
+        keys::check(&text)
+            .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
         let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
         PermissionRules::new(config.permissions.clone())
@@ -263,6 +390,15 @@ impl Config {
         for project in &mut config.projects {
             if project.root.is_relative() {
                 project.root = base.join(&project.root);
+            }
+            if let Some(sandbox) = &project.sandbox {
+                sandbox.settings().map_err(|e| {
+                    anyhow::anyhow!(
+                        "invalid sandbox of project {} in {}: {e}",
+                        project.root.display(),
+                        path.display()
+                    )
+                })?;
             }
             PermissionRules::new(project.permissions.clone()).with_context(|| {
                 format!(

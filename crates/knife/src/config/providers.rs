@@ -25,7 +25,7 @@ pub const DRIVERS: &[(&str, &str)] = &[
 pub const EXTERNAL_DRIVERS: &[&str] = &["acp", "codex"];
 
 /// One provider instance (`[providers.<id>]`).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// `openai-chat` (OpenAI Chat Completions and compatible servers: Ollama, vLLM,
@@ -102,7 +102,8 @@ pub struct ProviderConfig {
 }
 
 /// `compaction = "auto" | "off"` of a provider instance (TURN-03).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename_all = "lowercase")]
 pub enum Compaction {
     /// Summarise the history when the context is full (the default).
     Auto,

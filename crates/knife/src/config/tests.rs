@@ -431,3 +431,47 @@ fn turn_05_a_small_window_gets_a_quarter_reserve_with_a_warning_naming_the_numbe
     let c = parse_toml(&format!("{MOCK}context_limit = 64000\n")).unwrap();
     assert_eq!(c.providers["mock"].output_limit, None);
 }
+
+#[test]
+fn turn_06_prices_are_usd_per_million_tokens_over_the_default_table() {
+    let c = parse_toml(&format!(
+        "{MOCK}[prices.\"m\"]\ninput = 1.5\noutput = 6\n\
+         [prices.\"gpt-4o\"]\ninput = 5\ncached_input = 0.5\noutput = 20\n"
+    ))
+    .unwrap();
+    let table = prices::price_table(&c.prices);
+    assert_eq!(
+        table.price("m"),
+        Some(&knife_protocol::ModelPrice::new(
+            1_500_000, 1_500_000, 6_000_000
+        ))
+    );
+    assert_eq!(
+        table.price("gpt-4o-2024-08-06"),
+        Some(&knife_protocol::ModelPrice::new(
+            5_000_000, 500_000, 20_000_000
+        ))
+    );
+    // Untouched defaults stay.
+    assert!(table.price("claude-sonnet-4-20250514").is_some());
+}
+
+#[test]
+fn turn_06_a_negative_or_non_numeric_price_is_refused_with_its_line() {
+    for (bad, why) in [
+        ("-1", "negative"),
+        ("-0.5", "not a price"),
+        ("\"cheap\"", "USD per million tokens"),
+    ] {
+        let error = format!(
+            "{:#}",
+            parse_toml(&format!(
+                "{MOCK}[prices.\"m\"]\ninput = 1\noutput = {bad}\n"
+            ))
+            .unwrap_err()
+        );
+        // MOCK has 4 lines: the table is line 5, `output` line 7.
+        assert!(error.contains("line 7"), "{bad}: {error}");
+        assert!(error.contains(why), "{bad}: {error}");
+    }
+}

@@ -1,6 +1,6 @@
 // The peer suite's table of real peers and its harness: how each peer is
 // configured as a knife provider instance (driver, command, args, env, home
-// folder) against the in-process mock LLM, the gate (`KNIFE_PEERS`), and the
+// folder) against the in-process mock LLM, where the peer is installed, and the
 // process-tree checks (peer process groups, no orphans).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -225,35 +225,18 @@ pub static OPENCODE: PeerSpec = PeerSpec {
     reloads_after_mid_turn_kill: true,
 };
 
-/// The peer's binary when the suite should run it; `None` (with a note on
-/// stderr) when `KNIFE_PEERS` does not select it. `KNIFE_PEERS=1` or `all`
-/// selects every peer; a comma list (`codex,gemini`) selects those. A selected
-/// peer that is not installed fails the test with the install command.
-pub fn selected(spec: &PeerSpec) -> Option<PathBuf> {
+/// The peer's binary; panics with the install command when it is not installed. The
+/// tests calling this are gated on `knife_peer_<name>` (KNIFE_PEERS selects the peer), so
+/// a selected peer that is missing fails rather than passes.
+pub fn installed(spec: &PeerSpec) -> PathBuf {
     let name = spec.peer.name();
-    let setting = std::env::var("KNIFE_PEERS").unwrap_or_default();
-    let setting = setting.trim();
-    if setting.is_empty() || setting == "0" {
-        eprintln!(
-            "peer suite ({name}) skipped: it drives real agent programs and is opt-in. \
-             Run scripts/install-peers.sh, then KNIFE_PEERS=1 cargo test -p knife --test e2e_peers \
-             (or KNIFE_PEERS={name} for this peer only)"
-        );
-        return None;
-    }
-    let all = setting == "1" || setting.eq_ignore_ascii_case("all");
-    if !all && !setting.split(',').any(|s| s.trim() == name) {
-        eprintln!("peer suite ({name}) skipped: KNIFE_PEERS={setting} does not name it");
-        return None;
-    }
-    match spec.peer.bin() {
-        Some(bin) => Some(bin),
-        None => panic!(
-            "KNIFE_PEERS selects {name} but it is not installed: run \
-             scripts/install-peers.sh --only {name} (or set {})",
+    spec.peer.bin().unwrap_or_else(|| {
+        panic!(
+            "the {name} peer is not installed: run scripts/install-peers.sh --only {name} \
+             (or set {})",
             spec.peer.bin_env()
-        ),
-    }
+        )
+    })
 }
 
 fn toml_str(s: &str) -> String {
@@ -301,8 +284,8 @@ pub struct Rig {
 impl Rig {
     /// Starts the rig, or `None` when the peer is not selected (see [`selected`]).
     /// `sessions` is the `[sessions]` table's body (e.g. `idle_timeout_secs = 2`).
-    pub async fn start(spec: &'static PeerSpec, script: Script, sessions: &str) -> Option<Rig> {
-        let bin = selected(spec)?;
+    pub async fn start(spec: &'static PeerSpec, script: Script, sessions: &str) -> Rig {
+        let bin = installed(spec);
         let mock = MockLlm::start(MockLlmConfig::script(script.no_tools_text(SIDE_TEXT)))
             .await
             .unwrap();
@@ -315,14 +298,14 @@ impl Rig {
         let config = knife_toml(spec, &bin, &mock_root, home.path(), sessions);
         let server = Server::start_with_config(&config).await;
         let project = server.api.create_project(&server.project_dir()).await;
-        Some(Rig {
+        Rig {
             spec,
             mock,
             server,
             home,
             project,
             groups: std::sync::Mutex::new(Vec::new()),
-        })
+        }
     }
 
     /// A new thread in the rig's project (on the default provider, the peer).

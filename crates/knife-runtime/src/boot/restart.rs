@@ -143,7 +143,7 @@ impl RestartService {
             child.release_claim();
             let id = child.id.clone();
             if !self.execution.is_active(&id) && child.active_run_id.is_some() {
-                crate::recovery::settle_stale_runs(
+                crate::boot::recovery::settle_stale_runs(
                     store,
                     clock.as_ref(),
                     child,

@@ -7,8 +7,7 @@ use knife_store::{EntityKind, RowGuard, Store};
 
 use crate::clock::Clock;
 use crate::error::RuntimeError;
-use crate::execution::root_node;
-use crate::recovery::settle_unfinished;
+use crate::execution::terminal::settle_unfinished;
 
 /// Text of the synthetic user message each resume appends (EXEC-07).
 pub const CONTINUE_AFTER_SERVER_RESTART: &str = "The server restarted while you were working. \
@@ -178,6 +177,8 @@ pub(crate) async fn create_run(
         completed_at: None,
         error: None,
         usage: None,
+        checkpoints: Default::default(),
+        changes: None,
     };
     thread.status = ThreadStatus::Running;
     thread.active_run_id = Some(run_id);
@@ -241,7 +242,7 @@ pub(crate) async fn end_unfinished_runs(
             &run.id,
             now,
             // Runs of a previous server process (boot, restart sweep, exhausted resumes).
-            crate::recovery::REQUEST_NOT_RESUMABLE,
+            crate::execution::terminal::REQUEST_NOT_RESUMABLE,
         ));
         if status == RunStatus::Failed {
             events.push(DomainEvent::new(
@@ -310,4 +311,26 @@ async fn exhausted_events(
         EventBody::ThreadUpdated(thread.clone()),
     ));
     Ok(events)
+}
+
+/// The root node of `run` (the tree of work the run produces; provider turns hang off it).
+pub(crate) fn root_node(run: &Run, status: NodeStatus, now: Timestamp) -> Node {
+    let id = NodeId::root_of(&run.id);
+    let finished = !matches!(
+        status,
+        NodeStatus::Pending | NodeStatus::Running | NodeStatus::Waiting
+    );
+    Node {
+        id: id.clone(),
+        thread_id: run.thread_id.clone(),
+        run_id: Some(run.id.clone()),
+        parent_node_id: None,
+        root_node_id: id,
+        kind: NodeKind::RootTurn,
+        status,
+        provider_turn_id: None,
+        runtime_request_id: None,
+        started_at: run.started_at,
+        completed_at: finished.then_some(now),
+    }
 }

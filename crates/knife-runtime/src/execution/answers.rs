@@ -99,11 +99,7 @@ pub fn not_pending_reason(request: &RuntimeRequest) -> String {
         RuntimeRequestStatus::Resolved => {
             let decision = request
                 .decision
-                .map(|d| match d {
-                    ApprovalDecision::AllowOnce => "allow_once",
-                    ApprovalDecision::AllowAlways => "allow_always",
-                    ApprovalDecision::Deny => "deny",
-                })
+                .map(ApprovalDecision::as_str)
                 .unwrap_or("an answer");
             format!("it was already answered with {decision}{when}")
         }

@@ -22,11 +22,22 @@ use tokio_util::task::TaskTracker;
 use crate::adapter::*;
 use crate::clock::SharedClock;
 use crate::error::RuntimeError;
-use crate::runs::{Created, RunStart};
+use crate::execution::runs::{Created, RunStart};
+use crate::execution::terminal::{Terminal, terminal_of_outcome};
 use crate::sessions::{SessionHandle, SessionManager};
-use crate::terminal::{Terminal, terminal_of_outcome};
 
+// `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
+// `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04) and
+// `execution/worktrees.rs` (CHG-07): children of this module so they share the
+// service's private state.
+#[path = "checkpoints.rs"]
+mod checkpoints;
+#[path = "revert.rs"]
+mod revert;
+#[path = "turn.rs"]
 mod turn;
+#[path = "worktrees.rs"]
+mod worktrees;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
 pub const DEFAULT_MAX_RESUME_ATTEMPTS: u32 = 10;
@@ -81,16 +92,33 @@ struct ActiveRun {
     session: Arc<Mutex<Option<SessionHandle>>>,
 }
 
+/// Told about every run whose terminal state was written (after the write), e.g.
+/// to count its tokens and cost in metrics (TURN-06). Must not block.
+pub trait RunObserver: Send + Sync {
+    /// `run` as written: terminal status, `usage` summed over its model calls.
+    fn run_finished(&self, run: &Run);
+}
+
 struct Inner {
     store: Store,
     clock: SharedClock,
     manager: SessionManager,
+    /// See [`ExecutionService::with_run_observer`].
+    run_observer: Option<Arc<dyn RunObserver>>,
     // std Mutex: only held for map lookups, never across an `.await`.
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
     interrupt_grace: Duration,
     /// Set by `shutdown`: no new runs.
     closing: AtomicBool,
+    /// Checkpoints around runs (CHG-01/02).
+    tracking: checkpoints::Tracking,
+    /// The working trees' boot checkpoints (CHG-10).
+    boot: checkpoints::BootCheckpoints,
+    /// Thread worktrees (CHG-07) and the project roots that default to one.
+    worktrees: Option<(knife_workspace::Worktrees, Vec<String>)>,
+    /// `thread_workspace` is this crate's own hook (rebuilt by the builders).
+    own_hook: bool,
     /// Drops a deleted thread's worktree and checkpoints (CHG-08); `None` = nothing to drop.
     thread_workspace: Option<crate::lifecycle::SharedThreadWorkspace>,
 }
@@ -109,10 +137,15 @@ impl ExecutionService {
                 store,
                 clock,
                 manager,
+                run_observer: None,
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
                 closing: AtomicBool::new(false),
+                tracking: checkpoints::Tracking::default(),
+                boot: checkpoints::BootCheckpoints::default(),
+                worktrees: None,
+                own_hook: false,
                 thread_workspace: None,
             }),
         }
@@ -127,6 +160,14 @@ impl ExecutionService {
         self
     }
 
+    /// Calls `observer` after each run's terminal write. Call before sharing the service.
+    pub fn with_run_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.run_observer = Some(observer);
+        }
+        self
+    }
+
     /// Installs what drops a deleted thread's worktree and checkpoints (CHG-08, see
     /// [`crate::lifecycle::ThreadWorkspace`]). Call before sharing the service.
     pub fn with_thread_workspace(
@@ -135,6 +176,7 @@ impl ExecutionService {
     ) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.thread_workspace = Some(workspace);
+            inner.own_hook = false;
         }
         self
     }
@@ -317,7 +359,7 @@ impl ExecutionService {
                 thread: thread_id.clone(),
                 armed: true,
             };
-            let created = crate::runs::create_run(
+            let created = crate::execution::runs::create_run(
                 &this.inner.store,
                 this.inner.clock.as_ref(),
                 &thread_id,
@@ -346,11 +388,14 @@ impl ExecutionService {
                     run: run.id.clone(),
                     done: done_tx,
                 };
+                let root = worktrees::run_root(&thread, &project);
                 let ctx = RunContext {
                     thread,
-                    root: PathBuf::from(&project.root),
+                    root,
                     run,
                     text: start.text().to_owned(),
+                    continuation: matches!(start, RunStart::Continuation { .. }),
+                    end_events: Vec::new(),
                     cancel,
                     reason,
                     finishing,
@@ -407,7 +452,7 @@ impl ExecutionService {
 
     /// Answers runtime request `request` of `thread` (a tool approval) with `answer`,
     /// through the runtime of the thread's active run, and returns the request as
-    /// stored once resolved (see [`crate::answers`]).
+    /// stored once resolved (see [`crate::execution::answers`]).
     ///
     /// Errors: `ThreadNotFound`, `RequestNotFound`, `RequestNotPending` (answered,
     /// expired, cancelled, or no live turn waits for it), `Store`.
@@ -417,7 +462,7 @@ impl ExecutionService {
         request: &RuntimeRequestId,
         answer: RequestAnswer,
     ) -> Result<RuntimeRequest, RuntimeError> {
-        use crate::answers::{check_pending, no_live_turn, refused, wait_resolved};
+        use crate::execution::answers::{check_pending, no_live_turn, refused, wait_resolved};
         if let Some(m) = answer.message.as_deref().and_then(|m| {
             knife_protocol::limits::over_bytes(
                 "message",
@@ -494,6 +539,10 @@ struct RunContext {
     root: PathBuf,
     run: Run,
     text: String,
+    /// A resume after a restart (its start checkpoint is the boot checkpoint, CHG-10).
+    continuation: bool,
+    /// Written with the run's terminal state (the end `checkpoint.recorded`).
+    end_events: Vec<DomainEvent>,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
@@ -533,6 +582,47 @@ struct Reservation {
     armed: bool,
 }
 
+impl ExecutionService {
+    /// Marks idle `thread` busy in this process without a run (a revert works on
+    /// its files): a message meanwhile answers `RunInProgress`. Dropping the guard
+    /// frees it. Errors: `RunInProgress` when a run is active, `ShuttingDown`.
+    fn reserve_idle(&self, thread: &ThreadId) -> Result<Reservation, RuntimeError> {
+        let inner = &self.inner;
+        let mut active = lock(&inner.active);
+        if inner.closing.load(Ordering::SeqCst) {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if let Some(run) = active.get(thread) {
+            return Err(RuntimeError::RunInProgress {
+                thread: thread.clone(),
+                run: run
+                    .run_id
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| RunId::from("(a revert)")),
+            });
+        }
+        let (_, done) = watch::channel(true);
+        let (_, run_id) = watch::channel(None);
+        active.insert(
+            thread.clone(),
+            ActiveRun {
+                run_id,
+                cancel: CancellationToken::new(),
+                reason: Arc::new(Mutex::new(None)),
+                done,
+                finishing: Arc::new(AtomicBool::new(false)),
+                session: Arc::new(Mutex::new(None)),
+            },
+        );
+        Ok(Reservation {
+            inner: inner.clone(),
+            thread: thread.clone(),
+            armed: true,
+        })
+    }
+}
+
 impl Reservation {
     fn disarm(mut self) {
         self.armed = false;
@@ -544,28 +634,6 @@ impl Drop for Reservation {
         if self.armed {
             lock(&self.inner.active).remove(&self.thread);
         }
-    }
-}
-
-/// The root node of `run` (the tree of work the run produces; provider turns hang off it).
-pub(crate) fn root_node(run: &Run, status: NodeStatus, now: Timestamp) -> Node {
-    let id = NodeId::root_of(&run.id);
-    let finished = !matches!(
-        status,
-        NodeStatus::Pending | NodeStatus::Running | NodeStatus::Waiting
-    );
-    Node {
-        id: id.clone(),
-        thread_id: run.thread_id.clone(),
-        run_id: Some(run.id.clone()),
-        parent_node_id: None,
-        root_node_id: id,
-        kind: NodeKind::RootTurn,
-        status,
-        provider_turn_id: None,
-        runtime_request_id: None,
-        started_at: run.started_at,
-        completed_at: finished.then_some(now),
     }
 }
 

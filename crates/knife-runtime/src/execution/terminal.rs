@@ -1,9 +1,11 @@
 //! How an execution ended (SPEC.md EXEC-01/02): the classification of a finished
-//! drain into [`Terminal`], and which terminals release the thread's claim.
+//! drain into [`Terminal`], which terminals release the thread's claim, and the
+//! settling of what an ended run left unfinished ([`settle_unfinished`]).
 
-use knife_protocol::{RunError, TurnOutcome};
+use knife_protocol::*;
 
 use crate::adapter::InterruptReason;
+use crate::sessions::requests::expire_request_events;
 
 /// Error type of a failure that means "the user interrupted" (the reference's
 /// `UserInterruptedError`): classified as `interrupted{user}`, not as a failure (EXEC-02).
@@ -123,4 +125,92 @@ pub fn parse_reason(name: &str) -> Option<InterruptReason> {
         "shutdown" => Some(InterruptReason::Shutdown),
         _ => None,
     }
+}
+
+/// Error text of a tool call that was running when its process died (PROC-08 wording).
+pub const TOOL_ABORTED: &str = "Tool execution aborted";
+
+/// Why a runtime request of a dead session can no longer be answered.
+pub const REQUEST_NOT_RESUMABLE: &str =
+    "the agent session that asked ended with the previous server process";
+
+/// Why a runtime request of a run that ended in this server process (execution's
+/// finalize: failed, interrupted, its agent process died) can no longer be answered.
+pub const REQUEST_RUN_ENDED: &str = "the run ended before this runtime request was answered (its agent session cannot take the answer any more)";
+
+/// Events that end what `run` left unfinished in `projection`: items still pending,
+/// running or waiting (tool calls `failed` with [`TOOL_ABORTED`], others
+/// `interrupted`), provider turns still pending or running (`interrupted`) and
+/// runtime requests still pending (`expired`, not resumable with `request_reason`:
+/// [`REQUEST_NOT_RESUMABLE`] for runs of a previous process, [`REQUEST_RUN_ENDED`] for a
+/// run this process is finalizing).
+/// Empty when everything already finished.
+pub(crate) fn settle_unfinished(
+    projection: &ThreadProjection,
+    run: &RunId,
+    now: Timestamp,
+    request_reason: &str,
+) -> Vec<DomainEvent> {
+    let mut events = Vec::new();
+    let items = projection
+        .turn_items
+        .iter()
+        .filter(|i| i.run_id.as_ref() == Some(run));
+    for item in items.filter_map(|i| settle_item(i, now)) {
+        events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(item)));
+    }
+    for turn in projection
+        .provider_turns
+        .iter()
+        .filter(|t| &t.run_id == run)
+    {
+        if matches!(
+            turn.status,
+            ProviderTurnStatus::Pending | ProviderTurnStatus::Running
+        ) {
+            let mut turn = turn.clone();
+            turn.status = ProviderTurnStatus::Interrupted;
+            turn.completed_at = Some(now);
+            events.push(DomainEvent::new(now, EventBody::ProviderTurnUpdated(turn)));
+        }
+    }
+    for request in projection
+        .runtime_requests
+        .iter()
+        .filter(|r| r.run_id.as_ref() == Some(run) && r.status == RuntimeRequestStatus::Pending)
+    {
+        events.extend(expire_request_events(
+            request,
+            projection,
+            request_reason,
+            now,
+        ));
+    }
+    events
+}
+
+/// The settled form of an unfinished item, or `None` when it already finished.
+fn settle_item(item: &TurnItem, now: Timestamp) -> Option<TurnItem> {
+    if !matches!(
+        item.status,
+        TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+    ) {
+        return None;
+    }
+    let mut item = item.clone();
+    item.completed_at = Some(now);
+    item.updated_at = now;
+    match &mut item.kind {
+        TurnItemKind::ToolCall { error, .. } => {
+            item.status = TurnItemStatus::Failed;
+            *error = Some(TOOL_ABORTED.to_owned());
+        }
+        TurnItemKind::AssistantMessage { streaming, .. }
+        | TurnItemKind::Reasoning { streaming, .. } => {
+            item.status = TurnItemStatus::Interrupted;
+            *streaming = false;
+        }
+        _ => item.status = TurnItemStatus::Interrupted,
+    }
+    Some(item)
 }
