@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use clap::Args;
 use knife_protocol::*;
-use knife_store::Store;
 
 use crate::app::DB_FILE;
 use crate::client::find_server;
@@ -153,7 +152,7 @@ async fn offline_diff(
             db.display()
         );
     }
-    let store = Store::open(&db).await?;
+    let store = knife_store_sqlite::open(&db).await?;
     let thread = &crate::thread_ids::pick(&store.list_threads(None).await?, given)?;
     let t = store
         .get_thread(thread)

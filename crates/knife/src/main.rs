@@ -21,6 +21,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod sessions;
+mod store_url;
 mod thread_ids;
 mod thread_lifecycle;
 mod threads;

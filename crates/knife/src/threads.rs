@@ -161,7 +161,7 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
         );
     }
     let _lock = crate::lock::DataDirLock::acquire(dir).await?;
-    let store = Store::open(&db).await?;
+    let store = knife_store_sqlite::open(&db).await?;
     match cmd {
         DbCommand::Rebuild { .. } => {
             let stats = store.rebuild().await?;
@@ -224,7 +224,7 @@ impl Reader {
                 db.display()
             );
         }
-        Ok(Reader::Db(Store::open(db).await?))
+        Ok(Reader::Db(knife_store_sqlite::open(db).await?))
     }
 
     async fn threads(&self, archived: bool) -> anyhow::Result<Vec<Thread>> {
