@@ -82,7 +82,9 @@ async fn harness_with(
     options: SessionManagerOptions,
 ) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
     let instance = ProviderInstanceId::from("fake");
     let adapter = behaviour.adapter();

@@ -47,13 +47,13 @@ pub(crate) async fn release_entry(
     detail: Option<String>,
     options: ReleaseOptions,
 ) -> Result<bool, SessionError> {
-    let task = inner.tasks.spawn(release_task(
+    let task = inner.tasks.spawn(inner.releases.track_future(release_task(
         Arc::clone(inner),
         entry,
         reason,
         detail,
         options,
-    ));
+    )));
     match task.await {
         Ok(result) => result,
         Err(e) => Err(SessionError::Close(ProviderSessionCloseError {

@@ -74,7 +74,7 @@ pub struct Rig {
 /// A fresh store and project in a temp dir, and the peer `make` builds for it.
 async fn rig(instance: &ProviderInstanceId, make: impl FnOnce(&Path) -> Box<dyn Peer>) -> Rig {
     let dir = tempfile::tempdir().unwrap();
-    let store = knife_store::Store::open(dir.path().join("knife.db"))
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
         .await
         .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);

@@ -9,12 +9,11 @@ use std::time::Instant;
 use knife_protocol::*;
 use knife_runtime::commands::create_project;
 use knife_runtime::*;
-use knife_store::Store;
 use knife_testkit::sessions::{FakeAdapter, FakeBehaviour, TurnPlan, TurnScript};
 
 pub async fn run(threads: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path().join("bench.db")).await?;
+    let store = knife_store_sqlite::open(dir.path().join("bench.db")).await?;
     let clock: SharedClock = Arc::new(SystemClock);
     let root = dir.path().join("project");
     std::fs::create_dir(&root)?;
