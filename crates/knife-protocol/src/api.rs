@@ -189,7 +189,7 @@ pub struct ThreadProjection {
     /// Highest event sequence of this thread included in the projection.
     pub latest_sequence: u64,
     /// The thread's MCP credential state (never the token); filled by the server,
-    /// `None` where no `/mcp` endpoint runs (issue 6 item 5).
+    /// `None` where no `/mcp` endpoint runs (SPEC.md MCP-12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<crate::McpCredentialInfo>,
 }

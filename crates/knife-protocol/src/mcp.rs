@@ -1,5 +1,5 @@
 //! MCP capability vocabulary and the public view of a thread's MCP credential
-//! (SPEC.md MCP-01..05; issue 6). The bearer token itself never appears here.
+//! (SPEC.md MCP-01..05). The bearer token itself never appears here.
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +54,7 @@ impl std::fmt::Display for McpCapability {
 }
 
 /// The public state of a thread's MCP credential, as the API and `knife threads show`
-/// print it (issue 6 item 5). Never carries the token.
+/// print it (`knife threads show`, `GET /api/threads/{id}`). Never carries the token.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct McpCredentialInfo {
     /// True while a live (unrevoked) credential exists for the thread.
@@ -65,7 +65,7 @@ pub struct McpCredentialInfo {
 }
 
 /// Payload of `mcp.tool_called`: one `/mcp` tool call, attributed to the thread whose
-/// credential made it (issue 6 item 4). Arguments are summarised, never stored whole.
+/// credential made it (the `mcp.tool_called` audit event). Arguments are summarised, never stored whole.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct McpToolCall {
     /// The calling thread (the credential's thread).
