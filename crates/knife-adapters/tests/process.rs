@@ -1,4 +1,4 @@
-//! Supervised child processes (issue 7 item 1): real `sh` children, short real timeouts.
+//! Supervised child processes (docs/2026-12-01-process-groups.md): real `sh` children, short real timeouts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

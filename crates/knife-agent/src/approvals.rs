@@ -1,4 +1,4 @@
-//! Interactive tool approvals of the built-in agent (issue 3 item 6).
+//! Interactive tool approvals of the built-in agent (docs/2026-11-29-approvals.md).
 //!
 //! When the permission rules answer `ask` for a call and the session's
 //! [`ToolPolicy`](crate::ToolPolicy) has no automatic gate, the agent loop:

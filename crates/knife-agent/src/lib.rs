@@ -11,7 +11,7 @@
 //! - [`tools`]: `read`, `list`, `glob`, `grep`, `write`, `edit` (confined to the
 //!   project root) and `bash` (runs in it, in a process group of its own).
 //! - [`permissions`]: allow / ask / deny rules per tool call and the approval hook.
-//! - `approvals`: `ask` → runtime request → the user's answer (issue 3 item 6).
+//! - `approvals`: `ask` → runtime request → the user's answer (docs/2026-11-29-approvals.md).
 
 pub mod adapter;
 mod agent;

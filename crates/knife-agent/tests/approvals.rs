@@ -1,4 +1,4 @@
-//! Interactive approvals of the built-in agent (issue 3 item 6): an `ask` verdict
+//! Interactive approvals of the built-in agent (docs/2026-11-29-approvals.md): an `ask` verdict
 //! persists a runtime request with its node and a waiting transcript item, the
 //! turn waits, and the answer given through `respond_to_runtime_request` runs or
 //! refuses the call. Paused time: nothing here sleeps for real.

@@ -7,7 +7,7 @@ use crate::ids::*;
 use serde::{Deserialize, Serialize};
 
 /// How a provider turn ended.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum TurnOutcome {
     Completed,
@@ -16,7 +16,7 @@ pub enum TurnOutcome {
 }
 
 /// One event from an agent runtime, carrying a whole entity where it updates one.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", content = "payload", rename_all = "snake_case")]
 pub enum AdapterEvent {
     ProviderSessionUpdated(ProviderSession),

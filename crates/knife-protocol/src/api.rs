@@ -9,7 +9,7 @@ use crate::live::{ItemDelta, ItemReset};
 use serde::{Deserialize, Serialize};
 
 /// `POST /api/projects`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProjectRequest {
     /// Path of an existing directory; stored canonicalised.
@@ -20,7 +20,7 @@ pub struct CreateProjectRequest {
 }
 
 /// `POST /api/threads`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateThreadRequest {
     pub project_id: ProjectId,
@@ -43,7 +43,7 @@ pub struct CreateThreadRequest {
 
 /// One configured provider instance (`GET /api/providers`), from `knife.toml`'s
 /// `[providers.<id>]`: what the page offers when it starts a thread.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProviderInstanceInfo {
     /// The instance id (`[providers.<id>]`), as `CreateThreadRequest::provider_instance_id` takes it.
     pub id: ProviderInstanceId,
@@ -59,7 +59,7 @@ pub struct ProviderInstanceInfo {
 
 /// One live provider session (`GET /api/sessions`, `knife sessions list`); built by
 /// the session manager's `describe()`. Times are RFC 3339 UTC.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveSession {
     pub provider_session_id: ProviderSessionId,
     /// Driver kind (`builtin`, `codex`, …).
@@ -91,7 +91,7 @@ pub struct LiveSession {
 }
 
 /// `POST /api/sessions/{id}/close`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CloseSessionResponse {
     pub provider_session_id: ProviderSessionId,
     /// Always `true` on 200: the session was released (`stopped`).
@@ -101,7 +101,7 @@ pub struct CloseSessionResponse {
 /// `PATCH /api/threads/{id}` (CHG-08): rename and/or archive / unarchive. Fields left
 /// out stay as they are. `title` is trimmed and must be 1..=[`TITLE_MAX_CHARS`]
 /// characters without control characters (else 400).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateThreadRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,7 +112,7 @@ pub struct UpdateThreadRequest {
 }
 
 /// Answer to `DELETE /api/threads/{id}` (CHG-08).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeleteThreadResponse {
     pub thread_id: ThreadId,
     pub deleted_at: Timestamp,
@@ -122,7 +122,7 @@ pub struct DeleteThreadResponse {
 }
 
 /// `POST /api/threads/{id}/fork` (CHG-09).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkThreadRequest {
     /// Ordinal of the last source run the fork keeps; default: the source's last
@@ -135,7 +135,7 @@ pub struct ForkThreadRequest {
 }
 
 /// `POST /api/threads/{id}/messages`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostMessageRequest {
     pub text: String,
@@ -146,14 +146,14 @@ pub struct PostMessageRequest {
 }
 
 /// Answer to `POST /api/threads/{id}/messages`: the run started (HTTP 202).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PostMessageResponse {
     pub thread_id: ThreadId,
     pub run_id: RunId,
 }
 
 /// Answer to `POST /api/threads/{id}/interrupt`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InterruptResponse {
     pub thread_id: ThreadId,
     /// The run that was asked to stop, or `None` when nothing was running.
@@ -162,7 +162,7 @@ pub struct InterruptResponse {
 
 /// `POST /api/threads/{id}/requests/{request_id}`: the user's answer to a runtime
 /// request (tool approval). Also what an adapter's `respond_to_runtime_request` gets.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestAnswer {
     /// `allow_once`, `allow_always` (this tool on this exact subject for the rest of
@@ -174,7 +174,7 @@ pub struct RequestAnswer {
 }
 
 /// The full projection of one thread (`GET /api/threads/{id}`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadProjection {
     pub thread: Thread,
     pub runs: Vec<Run>,
@@ -189,7 +189,7 @@ pub struct ThreadProjection {
     /// Highest event sequence of this thread included in the projection.
     pub latest_sequence: u64,
     /// The thread's MCP credential state (never the token); filled by the server,
-    /// `None` where no `/mcp` endpoint runs (issue 6 item 5).
+    /// `None` where no `/mcp` endpoint runs (SPEC.md MCP-12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<crate::McpCredentialInfo>,
 }
@@ -198,20 +198,20 @@ pub struct ThreadProjection {
 /// empty). A client that subscribes to a thread with `after` set to it gets only
 /// what happens from now on (the web page's sidebar follows every thread's status
 /// this way without replaying their histories).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LatestSequenceResponse {
     pub sequence: u64,
 }
 
 /// JSON error body of every non-2xx API answer: `{"error": {"code", "message"}}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiErrorBody {
     pub error: ApiError,
 }
 
 /// A stable machine code (`not_found`, `invalid_request`, `conflict`, …) and a
 /// human message saying what to do.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiError {
     pub code: String,
     pub message: String,
@@ -221,7 +221,7 @@ pub struct ApiError {
 }
 
 /// Messages a WebSocket client sends on `/api/ws`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WsClientMessage {
     /// Replay the thread's events with `sequence > after`, then follow live.
@@ -236,7 +236,7 @@ pub enum WsClientMessage {
 }
 
 /// Messages the server sends on `/api/ws`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WsServerMessage {
     Subscribed {

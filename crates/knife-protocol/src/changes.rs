@@ -8,7 +8,7 @@ use crate::ids::*;
 
 /// One checkpoint of a working tree: a commit in knife's own checkpoint repository
 /// (never the project's `.git`) whose tree holds every file that is not ignored.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckpointRef {
     /// Commit id (hex) in the checkpoint repository.
     pub commit: String,
@@ -24,7 +24,7 @@ pub struct CheckpointRef {
 }
 
 /// A file a checkpoint left out.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SkippedFile {
     /// Path relative to the working tree, `/`-separated.
     pub path: String,
@@ -36,7 +36,7 @@ pub struct SkippedFile {
 
 /// The checkpoints of one run (CHG-01/02). A failed checkpoint leaves its `*_error`
 /// ("no checkpoint: <why>") instead of failing the run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunCheckpoints {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<CheckpointRef>,
@@ -75,7 +75,7 @@ impl RunCheckpoints {
 }
 
 /// How a file changed between two checkpoints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileChangeKind {
     Added,
@@ -87,7 +87,7 @@ pub enum FileChangeKind {
 }
 
 /// One file of a change set.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileChange {
     /// Path after the change (relative, `/`-separated).
     pub path: String,
@@ -106,7 +106,7 @@ pub struct FileChange {
 
 /// What a run changed (CHG-02): files with line counts, totals, and the files the
 /// end checkpoint left out (size cap).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChangeSet {
     pub files: Vec<FileChange>,
     /// Sum of `added` over `files`.
@@ -132,7 +132,7 @@ impl ChangeSet {
 }
 
 /// Which checkpoint a `checkpoint.recorded` event records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointKind {
     /// Before a run's turn starts (CHG-01).
@@ -146,7 +146,7 @@ pub enum CheckpointKind {
 }
 
 /// Payload of `checkpoint.recorded`: a checkpoint, or why there is none.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckpointRecord {
     pub thread_id: ThreadId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,7 +163,7 @@ pub struct CheckpointRecord {
 
 /// Where a revert stands. `applying`/`undoing` are the journal's open states: a boot
 /// that finds one finishes it (CHG-10).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RevertStatus {
     Applying,
@@ -177,7 +177,7 @@ pub enum RevertStatus {
 /// A revert of a thread's files (CHG-04): the files touched by run `run_ordinal` and
 /// every later run, restored to `target` (the start checkpoint of that run). Stored
 /// as `revert.updated` events (whole entity; the journal of CHG-10).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Revert {
     pub id: RevertId,
     pub thread_id: ThreadId,
@@ -213,7 +213,7 @@ pub struct Revert {
 }
 
 /// Body of `POST /api/threads/{id}/runs/{ordinal}/revert` and of `…/undo`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RevertRequest {
     /// Overwrite files someone changed since the thread's last checkpoint.
     #[serde(default)]
@@ -221,7 +221,7 @@ pub struct RevertRequest {
 }
 
 /// Answer of `GET /api/threads/{id}/runs/{ordinal}/diff` (CHG-03).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunDiff {
     pub thread_id: ThreadId,
     pub run_ordinal: u32,
@@ -246,7 +246,7 @@ pub struct RunDiff {
 
 /// A thread's git worktree (CHG-07): a worktree of the project's repository under
 /// the data dir, on its own branch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadWorktree {
     /// Absolute path of the worktree (the runtime's working directory).
     pub path: String,
@@ -257,7 +257,7 @@ pub struct ThreadWorktree {
 }
 
 /// Answer of `POST /api/threads/{id}/merge` (CHG-07).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MergeResponse {
     pub thread_id: ThreadId,
     /// The thread's branch.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A named workspace root on disk. Threads run inside it; tools may not leave it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Project {
     pub id: ProjectId,
     pub name: String,
@@ -19,7 +19,7 @@ pub struct Project {
 }
 
 /// Coarse state of an app thread, for lists and the sidebar.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ThreadStatus {
     /// No run active; the last run (if any) did not fail.
@@ -31,7 +31,7 @@ pub enum ThreadStatus {
 }
 
 /// One conversation a user has with an agent inside a project.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Thread {
     pub id: ThreadId,
     pub project_id: ProjectId,
@@ -97,7 +97,7 @@ pub const UNTITLED_THREAD_TITLE: &str = "New thread";
 
 /// Where a forked thread's history comes from (CHG-09): the source thread's runs
 /// `1..=after_run` were copied into it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadFork {
     pub thread_id: ThreadId,
     /// Ordinal of the last source run the fork includes.
@@ -133,7 +133,7 @@ impl Thread {
 ///
 /// JSON: `{"type":"busy"}`, `{"type":"idle"}`,
 /// `{"type":"retry","attempt":1,"message":"Too Many Requests","next":"2026-…Z"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentStatus {
     /// Nothing runs.
@@ -163,14 +163,14 @@ pub enum AgentStatus {
 /// (an error body the agent does not recognise), `APIError` (an HTTP / transport /
 /// provider failure), `ContextOverflowError` (the conversation does not fit even
 /// after compaction).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AgentError {
     pub name: String,
     pub message: String,
 }
 
 /// Lifecycle of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Queued,
@@ -193,7 +193,7 @@ impl RunStatus {
 /// `type` is a stable dotted name (`provider.http`, `provider.transport`,
 /// `provider.stream`, `provider.config`, `runtime`, `interrupted`, …; EXEC-01) and
 /// `message` says what happened and what the user can do.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunError {
     #[serde(rename = "type")]
     pub error_type: String,
@@ -223,7 +223,7 @@ impl RunError {
 }
 
 /// One user request on a thread (ordinal 1, 2, …).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Run {
     pub id: RunId,
     pub thread_id: ThreadId,
@@ -250,7 +250,7 @@ pub struct Run {
 }
 
 /// Token counts reported by a provider (tokens, not bytes).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TokenUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -276,7 +276,7 @@ impl TokenUsage {
 }
 
 /// Status of a provider session (one live runtime).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     Starting,
@@ -288,7 +288,7 @@ pub enum SessionStatus {
 }
 
 /// What a runtime can do; declared by its adapter (SPEC.md MGR section).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProviderCapabilities {
     /// One session may serve several threads (shared) rather than one (exclusive, MGR-06).
     pub shared_sessions: bool,
@@ -299,7 +299,7 @@ pub struct ProviderCapabilities {
 }
 
 /// One live runtime of a provider instance.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProviderSession {
     pub id: ProviderSessionId,
     /// Driver kind: `builtin`, `codex`, `acp`, …
@@ -316,7 +316,7 @@ pub struct ProviderSession {
 }
 
 /// Status of a provider thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderThreadStatus {
     NotLoaded,
@@ -328,7 +328,7 @@ pub enum ProviderThreadStatus {
 }
 
 /// Work a runtime keeps running after its turn ended (dev server, sub-agent).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PendingBackgroundTask {
     pub task_id: String,
     #[serde(default)]
@@ -338,7 +338,7 @@ pub struct PendingBackgroundTask {
 }
 
 /// The runtime's native conversation backing an app thread on one provider session.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProviderThread {
     pub id: ProviderThreadId,
     pub driver: String,
@@ -356,7 +356,7 @@ pub struct ProviderThread {
 }
 
 /// Status of a provider turn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderTurnStatus {
     Pending,
@@ -368,7 +368,7 @@ pub enum ProviderTurnStatus {
 }
 
 /// The runtime's execution of one run attempt.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProviderTurn {
     pub id: ProviderTurnId,
     pub thread_id: ThreadId,
@@ -395,7 +395,7 @@ pub struct ProviderTurn {
 }
 
 /// Kind of a runtime request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RuntimeRequestKind {
     /// Approve running a command.
@@ -409,7 +409,7 @@ pub enum RuntimeRequestKind {
 }
 
 /// Status of a runtime request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RuntimeRequestStatus {
     Pending,
@@ -419,7 +419,7 @@ pub enum RuntimeRequestStatus {
 }
 
 /// Whether the session that asked can still take the answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ResponseCapability {
     Live {
@@ -431,7 +431,7 @@ pub enum ResponseCapability {
 }
 
 /// A user's answer to an approval request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalDecision {
     AllowOnce,
@@ -460,7 +460,7 @@ impl ApprovalDecision {
 }
 
 /// Something the runtime asks the user mid-turn (approval, input).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RuntimeRequest {
     pub id: RuntimeRequestId,
     pub thread_id: ThreadId,
@@ -483,7 +483,7 @@ pub struct RuntimeRequest {
 }
 
 /// What a tool approval request is about (see [`RuntimeRequest::tool_approval`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolApproval {
     /// The model's id of the call (the tool item's `call_id`).
     pub call_id: String,
@@ -507,7 +507,7 @@ pub struct ToolApproval {
 }
 
 /// Kind of an execution node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeKind {
     RootTurn,
@@ -520,7 +520,7 @@ pub enum NodeKind {
 }
 
 /// Status of an execution node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeStatus {
     Pending,
@@ -533,7 +533,7 @@ pub enum NodeStatus {
 }
 
 /// A node of the tree of work a run produces.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Node {
     pub id: NodeId,
     pub thread_id: ThreadId,
@@ -549,7 +549,7 @@ pub struct Node {
 }
 
 /// Status of a transcript item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnItemStatus {
     Pending,
@@ -562,7 +562,9 @@ pub enum TurnItemStatus {
 }
 
 /// Who wrote a user-message item.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageOrigin {
     /// Typed by the user.
@@ -573,7 +575,7 @@ pub enum MessageOrigin {
 }
 
 /// What a transcript item holds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TurnItemKind {
     UserMessage {
@@ -639,7 +641,7 @@ pub enum TurnItemKind {
 }
 
 /// A transcript item: what the user sees of a thread.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TurnItem {
     pub id: TurnItemId,
     pub thread_id: ThreadId,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// One entry of the event log, before it has a sequence number.
 ///
 /// JSON shape: `{"id", "thread_id", "run_id", "occurred_at", "type": "run.updated", "payload": {...}}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DomainEvent {
     pub id: EventId,
     /// The thread this event belongs to; `None` for project-level and unbound session events.
@@ -63,7 +63,7 @@ macro_rules! event_bodies {
         }
     ) => {
         $(#[$enum_meta])*
-        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
         #[serde(tag = "type", content = "payload")]
         pub enum $name {
             $(
@@ -180,7 +180,7 @@ impl EventBody {
 ///
 /// `sequence` is global, strictly increasing and gap-free per commit order (SQLite
 /// `INTEGER PRIMARY KEY AUTOINCREMENT`). JSON: the event's fields plus `"sequence"`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StoredEvent {
     pub sequence: u64,
     #[serde(flatten)]

@@ -12,7 +12,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Which growing text of an item a delta extends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum DeltaField {
     /// The text of an `assistant_message` item.
@@ -51,7 +63,7 @@ impl DeltaField {
 
 /// More text of one item's field: `text` continues the field at byte `offset`.
 /// Not durable, no store sequence (LIVE-01).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ItemDelta {
     pub thread_id: ThreadId,
     pub run_id: Option<RunId>,
@@ -74,7 +86,7 @@ impl ItemDelta {
 
 /// The live text of an item is void (a discarded attempt, PROC-02 / PROC-03): the
 /// client drops what deltas gave it for `item_id`; later deltas start again at 0.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ItemReset {
     pub thread_id: ThreadId,
     pub item_id: TurnItemId,

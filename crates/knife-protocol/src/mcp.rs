@@ -1,12 +1,24 @@
 //! MCP capability vocabulary and the public view of a thread's MCP credential
-//! (SPEC.md MCP-01..05; issue 6). The bearer token itself never appears here.
+//! (SPEC.md MCP-01..05). The bearer token itself never appears here.
 
 use serde::{Deserialize, Serialize};
 
 /// A capability an MCP credential may carry; it decides which `/mcp` tools the
 /// credential's caller sees (SPEC.md MCP-02, MCP-05, MCP-12). Wire form: kebab-case
 /// (`pull-requests`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum McpCapability {
     /// Browser/preview tools; withheld when agent browser access is off. No tools yet.
@@ -42,8 +54,8 @@ impl std::fmt::Display for McpCapability {
 }
 
 /// The public state of a thread's MCP credential, as the API and `knife threads show`
-/// print it (issue 6 item 5). Never carries the token.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// print it (`knife threads show`, `GET /api/threads/{id}`). Never carries the token.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct McpCredentialInfo {
     /// True while a live (unrevoked) credential exists for the thread.
     pub active: bool,
@@ -53,8 +65,8 @@ pub struct McpCredentialInfo {
 }
 
 /// Payload of `mcp.tool_called`: one `/mcp` tool call, attributed to the thread whose
-/// credential made it (issue 6 item 4). Arguments are summarised, never stored whole.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// credential made it (the `mcp.tool_called` audit event). Arguments are summarised, never stored whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct McpToolCall {
     /// The calling thread (the credential's thread).
     pub thread_id: crate::ThreadId,

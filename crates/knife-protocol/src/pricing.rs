@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::TokenUsage;
 
 /// One model's prices, µ$ per million tokens (= USD per million × 10⁶).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct ModelPrice {
     /// Uncached input (prompt) tokens.
     pub input: u64,
@@ -48,7 +50,7 @@ impl ModelPrice {
 /// Prices by model name. A model is priced by its exact name, else by the
 /// longest entry that prefixes it (`gpt-4o-2024-08-06` → `gpt-4o`,
 /// `gpt-4o-mini-2024-07-18` → `gpt-4o-mini`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PriceTable {
     /// Model name (or name prefix) → its prices.
     pub models: BTreeMap<String, ModelPrice>,
@@ -114,7 +116,7 @@ impl PriceTable {
 }
 
 /// Token and cost totals over some runs (`GET /api/usage`, TURN-06). Costs are µ$.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageTotals {
     /// Runs counted (those with reported usage or not).
     pub runs: u64,
@@ -149,7 +151,7 @@ impl UsageTotals {
 }
 
 /// One model's share of a [`UsageReport`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelUsage {
     pub provider_instance_id: crate::ProviderInstanceId,
     /// The run's model, else the instance's default (`null` when neither is known).
@@ -159,7 +161,7 @@ pub struct ModelUsage {
 
 /// `GET /api/usage?project_id=&thread_id=&since=`: totals of the matching runs,
 /// and per instance and model (sorted by instance, then model).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageReport {
     pub total: UsageTotals,
     pub by_model: Vec<ModelUsage>,

@@ -1,6 +1,6 @@
 //! Process groups a knife server spawned (tool commands, adapter processes), recorded
 //! in the store so the next server can kill the ones that outlived a crashed owner
-//! (ARCHITECTURE.md "Child processes"; issue 4, boot order).
+//! (docs/ARCHITECTURE.md "Child processes"; the boot order of docs/2026-11-29-durable-execution.md).
 //!
 //! [`ProcessGroups`] is the `knife_process::GroupRecorder` every spawn is given: the
 //! group is registered right after the spawn and unregistered once it was reaped

@@ -1,4 +1,4 @@
-//! Execution reopens a thread's native conversation (MGR-09, issue 7 item 4): the native
+//! Execution reopens a thread's native conversation (MGR-09, resume after a restart for external runtimes): the native
 //! id a runtime reported in `provider-thread.updated` is passed to the next open, and a
 //! shared session the thread joins is asked to resume it once (MGR-10 dedup).
 #![allow(clippy::unwrap_used, clippy::expect_used)]

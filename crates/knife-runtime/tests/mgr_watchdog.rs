@@ -1,4 +1,4 @@
-//! Session manager — the stuck-turn watchdog (issue 5 item 7; beyond the reference).
+//! Session manager — the stuck-turn watchdog (`turn_stall_timeout`; beyond the reference).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

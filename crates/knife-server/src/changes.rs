@@ -11,8 +11,9 @@ use crate::AppState;
 use crate::error::ApiErr;
 
 /// `?force=true` (also accepted in the JSON body).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub(crate) struct ForceQuery {
+    /// Overwrite files changed since (`revert_conflict` otherwise).
     #[serde(default)]
     force: bool,
 }

@@ -24,10 +24,12 @@ use crate::live::{self, Outgoing};
 
 /// Query of the SSE route: `after` (exclusive sequence; `Last-Event-ID` wins when sent)
 /// and an optional event `type` filter.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 pub(crate) struct EventsQuery {
+    /// Events after this sequence (exclusive; `Last-Event-ID` wins when sent).
     #[serde(default)]
     after: u64,
+    /// Only events of this type (one of the event types).
     #[serde(rename = "type")]
     event_type: Option<String>,
 }

@@ -30,6 +30,7 @@ mod limits;
 pub mod listen;
 mod live;
 pub mod mcp;
+pub mod openapi;
 mod origin;
 mod routes;
 mod sessions;

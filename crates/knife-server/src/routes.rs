@@ -74,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sessions", get(crate::sessions::list_sessions))
         .route("/sessions/{id}/close", post(crate::sessions::close_session))
+        .route("/openapi.json", get(crate::openapi::serve))
         .route_layer(header_only());
     // Layered apart from the other routes: a browser cannot set headers on a
     // WebSocket, so only this route also accepts the token in the query string.
@@ -247,8 +248,10 @@ async fn create_thread(
     Ok((StatusCode::CREATED, Json(thread)))
 }
 
-#[derive(Deserialize)]
-struct ThreadListQuery {
+/// Query of `GET /api/threads`.
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(crate) struct ThreadListQuery {
+    /// Only the threads of this project.
     project_id: Option<ProjectId>,
     /// `true` also lists archived threads (CHG-08); default: hidden.
     #[serde(default)]

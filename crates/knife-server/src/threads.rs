@@ -39,8 +39,10 @@ pub(crate) async fn update_thread(
         .ok_or_else(|| ApiErr::bad_request("nothing to change"))
 }
 
-#[derive(Deserialize)]
+/// Query of `DELETE /api/threads/{id}`.
+#[derive(Deserialize, schemars::JsonSchema)]
 pub(crate) struct DeleteQuery {
+    /// Stop a running run and drop a worktree that holds work.
     #[serde(default)]
     force: bool,
 }

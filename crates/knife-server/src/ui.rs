@@ -1,4 +1,4 @@
-//! The web page (issue 8): `GET /` serves `ui/index.html`, `GET /ui/{file}` its
+//! The web page (docs/2026-11-29-web-page.md): `GET /` serves `ui/index.html`, `GET /ui/{file}` its
 //! modules and stylesheet. The files are embedded in the binary at compile time
 //! (`include_str!`), so building or testing knife needs no Node step.
 //!

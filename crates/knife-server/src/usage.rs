@@ -13,7 +13,7 @@ use crate::AppState;
 use crate::error::ApiErr;
 
 /// Query of `GET /api/usage`: all optional.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
     /// Only the threads of this project.

@@ -874,3 +874,23 @@ async fn chg_08_delete_answers_200_then_the_thread_is_gone() {
     let resp = s.http.delete(&path).send().await.unwrap();
     json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
 }
+
+/// `GET /api/openapi.json` serves the generated OpenAPI 3.1 document: the one checked in
+/// under docs/api/ (tests/openapi.rs keeps that copy in step with the code).
+#[tokio::test]
+async fn the_api_document_is_served_at_api_openapi_json() {
+    let s = serve(None).await;
+    let resp = s.http.get(s.url("/api/openapi.json")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let served: Value = resp.json().await.unwrap();
+    assert_eq!(served["openapi"], "3.1.0");
+    let checked_in: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/api/openapi.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(served, checked_in);
+}

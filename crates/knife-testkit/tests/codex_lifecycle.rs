@@ -1,4 +1,4 @@
-//! The default codex lifecycle suite, turns (issue 7): knife's execution service and
+//! The default codex lifecycle suite, turns (external runtimes, docs/2026-11-29-external-runtimes.md): knife's execution service and
 //! session manager on a real SQLite store drive the `codex` driver against the scripted
 //! fake app-server (`src/bin/fake_codex.rs`, a real child process): open, streamed turn,
 //! approval round trips, interrupts, detach/unload, two projects on one process, text

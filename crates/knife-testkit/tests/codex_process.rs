@@ -1,4 +1,4 @@
-//! The default codex lifecycle suite, process supervision (issue 7): idle release with no
+//! The default codex lifecycle suite, process supervision of external runtimes (docs/2026-11-29-external-runtimes.md): idle release with no
 //! orphan, child crash → `error` with the exit status, malformed and oversized output,
 //! close escalation, failed and cancelled opens, resume of the native thread by a new
 //! server (and the no-rollout fallback). Harness: `codex_support`.

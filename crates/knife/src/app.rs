@@ -143,7 +143,7 @@ impl App {
         let clock: SharedClock = Arc::new(SystemClock);
         // Installed before the boot's own work so its counters (resumes) are kept.
         let metrics = metrics_handle();
-        // Boot order (issue 4): reconcile what died with the previous process, kill
+        // Boot order (docs/2026-11-29-durable-execution.md): reconcile what died with the previous process, kill
         // the process groups it left running, then (below, once execution exists) the
         // restart sweep resumes claimed work; only then does the server accept requests.
         let report =
@@ -281,7 +281,7 @@ impl App {
             );
         }
         let default_instance = ProviderInstanceId::from(config.default_instance()?.as_str());
-        // MCP credentials (issue 6): every session gets one for its thread, with the
+        // MCP credentials (SPEC.md MCP-01..12): every session gets one for its thread, with the
         // capabilities the access settings allow. The registry lives in memory: tokens
         // do not survive a restart.
         let mcp_registry = knife_runtime::mcp::CredentialRegistry::new(None);

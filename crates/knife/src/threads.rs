@@ -463,7 +463,7 @@ fn print_projection(p: &ThreadProjection) {
     if let Some(e) = &t.last_error {
         println!("error    {} ({})", e.message, e.error_type);
     }
-    // The MCP credential state (issue 6 item 5); only the server knows it.
+    // The MCP credential state (`ThreadProjection::mcp`); only the server knows it.
     match &p.mcp {
         Some(m) if m.active => {
             let caps: Vec<&str> = m.capabilities.iter().map(|c| c.as_str()).collect();

@@ -1,4 +1,4 @@
-// Tool approvals over the real HTTP API with the real binary (issue 3 item 6): the
+// Tool approvals over the real HTTP API with the real binary (docs/2026-11-29-approvals.md): the
 // mock model asks for a `bash` call, the default rule asks, the request shows up on
 // the thread's event stream, and `POST /api/threads/{id}/requests/{request_id}`
 // answers it.

@@ -1,7 +1,7 @@
 // Process tests of the `codex` driver with the real knife binary and the scripted fake
 // app-server (knife-testkit's `fake_codex` binary): `knife run --provider codex`, and a
 // server SIGKILLed mid-turn whose restart kills the orphaned app-server and resumes the
-// claimed thread through `thread/resume` of the same codex thread (issue 7 item 4).
+// claimed thread through `thread/resume` of the same codex thread (resume after a restart, MGR-09).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

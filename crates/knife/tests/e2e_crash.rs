@@ -1,4 +1,4 @@
-// Crash tests with the real binary (issue 4): SIGKILL / SIGTERM mid-turn, restart on
+// Crash tests with the real binary (durable execution, docs/2026-11-29-durable-execution.md): SIGKILL / SIGTERM mid-turn, restart on
 // the same data dir, and what the restart sweep makes of the claimed work. The mock
 // LLM runs in this test process, gated, so each test stops a stream where it wants.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-// The peer suite (issue 7): the same lifecycle against each real external agent
+// The peer suite (docs/2026-11-29-peer-suite.md): the same lifecycle against each real external agent
 // runtime — Codex app-server, Claude (claude-agent-acp), Gemini CLI, opencode —
 // run by the real `knife serve` with the peer as a provider instance, and the
 // mock LLM (in this process) on loopback behind the peer.

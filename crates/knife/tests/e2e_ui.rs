@@ -1,4 +1,4 @@
-// The web page (issue 8) in a real browser: headless Chromium driven by Playwright
+// The web page (docs/2026-11-29-web-page.md) in a real browser: headless Chromium driven by Playwright
 // (`playwright-core`, pinned in tests/ui/package.json) against real `knife serve`
 // and `knife mock-llm` processes started here, one pair per scenario so the
 // scripted model answers never interleave. The browser tests are in

@@ -1,7 +1,7 @@
 //! Answering runtime requests (tool approvals) on behalf of the API: find the
 //! request, check it can still be answered, hand the answer to the live runtime
 //! that asked, and return the request once its resolution is stored
-//! (`POST /api/threads/{id}/requests/{request_id}`, issue 3 item 6).
+//! (`POST /api/threads/{id}/requests/{request_id}`, interactive approvals, docs/2026-11-29-approvals.md).
 
 use std::time::Duration;
 

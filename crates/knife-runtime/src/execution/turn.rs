@@ -134,7 +134,7 @@ impl ExecutionService {
         );
         request.model = ctx.thread.model.clone();
         // A runtime with its own history (codex, ACP) continues the native thread it
-        // reported for this thread, also after a restart (issue 7 item 4).
+        // reported for this thread, also after a restart (resume of external runtimes, MGR-09).
         request.native_thread_id = native_thread_id.clone();
         // An interrupt (or shutdown) during the open ends the run at once; the
         // dropped open cleans up after itself (MGR-04).

@@ -1,5 +1,5 @@
 //! Agent access settings: which MCP capabilities a thread's credential carries
-//! (SPEC.md MCP-02..05; issue 6 item 3).
+//! (SPEC.md MCP-02..05; the access settings of docs/2026-11-29-mcp.md).
 //!
 //! Global `agent_browser_access` / `agent_device_access` come from `knife.toml`;
 //! a project may override either, both ways. [`resolve_access`] is the pure decision;

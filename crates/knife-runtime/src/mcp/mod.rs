@@ -163,7 +163,7 @@ impl RegistryState {
     }
 }
 
-/// The registry of MCP credentials (issue 6 item 1). Tokens are 32 OS-random bytes,
+/// The registry of MCP credentials (SPEC.md MCP-01..05, docs/2026-11-29-mcp.md). Tokens are 32 OS-random bytes,
 /// base64url with [`TOKEN_PREFIX`]; only their SHA-256 digest is stored and
 /// [`CredentialRegistry::resolve`] compares digests in constant time.
 ///

@@ -153,7 +153,7 @@ async fn unload_idle_thread(
     thread: ThreadId,
     generation: u64,
 ) {
-    // Deferral for pending work is capped like the session pin (issue 5 item 7): a
+    // Deferral for pending work is capped like the session pin (`max_idle_pin`, MGR-24): a
     // probe that never clears cannot keep a thread loaded forever.
     let mut deferred_since: Option<Instant> = None;
     loop {

@@ -71,7 +71,7 @@ pub const UNLOAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// detach): a runtime that does not answer must not hang its caller.
 pub const INTERRUPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default stuck-turn limit: a running turn with no adapter event for 15 min is
-/// interrupted and failed (issue 5 item 7); zero turns the watchdog off.
+/// interrupted and failed (the stuck-turn watchdog, `watchdog.rs`); zero turns the watchdog off.
 pub const DEFAULT_TURN_STALL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// First retry of a failed release record, 1 s after the failure (MGR-38).
 pub const RELEASE_RETRY_FIRST: Duration = Duration::from_secs(1);

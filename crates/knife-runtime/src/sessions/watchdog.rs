@@ -1,4 +1,4 @@
-//! The stuck-turn watchdog (issue 5 item 7): a running turn whose runtime sends no
+//! The stuck-turn watchdog (`turn_stall_timeout`, beyond SPEC.md MGR): a running turn whose runtime sends no
 //! event for `turn_stall_timeout` is interrupted and ended with a clear error.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The `/mcp` endpoint (SPEC.md MCP-12, issue 6 item 4): the official Rust MCP SDK
+//! The `/mcp` endpoint (SPEC.md MCP-12): the official Rust MCP SDK
 //! (`rmcp`, streamable HTTP) behind a bearer middleware resolving per-thread
 //! credentials through [`CredentialRegistry`].
 //!

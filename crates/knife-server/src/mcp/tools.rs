@@ -1,4 +1,4 @@
-//! The MCP tools of `/mcp` and their capability gate (issue 6 item 4).
+//! The MCP tools of `/mcp` and their capability gate (SPEC.md MCP-12, docs/2026-11-29-mcp.md).
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -72,7 +72,7 @@ pub struct Rig {
 }
 
 /// A fresh store and project in a temp dir, and the peer `make` builds for it.
-async fn rig(instance: &ProviderInstanceId, make: impl FnOnce(&Path) -> Box<dyn Peer>) -> Rig {
+pub async fn rig(instance: &ProviderInstanceId, make: impl FnOnce(&Path) -> Box<dyn Peer>) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let store = knife_store_sqlite::open(dir.path().join("knife.db"))
         .await
@@ -119,7 +119,7 @@ async fn rig(instance: &ProviderInstanceId, make: impl FnOnce(&Path) -> Box<dyn 
     }
 }
 
-fn manager(
+pub fn manager(
     store: &Store,
     clock: &SharedClock,
     instance: &ProviderInstanceId,
@@ -145,26 +145,39 @@ fn manager(
 /// The built-in agent on the mock LLM (OpenAI Chat over loopback), one model call budget
 /// per call (no retries: a cut stream fails the run), `ask` approvals for `bash`.
 pub async fn builtin(steps: &[Step]) -> Rig {
+    let shell = |command: &str| {
+        ScriptResponse::tool_call("bash", json!({ "command": command }).to_string())
+    };
+    let mock = mock_llm(mock_responses(steps, shell)).await;
+    let instance = ProviderInstanceId::from("local");
+    rig(&instance.clone(), move |_| {
+        Box::new(Builtin { instance, mock })
+    })
+    .await
+}
+
+/// The mock LLM's responses for `steps` (for peers the mock drives): `shell` is the
+/// model's call of the peer's shell tool with a command.
+pub fn mock_responses(steps: &[Step], shell: fn(&str) -> ScriptResponse) -> Vec<ScriptResponse> {
     let mut responses = Vec::new();
+    // Streams one word every 200 ms for about a minute: long past any scenario's wait.
+    let hang = || ScriptResponse {
+        text: Some(vec!["slowly"; 300].join(" ")),
+        stream_deltas_ms: Some(200),
+        ..ScriptResponse::default()
+    };
     for step in steps {
         match *step {
             Step::Answer(text) => responses.push(ScriptResponse::text(text)),
             Step::Approval(text) => {
-                responses.push(ScriptResponse::tool_call(
-                    "bash",
-                    r#"{"command":"echo approved"}"#,
-                ));
+                responses.push(shell("echo approved"));
                 responses.push(ScriptResponse::text(text));
             }
-            Step::ApprovalThenWait => responses.push(ScriptResponse::tool_call(
-                "bash",
-                r#"{"command":"echo approved"}"#,
-            )),
-            Step::Hang => responses.push(ScriptResponse {
-                text: Some("working on it slowly".into()),
-                stream_deltas_ms: Some(600_000),
-                ..ScriptResponse::default()
-            }),
+            Step::ApprovalThenWait => {
+                responses.push(shell("echo approved"));
+                responses.push(hang());
+            }
+            Step::Hang => responses.push(hang()),
             Step::Crash => responses.push(ScriptResponse {
                 text: Some("an answer the connection cuts".into()),
                 cut: true,
@@ -176,14 +189,15 @@ pub async fn builtin(steps: &[Step]) -> Rig {
             }),
         }
     }
+    responses
+}
+
+/// A mock LLM on loopback serving `responses` in order (side requests without tools get
+/// a title and use up nothing).
+pub async fn mock_llm(responses: Vec<ScriptResponse>) -> MockLlmHandle {
     let mut script = Script::new(responses);
     script.no_tools_text = Some("a title".into());
-    let mock = MockLlm::start(MockLlmConfig::script(script)).await.unwrap();
-    let instance = ProviderInstanceId::from("local");
-    rig(&instance.clone(), move |_| {
-        Box::new(Builtin { instance, mock })
-    })
-    .await
+    MockLlm::start(MockLlmConfig::script(script)).await.unwrap()
 }
 
 struct Builtin {
@@ -269,7 +283,7 @@ impl Peer for FakeCodex {
     }
     fn execution(&self, store: &Store, clock: &SharedClock) -> ExecutionService {
         let mut config = CodexConfig::new(self.instance.clone());
-        config.command = env!("CARGO_BIN_EXE_fake_codex").into();
+        config.command = fake_bin(option_env!("CARGO_BIN_EXE_fake_codex"), "fake_codex");
         config.args = Vec::new();
         config.env = vec![("CODEX_HOME".into(), self.home.as_os_str().to_owned())];
         config.model = Some("mock-model".into());
@@ -357,7 +371,10 @@ impl Peer for FakeAcp {
         json!({ "steps": steps }).to_string()
     }
     fn execution(&self, store: &Store, clock: &SharedClock) -> ExecutionService {
-        let mut config = AcpConfig::new(self.instance.clone(), env!("CARGO_BIN_EXE_fake_acp"));
+        let mut config = AcpConfig::new(
+            self.instance.clone(),
+            fake_bin(option_env!("CARGO_BIN_EXE_fake_acp"), "fake_acp"),
+        );
         config.env = vec![
             ("FAKE_ACP_STATE_DIR".into(), self.state.clone().into()),
             ("FAKE_ACP_LOG".into(), self.log.clone().into()),
@@ -396,10 +413,16 @@ impl Peer for FakeAcp {
     }
 }
 
-fn json_lines(path: &Path) -> Vec<Value> {
+pub fn json_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// A fake peer binary of knife-testkit: cargo's path when this test belongs to
+/// knife-testkit, else the bare name (the peer suites of other crates never start it).
+fn fake_bin(cargo_path: Option<&'static str>, name: &'static str) -> std::ffi::OsString {
+    cargo_path.unwrap_or(name).into()
 }

@@ -2,6 +2,57 @@
 //! open, stream, approval, interrupt, Stop while an approval is open, crash of the
 //! child, resume after a restart, close, malformed output.
 
+/// One test per scenario for the driver whose rig `$rig` builds, in module `$driver`,
+/// each with the attributes given after the rig (an `ignore` gate for real peers).
+macro_rules! conformance {
+    ($driver:ident, $rig:path $(, #[$attr:meta])*) => {
+        mod $driver {
+            use crate::scenarios;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn open_and_stream() {
+                scenarios::open_and_stream($rig).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn approval() {
+                scenarios::approval($rig).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn interrupt() {
+                scenarios::interrupt($rig).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn stop_with_open_approval() {
+                scenarios::stop_with_open_approval($rig).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn crash() {
+                scenarios::crash($rig).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn resume() {
+                scenarios::resume($rig).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn close() {
+                scenarios::close($rig).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn malformed_output() {
+                scenarios::malformed_output($rig).await;
+            }
+        }
+    };
+}
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -196,10 +247,13 @@ pub async fn interrupt(make: impl MakeRig) {
     const STEPS: &[Step] = &[Step::Hang, Step::Answer("After the interrupt.")];
     let rig = make(STEPS).await;
     let run = rig.start(STEPS[0]).await;
-    rig.until("the turn to run", |p| {
+    // Interrupted once the runtime streams (a peer may not take an interrupt of a turn
+    // it has not really started yet).
+    rig.until("the turn to stream", |p| {
         p.provider_turns
             .iter()
             .any(|t| t.run_id == run.id && t.status == ProviderTurnStatus::Running)
+            && answers(p, &run).iter().any(|(text, _)| !text.is_empty())
     })
     .await;
     rig.exec

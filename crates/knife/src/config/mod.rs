@@ -190,7 +190,7 @@ impl ProjectConfig {
 }
 
 impl Config {
-    /// The MCP access settings (issue 6 item 3); project overrides are keyed by the
+    /// The MCP access settings (SPEC.md MCP-02..05, docs/2026-11-29-mcp.md); project overrides are keyed by the
     /// project's canonical root.
     pub fn access_settings(&self) -> knife_runtime::mcp::AccessSettings {
         let defaults = knife_runtime::mcp::AccessSettings::default();

@@ -1,5 +1,5 @@
 //! `[providers.<id>]` of `knife.toml`: the drivers and one provider instance's
-//! settings (built-in agent drivers and external runtimes, issue 7).
+//! settings (built-in agent drivers and external runtimes, docs/2026-11-29-external-runtimes.md).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,7 +20,7 @@ pub const DRIVERS: &[(&str, &str)] = &[
     ("codex", ""),
 ];
 
-/// Drivers of agent runtimes knife runs as child processes (issue 7): an instance
+/// Drivers of agent runtimes knife runs as child processes (codex app-server, ACP agents): an instance
 /// sets `command`, `args`, `env` (and `model`) instead of `base_url` / `api_key_env`.
 pub const EXTERNAL_DRIVERS: &[&str] = &["acp", "codex"];
 
