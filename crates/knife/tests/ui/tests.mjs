@@ -417,6 +417,40 @@ export const tests = {
     },
   },
 
+  // "own worktree" under "+ New thread" (CHG-07): the thread shows its branch in the
+  // sidebar and its branch and path in the status line; the agent's file lands in the
+  // worktree, not in the project folder; Merge brings it into the project's branch.
+  worktree_thread_and_merge: {
+    server: 'worktree',
+    async run({ page, server, shot }) {
+      await page.goto(server.url);
+      await page.fill('#project-root', server.project);
+      await page.click('#project-create');
+      const project = page.locator('section.project').first();
+      await project.locator('.thread-title').fill('Worktree thread');
+      await project.locator('input.thread-worktree').check();
+      await project.locator('.new-thread-button').click();
+      await page.waitForURL(/#\/thread\//);
+      const status = page.locator('#thread-worktree');
+      await status.waitFor();
+      const [, branch, wtPath] = (await status.innerText()).match(/worktree (knife\/\S+) at (\S+)$/);
+      await page.locator('.thread-link .thread-branch', { hasText: branch }).waitFor();
+      assert.equal(await project.locator('input.thread-worktree').isChecked(), false, 'the checkbox stays ticked');
+      await send(page, 'add the feature');
+      await assistant(page).locator('.md', { hasText: 'Wrote feature.txt.' }).waitFor();
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      assert.equal(readFileSync(path.join(wtPath, 'feature.txt'), 'utf8'), 'made in the worktree\n');
+      assert.equal(existsSync(path.join(server.project, 'feature.txt')), false, 'written in the project folder');
+      // Its own folder: no shared-folder warning.
+      assert.equal(await page.locator('#shared-root-warning').count(), 0);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-before-merge.png') });
+      page.once('dialog', (d) => d.accept());
+      await page.click('#thread-merge');
+      await page.locator('#thread-notice', { hasText: `Merged ${branch} into main` }).waitFor();
+      assert.equal(readFileSync(path.join(server.project, 'feature.txt'), 'utf8'), 'made in the worktree\n');
+    },
+  },
+
   // A `bash` call asks for approval: the sidebar says so, the Approvals view lists
   // it, "Allow once" runs it and its output appears.
   approve_bash: {
