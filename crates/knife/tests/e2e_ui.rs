@@ -357,10 +357,7 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             .map(|(_, script, toml, token)| pair(script.clone(), toml, *token)),
     )
     .await;
-    // "restart": a thread whose run was cut short by a server restart, resumed by
-    // the new process (the page must show the "continuing after restart" marker).
-    let restart = scenarios.iter().position(|s| s.0 == "restart").unwrap();
-    stop_mid_stream_and_restart(&mut started[restart].server).await;
+    // Set up before "restart" (the browser must come while its resumed run streams).
     // "changes": the files its run edits, deletes and renames.
     let changes = scenarios.iter().position(|s| s.0 == "changes").unwrap();
     for (name, content) in CHANGES_FILES {
@@ -369,6 +366,10 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
     // "worktree": the project is a git repository with one commit on `main`.
     let worktree = scenarios.iter().position(|s| s.0 == "worktree").unwrap();
     git_repository(&started[worktree].server.project_dir());
+    // "restart": a thread whose run was cut short by a server restart, resumed by
+    // the new process (the page must show the "continuing after restart" marker).
+    let restart = scenarios.iter().position(|s| s.0 == "restart").unwrap();
+    stop_mid_stream_and_restart(&mut started[restart].server).await;
     let mut servers = serde_json::Map::new();
     for ((name, ..), p) in scenarios.iter().zip(&started) {
         let project = std::fs::canonicalize(p.server.project_dir()).unwrap();
