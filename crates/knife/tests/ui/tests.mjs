@@ -2,7 +2,7 @@
 // against; each server has its own mock-llm script, so tests do not share state.
 
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 /** Adds the server's project folder and a thread from the page; opens the thread. */
@@ -414,7 +414,33 @@ export const tests = {
       assert.equal(existsSync(file('old-name.txt')), false);
       assert.equal(read('new-name.txt'), 'a file that the run renames\nline two\nline three\n');
       assert.equal(read('page.html'), '<img src=x onerror="window.__pwned = 1">\n<b>bold</b>\n');
+
+      // A person edits keep.txt since: the revert says so and asks again; "no" writes
+      // nothing, "yes" overwrites (the result says so).
+      writeFileSync(file('keep.txt'), 'edited by a person\n');
+      const replies = [];
+      const answers = [];
+      page.on('dialog', async (d) => {
+        answers.push(d.message());
+        await (replies.shift() ? d.accept() : d.dismiss());
+      });
+      replies.push(true, false);
+      await panel.locator('button.revert-run').click();
+      await eventually('the conflict question', async () => answers.length === 2);
+      assert.match(answers[1], /changed since/);
+      assert.ok(answers[1].includes('  keep.txt'), answers[1]);
+      assert.equal(read('keep.txt'), 'edited by a person\n');
+      assert.equal(existsSync(file('new-name.txt')), true, 'a refused revert wrote files');
+      replies.push(true, true);
+      await panel.locator('button.revert-run').click();
+      const forced = panel.locator('.revert-result.revert-applied');
+      await forced.waitFor();
+      assert.match(await forced.locator('.revert-text').innerText(), /overwriting later edits/);
+      assert.equal(read('keep.txt'), 'alpha\nbeta\ngamma\n');
+      assert.equal(existsSync(file('new-name.txt')), false);
     },
+    // The refused revert's 409 (revert_conflict), the answer the page asks about.
+    allowConsole: [/^HTTP 409 for .*\/runs\/1\/revert$/, /Failed to load resource: the server responded with a status of 409/],
   },
 
   // "own worktree" under "+ New thread" (CHG-07): the thread shows its branch in the
