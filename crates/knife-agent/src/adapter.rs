@@ -174,8 +174,8 @@ impl ProviderAdapter for BuiltinAgentAdapter {
     }
 
     /// Opens a session rooted at `input.cwd` (canonicalized; tools cannot leave it),
-    /// under the tool policy with that root's per-project rules if any
-    /// ([`ToolPolicy::for_project`]).
+    /// under the tool policy with the per-project rules, env and sandbox settings
+    /// of `input.project_root` (else of the cwd; [`ToolPolicy::for_project`]).
     /// Nothing is spawned until a turn starts. The session entity itself
     /// (`ProviderSessionUpdated`) is the session manager's to write, so the
     /// session's event stream carries turn events only.
@@ -188,10 +188,13 @@ impl ProviderAdapter for BuiltinAgentAdapter {
                 input.cwd.display()
             ))
         })?;
-        let policy = match self.config.tool_policy.for_project(tool_ctx.root()) {
-            Some(project) => Arc::new(project),
-            None => Arc::clone(&self.config.tool_policy),
-        };
+        // A thread's worktree works under its project's settings (CHG-07).
+        let project_root = input
+            .project_root
+            .as_deref()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .unwrap_or_else(|| tool_ctx.root().to_path_buf());
+        let policy = Arc::new(self.config.tool_policy.for_project(&project_root));
         let tool_ctx = tool_ctx
             .with_policy(policy)
             .with_thread(input.thread_id.clone());

@@ -14,8 +14,12 @@ pub struct OpenSessionInput {
     pub provider_instance_id: ProviderInstanceId,
     /// The first thread the session serves.
     pub thread_id: ThreadId,
-    /// Working directory: the project root (checked to exist before open, MGR-07).
+    /// Working directory: the project root, or the thread's worktree (CHG-07)
+    /// (checked to exist before open, MGR-07).
     pub cwd: PathBuf,
+    /// The project root whose settings (permissions, env, sandbox) apply when `cwd`
+    /// is a thread's worktree (CHG-07); `None`: `cwd`'s own.
+    pub project_root: Option<PathBuf>,
     /// Model override; `None` = the instance's default.
     pub model: Option<String>,
     /// The runtime's native thread id to resume, when the thread has one (MGR-09).

@@ -543,6 +543,97 @@ async fn worktree_tools_create_and_list_git_worktrees_of_the_callers_project() {
     assert_eq!(v["result"]["isError"], true, "{v}");
 }
 
+/// CHG-07: a thread with its own worktree lists and creates worktrees from there:
+/// `current` marks its worktree, and a new worktree without `base` starts from its
+/// branch (not from the project's HEAD).
+#[tokio::test]
+async fn chg_07_worktree_tools_of_a_worktree_thread_work_from_its_worktree() {
+    let s = serve().await;
+    let mut t = s.thread("repo").await;
+    let root = s.dir.path().join("repo");
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    // The thread's worktree (as knife makes it: under the data dir, branch knife/<id>).
+    let wt_path = s
+        .dir
+        .path()
+        .join("data/worktrees")
+        .join(t.project_id.as_str())
+        .join("t1");
+    std::fs::create_dir_all(wt_path.parent().unwrap()).unwrap();
+    git(
+        &root,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "knife/t1",
+            wt_path.to_str().unwrap(),
+        ],
+    );
+    git(
+        &wt_path,
+        &["commit", "-q", "--allow-empty", "-m", "work of the thread"],
+    );
+    let thread_head = git(&wt_path, &["rev-parse", "HEAD"]);
+    t.worktree = Some(ThreadWorktree {
+        path: std::fs::canonicalize(&wt_path)
+            .unwrap()
+            .display()
+            .to_string(),
+        branch: "knife/t1".into(),
+        base_commit: git(&root, &["rev-parse", "HEAD"]),
+    });
+    s.store
+        .write(vec![DomainEvent::new(
+            t.updated_at,
+            EventBody::ThreadUpdated(t.clone()),
+        )])
+        .await
+        .unwrap();
+    let auth = s.token(&t, &[McpCapability::Worktree]).authorization_header;
+    let session = initialize(&s, &auth).await;
+    let text = |v: &Value| -> Value {
+        assert_eq!(v["result"]["isError"], false, "{v}");
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+
+    let listed = text(&call(&s, &auth, &session, "worktree_list", json!({})).await);
+    let current: Vec<&str> = listed["worktrees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["current"] == true)
+        .filter_map(|w| w["branch"].as_str())
+        .collect();
+    assert_eq!(current, vec!["knife/t1"], "{listed}");
+
+    let created = text(
+        &call(
+            &s,
+            &auth,
+            &session,
+            "worktree_create",
+            json!({"branch": "from-thread"}),
+        )
+        .await,
+    );
+    let new_path = std::path::PathBuf::from(created["path"].as_str().unwrap());
+    assert_eq!(git(&new_path, &["rev-parse", "HEAD"]), thread_head);
+}
+
 #[tokio::test]
 async fn thread_create_makes_a_child_of_the_caller_and_thread_read_returns_it() {
     let s = serve().await;

@@ -653,6 +653,7 @@ async fn a_silent_program_fails_the_open_after_the_initialize_time_box() {
         provider_instance_id: h.instance.clone(),
         thread_id: thread,
         cwd: h.dir.path().join("project"),
+        project_root: None,
         model: None,
         native_thread_id: None,
     };

@@ -233,6 +233,7 @@ fn open_input(h: &Harness) -> OpenSessionInput {
         provider_instance_id: instance(),
         thread_id: h.thread.id.clone(),
         cwd: h.root.clone(),
+        project_root: None,
         model: None,
         native_thread_id: None,
     }

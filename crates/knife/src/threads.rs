@@ -337,8 +337,14 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                     (false, true) => " (archived)",
                     (false, false) => "",
                 };
+                // A thread in its own worktree shows its branch (CHG-07).
+                let branch = t
+                    .worktree
+                    .as_ref()
+                    .map(|w| format!(" [{}]", w.branch))
+                    .unwrap_or_default();
                 println!(
-                    "{:<id_w$}  {status:<status_w$}  {:>4}  {:<28}  {}{claim}",
+                    "{:<id_w$}  {status:<status_w$}  {:>4}  {:<28}  {}{branch}{claim}",
                     t.id.as_str(),
                     t.run_count,
                     crate::human::when(t.updated_at, now),
@@ -453,6 +459,9 @@ fn print_projection(p: &ThreadProjection) {
             "archived {}",
             at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         );
+    }
+    if let Some(w) = &t.worktree {
+        println!("worktree {} at {}", w.branch, w.path);
     }
     if let Some(fork) = &t.forked_from {
         println!(

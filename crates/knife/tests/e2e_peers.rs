@@ -10,7 +10,8 @@
 // they fail. `scripts/test` installs codex, so its part runs there.
 //
 // Steps, one test each per peer (see `peer_suite!`): a turn with streamed text;
-// a command needing approval answered through knife's HTTP API; an MCP tool call
+// a command needing approval answered through knife's HTTP API; a command changing
+// files → the run's diff lists them → revert restores them; an MCP tool call
 // that reaches knife's `/mcp` with that thread's bearer; interrupt; idle release
 // with the process gone; server SIGKILL mid-turn → restart → no orphan, the
 // thread resumed through the peer's own resume.
@@ -159,6 +160,80 @@ async fn command_approval(spec: &'static PeerSpec) {
         .find(|r| r.id == request.id)
         .unwrap();
     assert_eq!(resolved.status, RuntimeRequestStatus::Resolved);
+}
+
+/// A command the peer runs changes files (CHG-02/03/04): the run's change set and
+/// `GET …/runs/{n}/diff` list them, `POST …/runs/{n}/revert` puts them back on disk
+/// (knife's checkpoints see what an external agent changed, whatever its driver).
+async fn command_diff_revert(spec: &'static PeerSpec) {
+    let command = "printf 'after\\n' > notes.txt && printf 'new\\n' > made-by-peer.txt";
+    let script = Script::new(vec![
+        ScriptResponse {
+            tool_calls: vec![(spec.shell_call)(command)],
+            ..ScriptResponse::default()
+        },
+        ScriptResponse::text("Changed the files."),
+    ]);
+    let rig = Rig::start(spec, script, "").await;
+    let dir = rig.server.project_dir();
+    std::fs::write(dir.join("notes.txt"), "before\n").unwrap();
+    let thread = rig.thread().await;
+    let run = rig.send(&thread, "Change the files.").await;
+    let (p, _) = rig.finish(&thread, &run, true).await;
+    let r = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "after\n"
+    );
+    let changes = r.changes.clone().expect("the run has a change set");
+    let kind = |path: &str| {
+        changes
+            .files
+            .iter()
+            .find(|f| f.path == path)
+            .map(|f| (f.kind, f.added, f.removed))
+    };
+    assert_eq!(
+        kind("notes.txt"),
+        Some((FileChangeKind::Modified, 1, 1)),
+        "{changes:?}"
+    );
+    assert_eq!(
+        kind("made-by-peer.txt"),
+        Some((FileChangeKind::Added, 1, 0)),
+        "{changes:?}"
+    );
+
+    let api = &rig.server.api;
+    let (status, diff) = api
+        .get(&format!("/api/threads/{thread}/runs/{}/diff", r.ordinal))
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{diff}");
+    let text = diff["diff"].as_str().unwrap();
+    assert!(
+        text.contains("+++ b/made-by-peer.txt")
+            && text.contains("-before")
+            && text.contains("+after"),
+        "{text}"
+    );
+
+    let (status, revert) = api
+        .post(
+            &format!("/api/threads/{thread}/runs/{}/revert", r.ordinal),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{revert}");
+    assert_eq!(revert["status"], "applied", "{revert}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "before\n"
+    );
+    assert!(
+        !dir.join("made-by-peer.txt").exists(),
+        "the file the peer made is still there"
+    );
 }
 
 /// An MCP tool call reaches knife's `/mcp` with the calling thread's bearer:
@@ -396,7 +471,7 @@ async fn crash_restart_resume(spec: &'static PeerSpec) {
     }
 }
 
-/// One module of seven tests per peer.
+/// One module of eight tests per peer.
 macro_rules! peer_suite {
     ($($name:ident => $spec:expr, $cfg:meta, $why:literal;)*) => {$(
         #[cfg_attr(not($cfg), allow(unused_imports))]
@@ -414,6 +489,10 @@ macro_rules! peer_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             #[cfg_attr(not($cfg), ignore = $why)]
             async fn command_approval() { super::command_approval(&$spec).await }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not($cfg), ignore = $why)]
+            async fn command_diff_revert() { super::command_diff_revert(&$spec).await }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             #[cfg_attr(not($cfg), ignore = $why)]

@@ -92,6 +92,31 @@ const CHANGES_FILES: [(&str, &str); 3] = [
 /// What the "changes" run writes to `page.html`: markup that must stay text on the page.
 const CHANGED_HTML: &str = "<img src=x onerror=\"window.__pwned = 1\">\n<b>bold</b>\n";
 
+/// Makes `dir` a git repository with one commit (README.md) on branch `main`.
+fn git_repository(dir: &Path) {
+    std::fs::write(dir.join("README.md"), "readme\n").unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    ] {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+}
+
 /// Where screenshots go: `<workspace>/target/ui-screenshots` (or $KNIFE_UI_SCREENSHOTS).
 fn screenshot_dir() -> PathBuf {
     std::env::var_os("KNIFE_UI_SCREENSHOTS")
@@ -217,6 +242,16 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             None,
         ),
         (
+            // A thread with its own worktree (the page's checkbox) writes a file;
+            // Merge brings it into the project's branch (CHG-07).
+            "worktree",
+            "[[response]]\ntool_calls = [{ name = \"write\", arguments = { path = \"feature.txt\", content = \"made in the worktree\\n\" } }]\n\n\
+             [[response]]\ntext = \"Wrote feature.txt.\"\n"
+                .into(),
+            "\n[[permissions]]\ntool = \"*\"\naction = \"allow\"\n",
+            None,
+        ),
+        (
             "slow",
             format!(
                 "[[response]]\ntext = \"{} THE END\"\nstream_deltas_ms = 100\n",
@@ -322,15 +357,19 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
             .map(|(_, script, toml, token)| pair(script.clone(), toml, *token)),
     )
     .await;
-    // "restart": a thread whose run was cut short by a server restart, resumed by
-    // the new process (the page must show the "continuing after restart" marker).
-    let restart = scenarios.iter().position(|s| s.0 == "restart").unwrap();
-    stop_mid_stream_and_restart(&mut started[restart].server).await;
+    // Set up before "restart" (the browser must come while its resumed run streams).
     // "changes": the files its run edits, deletes and renames.
     let changes = scenarios.iter().position(|s| s.0 == "changes").unwrap();
     for (name, content) in CHANGES_FILES {
         std::fs::write(started[changes].server.project_dir().join(name), content).unwrap();
     }
+    // "worktree": the project is a git repository with one commit on `main`.
+    let worktree = scenarios.iter().position(|s| s.0 == "worktree").unwrap();
+    git_repository(&started[worktree].server.project_dir());
+    // "restart": a thread whose run was cut short by a server restart, resumed by
+    // the new process (the page must show the "continuing after restart" marker).
+    let restart = scenarios.iter().position(|s| s.0 == "restart").unwrap();
+    stop_mid_stream_and_restart(&mut started[restart].server).await;
     let mut servers = serde_json::Map::new();
     for ((name, ..), p) in scenarios.iter().zip(&started) {
         let project = std::fs::canonicalize(p.server.project_dir()).unwrap();

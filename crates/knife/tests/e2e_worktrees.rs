@@ -174,3 +174,98 @@ async fn chg_07_worktree_on_a_folder_that_is_not_a_git_repository_is_a_clear_400
     let (_, threads) = server.api.get("/api/threads").await;
     assert_eq!(threads.as_array().unwrap().len(), 0, "{threads}");
 }
+
+/// A worktree thread's `bash` runs in bubblewrap with the worktree and the project's
+/// `.git` writable, so git works there (status, add, commit on the thread's branch);
+/// and the project's settings apply in the worktree: its `permissions` (the global
+/// rules would ask for the command) and its `env`.
+const GIT_IN_WORKTREE: &str = r#"
+[[response]]
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = '''echo "mark=$PROJECT_MARK"; echo made > made.txt && git add made.txt && git -c user.name=agent -c user.email=agent@example.com commit -qm "agent commit" && git status --porcelain && echo committed''' }
+[[response]]
+text = "committed"
+
+[[response]]
+text = "the fork answers"
+"#;
+
+#[cfg_attr(not(knife_has_bwrap), ignore = "needs bubblewrap: run scripts/test")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chg_07_git_works_in_a_worktree_threads_sandboxed_bash_under_the_projects_settings() {
+    let mock = MockLlm::script(GIT_IN_WORKTREE, &[]).await;
+    // No global rule allows bash: only the project's does (it must apply in the worktree).
+    let config = format!(
+        "{}\n[[projects]]\nroot = \"project\"\nenv = {{ PROJECT_MARK = \"from-the-project\" }}\n\
+         [[projects.permissions]]\ntool = \"*\"\naction = \"allow\"\n",
+        config_toml(&mock.base_url())
+    );
+    let server = Server::start_with_config(&config).await;
+    let api = &server.api;
+    let root = server.project_dir();
+    std::fs::write(root.join("README.md"), "readme\n").unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-q", "-m", "init"]);
+    let project = api.create_project(&root).await;
+    let thread = worktree_thread(api, &project).await;
+    let wt = thread.worktree.clone().unwrap();
+
+    let run = api.post_message(thread.id.as_str(), "commit a file").await;
+    let (_, done) = api.follow_run(thread.id.as_str(), &run, 0).await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    let p = api.thread_json(thread.id.as_str()).await;
+    let output = p["turn_items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "tool_call")
+        .and_then(|i| i["output"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(output.contains("mark=from-the-project"), "{output}");
+    assert!(output.contains("committed"), "{output}");
+    assert!(!output.contains("without a sandbox"), "{output}");
+    assert_eq!(
+        git(&root, &["log", "-1", "--format=%s", &wt.branch]),
+        "agent commit"
+    );
+    assert_eq!(git(&root, &["log", "-1", "--format=%s", "main"]), "init");
+    assert!(!root.join("made.txt").exists());
+
+    // The CLI shows the thread's branch (list) and its worktree (show).
+    let url = api.base.clone();
+    let list = run_cli(&root, &["threads", "list", "--server", &url]).await;
+    assert!(
+        list.stdout.contains(&format!("[{}]", wt.branch)),
+        "{}",
+        list.stdout
+    );
+    let show = run_cli(
+        &root,
+        &["threads", "show", thread.id.as_str(), "--server", &url],
+    )
+    .await;
+    assert!(
+        show.stdout
+            .contains(&format!("worktree {} at {}", wt.branch, wt.path)),
+        "{}",
+        show.stdout
+    );
+
+    // A fork of a worktree thread starts without the worktree: it works in the
+    // project root, and the source keeps its worktree and branch (CHG-07, CHG-09).
+    let (status, body) = api
+        .post(&format!("/api/threads/{}/fork", thread.id), &json!({}))
+        .await;
+    assert_eq!(status.as_u16(), 201, "{body}");
+    let fork: Thread = serde_json::from_value(body).unwrap();
+    assert_eq!(fork.worktree, None, "{fork:?}");
+    let run = api.post_message(fork.id.as_str(), "hello").await;
+    let (_, done) = api.follow_run(fork.id.as_str(), &run, 0).await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    let source = api.projection(thread.id.as_str()).await.thread;
+    assert_eq!(source.worktree.as_ref(), Some(&wt));
+    assert!(Path::new(&wt.path).join("made.txt").is_file());
+}

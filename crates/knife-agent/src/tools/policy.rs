@@ -42,6 +42,11 @@ pub struct ToolPolicy {
     /// Variables set for `bash` commands of the project whose root is the key
     /// (canonical), on top of the allowlist (SEC-02; `[[projects]] env`).
     pub project_env: Vec<(std::path::PathBuf, Vec<(OsString, OsString)>)>,
+    /// The project root whose settings (`project_env`, the sandbox's project
+    /// settings) apply to this session's commands, when the session works in a
+    /// thread's worktree of that project (CHG-07); `None`: the session's own root.
+    /// Set by [`Self::for_project`].
+    pub settings_root: Option<std::path::PathBuf>,
 }
 
 impl Default for ToolPolicy {
@@ -54,6 +59,7 @@ impl Default for ToolPolicy {
             project_permissions: Vec::new(),
             sandbox: None,
             project_env: Vec::new(),
+            settings_root: None,
         }
     }
 }
@@ -91,15 +97,27 @@ impl ToolPolicy {
         name.starts_with(KNIFE_ENV_PREFIX) || self.secret_env_vars.iter().any(|s| s == name)
     }
 
-    /// The policy for a session rooted at `root` (canonical): the same, with the
-    /// rules of the matching [`Self::project_permissions`] entry (already combined
-    /// with the global ones) as [`Self::permissions`]. `None` when no entry matches.
-    pub fn for_project(&self, root: &std::path::Path) -> Option<Self> {
-        let (_, rules) = self.project_permissions.iter().find(|(r, _)| r == root)?;
-        Some(Self {
-            permissions: rules.clone(),
+    /// The policy for a session of the project rooted at `root` (canonical; for a
+    /// thread's worktree, the project's root, CHG-07): the same, with the rules of
+    /// the matching [`Self::project_permissions`] entry (already combined with the
+    /// global ones) as [`Self::permissions`], and `root` as [`Self::settings_root`].
+    pub fn for_project(&self, root: &std::path::Path) -> Self {
+        let permissions = self
+            .project_permissions
+            .iter()
+            .find(|(r, _)| r == root)
+            .map_or_else(|| self.permissions.clone(), |(_, rules)| rules.clone());
+        Self {
+            permissions,
+            settings_root: Some(root.to_path_buf()),
             ..self.clone()
-        })
+        }
+    }
+
+    /// The root whose project settings apply to commands run in `root`: the
+    /// [`Self::settings_root`] when set, else `root` itself.
+    pub fn settings_root_for<'a>(&'a self, root: &'a std::path::Path) -> &'a std::path::Path {
+        self.settings_root.as_deref().unwrap_or(root)
     }
 }
 

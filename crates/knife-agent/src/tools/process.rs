@@ -60,7 +60,9 @@ pub(crate) async fn spawn_shell(command: &str, ctx: &ToolContext) -> Result<Spaw
 /// the project opted out, or none works here: both warned, see [`sandbox_note`]).
 fn sandbox_of(ctx: &ToolContext) -> Option<std::sync::Arc<dyn knife_process::Sandbox>> {
     use knife_process::sandbox::SandboxChoice;
-    match ctx.policy().sandbox.as_ref()?.for_root(ctx.root()) {
+    let policy = ctx.policy();
+    let project = policy.settings_root_for(ctx.root());
+    match policy.sandbox.as_ref()?.for_checkout(ctx.root(), project) {
         SandboxChoice::Sandboxed(sandbox) => Some(sandbox),
         SandboxChoice::OffByProject => {
             tracing::warn!(root = %ctx.root().display(),
@@ -79,7 +81,9 @@ fn sandbox_of(ctx: &ToolContext) -> Option<std::sync::Arc<dyn knife_process::San
 /// server has sandbox settings (the warning "on the thread"), else `None`.
 pub(crate) fn sandbox_note(ctx: &ToolContext) -> Option<String> {
     use knife_process::sandbox::SandboxChoice;
-    match ctx.policy().sandbox.as_ref()?.for_root(ctx.root()) {
+    let policy = ctx.policy();
+    let project = policy.settings_root_for(ctx.root());
+    match policy.sandbox.as_ref()?.for_checkout(ctx.root(), project) {
         SandboxChoice::Sandboxed(_) => None,
         SandboxChoice::OffByProject => Some(
             "(warning: this command ran without a sandbox: the project sets sandbox = \"off\" \
@@ -124,7 +128,9 @@ async fn spawn_with(
     // SEC-02: an allowlist of knife's variables plus the project's `env`, never
     // knife's whole environment (no provider key, token or cloud credential).
     launch.env_clear = true;
-    launch.env = knife_process::sandbox::env::command_env(policy.env_for(ctx.root()));
+    launch.env = knife_process::sandbox::env::command_env(
+        policy.env_for(policy.settings_root_for(ctx.root())),
+    );
     launch.env.retain(|(name, _)| !policy.is_secret_env(name));
     // Nobody can answer a prompt: make git fail instead of waiting for one.
     launch.env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));

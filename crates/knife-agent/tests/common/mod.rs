@@ -185,6 +185,7 @@ pub fn open_input(cwd: &Path) -> OpenSessionInput {
         provider_instance_id: ProviderInstanceId::from("local"),
         thread_id: ThreadId::from("thread_1"),
         cwd: cwd.to_path_buf(),
+        project_root: None,
         model: None,
         native_thread_id: None,
     }

@@ -108,37 +108,6 @@ impl Sandbox for BwrapSandbox {
     }
 }
 
-/// The git directories a checkout at `root` needs writable besides `root`: for a
-/// worktree (`.git` is a file `gitdir: …`) its git dir and the repository's common
-/// dir; nothing for a plain checkout (its `.git` is inside the root).
-pub fn git_dirs_outside(root: &Path) -> Vec<PathBuf> {
-    let dot_git = root.join(".git");
-    let Ok(text) = std::fs::read_to_string(&dot_git) else {
-        return Vec::new();
-    };
-    let Some(gitdir) = text.lines().find_map(|l| l.strip_prefix("gitdir:")) else {
-        return Vec::new();
-    };
-    let gitdir = root.join(gitdir.trim());
-    let Ok(gitdir) = std::fs::canonicalize(gitdir) else {
-        return Vec::new();
-    };
-    let common = std::fs::read_to_string(gitdir.join("commondir"))
-        .ok()
-        .and_then(|c| std::fs::canonicalize(gitdir.join(c.trim())).ok());
-    let mut out = Vec::new();
-    match common {
-        Some(common) if gitdir.starts_with(&common) => out.push(common),
-        Some(common) => {
-            out.push(common);
-            out.push(gitdir);
-        }
-        None => out.push(gitdir),
-    }
-    out.retain(|d| !d.starts_with(root));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

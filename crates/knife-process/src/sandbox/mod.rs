@@ -7,12 +7,14 @@
 
 mod bwrap;
 pub mod env;
+mod git;
 mod landlock;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use bwrap::{BwrapSandbox, git_dirs_outside};
+pub use bwrap::BwrapSandbox;
+pub use git::git_dirs_outside;
 pub use landlock::{LandlockRules, LandlockSandbox, landlock_available};
 
 use crate::spawn::Sandbox;
@@ -175,10 +177,18 @@ impl SandboxSettings {
             .unwrap_or_default()
     }
 
-    /// The sandbox of commands run in `root` (a project root or worktree): writable
-    /// `root` plus the repository's git dirs outside it ([`git_dirs_outside`]).
+    /// The sandbox of commands run in project root `root`: [`Self::for_checkout`]
+    /// of `root` with its own settings.
     pub fn for_root(&self, root: &Path) -> SandboxChoice {
-        let project = self.project(root);
+        self.for_checkout(root, root)
+    }
+
+    /// The sandbox of commands run in `root` (a project root, or a thread's worktree
+    /// of the project at `project_root`, CHG-07) under the settings of
+    /// `project_root`: writable `root` plus the repository's git dirs outside it
+    /// ([`git_dirs_outside`]: the project's `.git` for a worktree), so git works inside.
+    pub fn for_checkout(&self, root: &Path, project_root: &Path) -> SandboxChoice {
+        let project = self.project(project_root);
         if project.off {
             return SandboxChoice::OffByProject;
         }

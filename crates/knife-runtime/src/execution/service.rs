@@ -404,6 +404,7 @@ impl ExecutionService {
                 let ctx = RunContext {
                     thread,
                     root,
+                    project_root: PathBuf::from(&project.root),
                     run,
                     text: start.text().to_owned(),
                     continuation: matches!(start, RunStart::Continuation { .. }),
@@ -548,7 +549,10 @@ impl ExecutionService {
 
 struct RunContext {
     thread: Thread,
+    /// Where the run works: the thread's worktree, else the project root.
     root: PathBuf,
+    /// The project's root (its settings apply in a worktree too, CHG-07).
+    project_root: PathBuf,
     run: Run,
     text: String,
     /// A resume after a restart (its start checkpoint is the boot checkpoint, CHG-10).

@@ -133,6 +133,8 @@ impl ExecutionService {
             &ctx.root,
         );
         request.model = ctx.thread.model.clone();
+        // A worktree thread works under its project's settings (CHG-07).
+        request.project_root = Some(ctx.project_root.clone());
         // A runtime with its own history (codex, ACP) continues the native thread it
         // reported for this thread, also after a restart (resume of external runtimes, MGR-09).
         request.native_thread_id = native_thread_id.clone();

@@ -29,8 +29,12 @@ pub struct OpenRequest {
     pub thread_id: ThreadId,
     /// The configured provider instance whose adapter opens the session.
     pub provider_instance_id: ProviderInstanceId,
-    /// The workspace; must be an existing directory (MGR-07, MGR-08).
+    /// The workspace; must be an existing directory (MGR-07, MGR-08): the project
+    /// root or the thread's worktree (CHG-07).
     pub cwd: PathBuf,
+    /// The project root when `cwd` is a thread's worktree: its settings apply
+    /// ([`crate::adapter::OpenSessionInput::project_root`]). `None`: `cwd`'s own.
+    pub project_root: Option<PathBuf>,
     /// Model override; `None` = the instance's default.
     pub model: Option<String>,
     /// Native thread the adapter activates at spawn (MGR-09).
@@ -52,6 +56,7 @@ impl OpenRequest {
             thread_id,
             provider_instance_id,
             cwd: cwd.into(),
+            project_root: None,
             model: None,
             native_thread_id: None,
             item_identity_version: None,
@@ -138,6 +143,7 @@ impl SessionManager {
             provider_instance_id: request.provider_instance_id.clone(),
             thread_id: thread.clone(),
             cwd: request.cwd.clone(),
+            project_root: request.project_root.clone(),
             model: request.model.clone(),
             native_thread_id: request.native_thread_id.clone(),
         };

@@ -74,15 +74,18 @@ const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "worktree_list",
         capability: McpCapability::Worktree,
-        description: "List the git worktrees of the calling thread's project.",
+        description: "List the git worktrees of the calling thread's project; `current` \
+                      marks the one the thread works in (its own worktree, or the project).",
         schema: || json!({"type": "object", "properties": {}}),
     },
     ToolSpec {
         name: "worktree_create",
         capability: McpCapability::Worktree,
         description: "Create a git worktree of the calling thread's project on a new \
-                      branch `branch` (from `base`, default HEAD) at `path`, which must be \
-                      inside the project (default: a folder of knife's data dir).",
+                      branch `branch` (from `base`, default the HEAD of the thread's \
+                      working tree: its own worktree's branch, or the project's) at \
+                      `path`, which must be inside the project (default: a folder of \
+                      knife's data dir).",
         schema: || {
             json!({"type": "object", "required": ["branch"], "properties": {
                 "branch": {"type": "string"}, "base": {"type": "string"},
@@ -313,7 +316,7 @@ impl KnifeMcp {
                 })
             }
             "worktree_list" => {
-                let root = self.project_root(&caller).await?;
+                let root = self.work_root(&caller).await?;
                 let worktrees = super::worktree::list(&root).await?;
                 Ok(ToolOutput {
                     value: json!({"worktrees": worktrees}),
@@ -321,7 +324,7 @@ impl KnifeMcp {
                 })
             }
             "worktree_create" => {
-                let root = self.project_root(&caller).await?;
+                let root = self.work_root(&caller).await?;
                 let branch = required(args, "branch")?;
                 let worktrees = self
                     .state
@@ -365,6 +368,14 @@ impl KnifeMcp {
             )));
         }
         Ok(thread)
+    }
+
+    /// Where `caller` works: its own worktree (CHG-07), else its project's root.
+    async fn work_root(&self, caller: &Thread) -> Result<std::path::PathBuf, ToolFailure> {
+        if let Some(wt) = &caller.worktree {
+            return Ok(wt.path.clone().into());
+        }
+        self.project_root(caller).await
     }
 
     async fn project_root(&self, caller: &Thread) -> Result<std::path::PathBuf, ToolFailure> {

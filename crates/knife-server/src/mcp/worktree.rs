@@ -33,10 +33,18 @@ async fn git(root: &Path, args: &[&str]) -> Result<String, ToolFailure> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// `git worktree list --porcelain`, parsed: `[{path, head, branch, detached}]`.
+/// `git worktree list --porcelain` run in `root` (the caller's working tree),
+/// parsed: `[{path, head, branch, detached, current}]`; `current` marks `root`.
 pub(super) async fn list(root: &Path) -> Result<Vec<Value>, ToolFailure> {
     let text = git(root, &["worktree", "list", "--porcelain"]).await?;
-    Ok(parse_porcelain(&text))
+    let here = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let mut list = parse_porcelain(&text);
+    for entry in &mut list {
+        let path = entry["path"].as_str().map(PathBuf::from);
+        let same = path.is_some_and(|p| std::fs::canonicalize(&p).unwrap_or(p) == here);
+        entry["current"] = json!(same);
+    }
+    Ok(list)
 }
 
 fn parse_porcelain(text: &str) -> Vec<Value> {

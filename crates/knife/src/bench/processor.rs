@@ -86,6 +86,7 @@ async fn measure(
             provider_instance_id: ProviderInstanceId::from("bench"),
             thread_id: thread_id.clone(),
             cwd: root.to_path_buf(),
+            project_root: None,
             model: None,
             native_thread_id: None,
         })

@@ -2,7 +2,7 @@
 // against; each server has its own mock-llm script, so tests do not share state.
 
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 /** Adds the server's project folder and a thread from the page; opens the thread. */
@@ -414,6 +414,66 @@ export const tests = {
       assert.equal(existsSync(file('old-name.txt')), false);
       assert.equal(read('new-name.txt'), 'a file that the run renames\nline two\nline three\n');
       assert.equal(read('page.html'), '<img src=x onerror="window.__pwned = 1">\n<b>bold</b>\n');
+
+      // A person edits keep.txt since: the revert says so and asks again; "no" writes
+      // nothing, "yes" overwrites (the result says so).
+      writeFileSync(file('keep.txt'), 'edited by a person\n');
+      const replies = [];
+      const answers = [];
+      page.on('dialog', async (d) => {
+        answers.push(d.message());
+        await (replies.shift() ? d.accept() : d.dismiss());
+      });
+      replies.push(true, false);
+      await panel.locator('button.revert-run').click();
+      await eventually('the conflict question', async () => answers.length === 2);
+      assert.match(answers[1], /changed since/);
+      assert.ok(answers[1].includes('  keep.txt'), answers[1]);
+      assert.equal(read('keep.txt'), 'edited by a person\n');
+      assert.equal(existsSync(file('new-name.txt')), true, 'a refused revert wrote files');
+      replies.push(true, true);
+      await panel.locator('button.revert-run').click();
+      const forced = panel.locator('.revert-result.revert-applied');
+      await forced.waitFor();
+      assert.match(await forced.locator('.revert-text').innerText(), /overwriting later edits/);
+      assert.equal(read('keep.txt'), 'alpha\nbeta\ngamma\n');
+      assert.equal(existsSync(file('new-name.txt')), false);
+    },
+    // The refused revert's 409 (revert_conflict), the answer the page asks about.
+    allowConsole: [/^HTTP 409 for .*\/runs\/1\/revert$/, /Failed to load resource: the server responded with a status of 409/],
+  },
+
+  // "own worktree" under "+ New thread" (CHG-07): the thread shows its branch in the
+  // sidebar and its branch and path in the status line; the agent's file lands in the
+  // worktree, not in the project folder; Merge brings it into the project's branch.
+  worktree_thread_and_merge: {
+    server: 'worktree',
+    async run({ page, server, shot }) {
+      await page.goto(server.url);
+      await page.fill('#project-root', server.project);
+      await page.click('#project-create');
+      const project = page.locator('section.project').first();
+      await project.locator('.thread-title').fill('Worktree thread');
+      await project.locator('input.thread-worktree').check();
+      await project.locator('.new-thread-button').click();
+      await page.waitForURL(/#\/thread\//);
+      const status = page.locator('#thread-worktree');
+      await status.waitFor();
+      const [, branch, wtPath] = (await status.innerText()).match(/worktree (knife\/\S+) at (\S+)$/);
+      await page.locator('.thread-link .thread-branch', { hasText: branch }).waitFor();
+      assert.equal(await project.locator('input.thread-worktree').isChecked(), false, 'the checkbox stays ticked');
+      await send(page, 'add the feature');
+      await assistant(page).locator('.md', { hasText: 'Wrote feature.txt.' }).waitFor();
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      assert.equal(readFileSync(path.join(wtPath, 'feature.txt'), 'utf8'), 'made in the worktree\n');
+      assert.equal(existsSync(path.join(server.project, 'feature.txt')), false, 'written in the project folder');
+      // Its own folder: no shared-folder warning.
+      assert.equal(await page.locator('#shared-root-warning').count(), 0);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-before-merge.png') });
+      page.once('dialog', (d) => d.accept());
+      await page.click('#thread-merge');
+      await page.locator('#thread-notice', { hasText: `Merged ${branch} into main` }).waitFor();
+      assert.equal(readFileSync(path.join(server.project, 'feature.txt'), 'utf8'), 'made in the worktree\n');
     },
   },
 
