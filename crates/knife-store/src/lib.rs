@@ -11,7 +11,7 @@
 //! * The contract is a set of object-safe `async_trait` traits grouped by concern:
 //!   [`EventLog`] (append, compare-and-set), [`EventFeed`] (gap-free replay-then-live
 //!   streams, log reads), [`ProjectionReads`], [`Claims`], [`ProcessGroups`],
-//!   [`Activity`], [`Maintenance`]. [`StoreBackend`] is all of them.
+//!   [`Activity`], [`Maintenance`], [`Leases`] (SCALE-04). [`StoreBackend`] is all of them.
 //! * [`Store`] is the handle callers hold: a cheap clone of `Arc<dyn StoreBackend>`
 //!   that derefs to the backend, so `store.write(events)` calls [`EventLog::write`]
 //!   without importing the trait.
@@ -31,6 +31,7 @@
 
 mod error;
 pub mod fold;
+pub mod leases;
 mod stream;
 mod traits;
 mod types;
@@ -39,6 +40,7 @@ mod types;
 pub mod contract;
 
 pub use error::{BackendError, StoreError};
+pub use leases::{DEFAULT_LEASE_HEARTBEAT, DEFAULT_LEASE_TTL, Lease, Leases, TakeScope};
 pub use stream::{REPLAY_PAGE, StreamSource, replay_then_live};
 pub use traits::{
     Activity, Claims, EventFeed, EventLog, Maintenance, ProcessGroups, ProjectionReads,
