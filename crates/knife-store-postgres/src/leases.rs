@@ -172,6 +172,24 @@ impl Leases for PgStore {
             .filter(|l| l.epoch > 0))
     }
 
+    async fn live_leases(&self) -> Result<Vec<Lease>, StoreError> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT thread_id, node, epoch, expires_at_us FROM thread_leases \
+             WHERE epoch > 0 AND expires_at_us > {NOW_US} ORDER BY thread_id COLLATE \"C\""
+        );
+        let rows = client.query(&sql, &[]).await.map_err(PgError::from)?;
+        Ok(rows
+            .iter()
+            .map(|r| Lease {
+                thread_id: ThreadId::from(r.get::<_, &str>(0)),
+                node: r.get(1),
+                epoch: epoch_u64(r.get(2)),
+                expires_at: from_micros(r.get(3)),
+            })
+            .collect())
+    }
+
     async fn take_expired_leases(
         &self,
         node: &str,
@@ -220,10 +238,10 @@ impl Leases for PgStore {
 
     async fn write_fenced(
         &self,
-        lease: &Lease,
+        leases: &[Lease],
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        self.write_batch(Some(lease.clone()), guard, events).await
+        self.write_batch(leases.to_vec(), guard, events).await
     }
 }

@@ -208,7 +208,7 @@ impl PgStore {
     /// commit), as the SQLite writer thread does.
     pub(crate) async fn write_batch(
         &self,
-        fence: Option<knife_store::Lease>,
+        fences: Vec<knife_store::Lease>,
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
@@ -216,8 +216,7 @@ impl PgStore {
         let wake = self.inner.wake.clone();
         tokio::spawn(async move {
             let mut client = pool.get().await.map_err(PgError::from)?;
-            let written =
-                write::write_batch(&mut client, fence.as_ref(), guard.as_ref(), events).await?;
+            let written = write::write_batch(&mut client, &fences, guard.as_ref(), events).await?;
             if written.as_ref().is_some_and(|w| !w.is_empty()) {
                 // Our own commit: wake the pump now instead of waiting for the NOTIFY.
                 wake.notify_one();
@@ -254,7 +253,7 @@ impl EventLog for PgStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.write_batch(None, None, events)
+        self.write_batch(Vec::new(), None, events)
             .await
             .map(Option::unwrap_or_default)
     }
@@ -264,7 +263,7 @@ impl EventLog for PgStore {
         guard: RowGuard,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        self.write_batch(None, Some(guard), events).await
+        self.write_batch(Vec::new(), Some(guard), events).await
     }
 
     async fn row_version(&self, kind: EntityKind, id: &str) -> Result<Option<i64>, StoreError> {

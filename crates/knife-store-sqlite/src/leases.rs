@@ -169,6 +169,25 @@ impl Leases for SqliteStore {
         self.read(move |c| read_lease(c, &thread)).await
     }
 
+    async fn live_leases(&self) -> Result<Vec<Lease>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT thread_id, node, epoch, expires_at_us FROM thread_leases \
+                 WHERE expires_at_us > ?1 ORDER BY thread_id",
+            )?;
+            let rows = stmt.query_map([now_us()], |r| {
+                Ok(Lease {
+                    thread_id: ThreadId::from(r.get::<_, String>(0)?.as_str()),
+                    node: r.get(1)?,
+                    epoch: epoch_u64(r.get(2)?),
+                    expires_at: from_micros(r.get(3)?),
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
     async fn take_expired_leases(
         &self,
         node: &str,
@@ -209,15 +228,15 @@ impl Leases for SqliteStore {
 
     async fn write_fenced(
         &self,
-        lease: &Lease,
+        leases: &[Lease],
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
         let live = self.inner.live.clone();
-        let lease = lease.clone();
+        let leases = leases.to_vec();
         self.inner
             .writer
-            .run(move |conn| writer::write_batch(conn, Some(&lease), guard.as_ref(), events, &live))
+            .run(move |conn| writer::write_batch(conn, &leases, guard.as_ref(), events, &live))
             .await
     }
 }

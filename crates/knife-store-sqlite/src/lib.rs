@@ -183,7 +183,7 @@ impl EventLog for SqliteStore {
         let live = self.inner.live.clone();
         self.inner
             .writer
-            .run(move |conn| writer::write_batch(conn, None, None, events, &live))
+            .run(move |conn| writer::write_batch(conn, &[], None, events, &live))
             .await
             .map(Option::unwrap_or_default)
     }
@@ -196,7 +196,7 @@ impl EventLog for SqliteStore {
         let live = self.inner.live.clone();
         self.inner
             .writer
-            .run(move |conn| writer::write_batch(conn, None, Some(&guard), events, &live))
+            .run(move |conn| writer::write_batch(conn, &[], Some(&guard), events, &live))
             .await
     }
 

@@ -62,20 +62,20 @@ impl Writer {
 }
 
 /// The body of `write` / `write_if` / `write_fenced`, run on the writer thread: in ONE
-/// `BEGIN IMMEDIATE` transaction, checks `fence` and `guard` (if any), appends `events`, folds each into the
+/// `BEGIN IMMEDIATE` transaction, checks `fences` and `guard` (if any), appends `events`, folds each into the
 /// projections, commits, then publishes the stored events on `live` in order.
 ///
 /// Returns `Ok(None)` (nothing written, nothing published) when the guard failed.
 /// Any error rolls the whole transaction back (the `Transaction` drop does it).
 pub(crate) fn write_batch(
     conn: &mut Connection,
-    fence: Option<&Lease>,
+    fences: &[Lease],
     guard: Option<&RowGuard>,
     events: Vec<DomainEvent>,
     live: &broadcast::Sender<StoredEvent>,
 ) -> Result<Option<Vec<StoredEvent>>, DbError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if let Some(lease) = fence {
+    for lease in fences {
         // Fencing (SCALE-04): under the write lock, so no takeover lands before COMMIT.
         crate::leases::check_fence(&tx, lease)?;
     }

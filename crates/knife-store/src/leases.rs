@@ -91,6 +91,10 @@ pub trait Leases: Send + Sync {
     /// The thread's lease row (live or expired), `None` when it never had one.
     async fn get_lease(&self, thread: &ThreadId) -> Result<Option<Lease>, StoreError>;
 
+    /// Every lease that has not expired (database clock), by thread id: what a node
+    /// starting next to live nodes must leave alone at its boot reconciliation.
+    async fn live_leases(&self) -> Result<Vec<Lease>, StoreError>;
+
     /// Takes over up to `limit` claimed top-level threads (claim set, no parent) whose
     /// lease expired or who never had one (and, with [`TakeScope::ExpiredOrOwn`], those
     /// `node` holds), oldest claim first, each for `node` for `ttl` with epoch + 1.
@@ -107,15 +111,15 @@ pub trait Leases: Send + Sync {
     ) -> Result<Vec<Lease>, StoreError>;
 
     /// [`crate::EventLog::write_if`] (or `write` when `guard` is `None`) fenced by
-    /// `lease`: inside the append's transaction, the thread's lease must still be at
-    /// `lease.node` and `lease.epoch`. `Ok(None)` is a guard conflict, as for
+    /// `leases`: inside the append's transaction, each lease's thread must still be
+    /// leased at that lease's node and epoch. `Ok(None)` is a guard conflict, as for
     /// `write_if`.
     ///
     /// Errors: [`StoreError::Fenced`] (nothing written or published; stop working on
     /// the thread, do not retry), and those of [`crate::EventLog::write`].
     async fn write_fenced(
         &self,
-        lease: &Lease,
+        leases: &[Lease],
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError>;

@@ -43,6 +43,7 @@ pub async fn scale_04_a_lease_names_its_node_and_expiry_and_another_node_is_refu
         "expiry {ahead} ms ahead"
     );
     assert_eq!(store.get_lease(&t).await.unwrap(), Some(a.clone()));
+    assert_eq!(store.live_leases().await.unwrap(), vec![a.clone()]);
 
     match store.acquire_lease(&t, "node-b", LONG).await {
         Err(StoreError::LeaseHeld {
@@ -77,6 +78,10 @@ pub async fn scale_04_a_lease_names_its_node_and_expiry_and_another_node_is_refu
 
     // A release keeps the row (and its epoch): the next holder gets epoch 2.
     store.release_lease(&renewed).await.unwrap();
+    assert!(
+        store.live_leases().await.unwrap().is_empty(),
+        "released = expired"
+    );
     let b = store.acquire_lease(&t, "node-b", LONG).await.unwrap();
     assert_eq!((b.node.as_str(), b.epoch), ("node-b", 2));
     // node-a's lease moved on: renewing it is refused, releasing it is a no-op.
@@ -129,7 +134,7 @@ pub async fn scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothi
     };
     let a = store.acquire_lease(&t.id, "node-a", SHORT).await.unwrap();
     let wrote = store
-        .write_fenced(&a, None, vec![update("by a")])
+        .write_fenced(std::slice::from_ref(&a), None, vec![update("by a")])
         .await
         .unwrap();
     assert_eq!(wrote.map(|w| w.len()), Some(1));
@@ -138,7 +143,7 @@ pub async fn scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothi
     wait_out(&a).await;
     assert!(
         store
-            .write_fenced(&a, None, vec![update("late a")])
+            .write_fenced(std::slice::from_ref(&a), None, vec![update("late a")])
             .await
             .unwrap()
             .is_some()
@@ -153,7 +158,10 @@ pub async fn scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothi
     assert_eq!((b.node.as_str(), b.epoch), ("node-b", 2));
 
     let head = store.latest_sequence(None).await.unwrap();
-    match store.write_fenced(&a, None, vec![update("zombie a")]).await {
+    match store
+        .write_fenced(std::slice::from_ref(&a), None, vec![update("zombie a")])
+        .await
+    {
         Err(e @ StoreError::Fenced { .. }) => {
             let msg = e.to_string();
             assert!(
@@ -180,7 +188,7 @@ pub async fn scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothi
 
     // The new holder writes; a CAS conflict under a valid fence is `Ok(None)`.
     let stored = store
-        .write_fenced(&b, None, vec![update("by b")])
+        .write_fenced(std::slice::from_ref(&b), None, vec![update("by b")])
         .await
         .unwrap()
         .unwrap();
@@ -188,7 +196,7 @@ pub async fn scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothi
     let stale = crate::RowGuard::new(crate::EntityKind::Thread, "t1", Some(1));
     assert_eq!(
         store
-            .write_fenced(&b, Some(stale), vec![update("cas")])
+            .write_fenced(std::slice::from_ref(&b), Some(stale), vec![update("cas")])
             .await
             .unwrap(),
         None
@@ -275,4 +283,91 @@ pub async fn takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactl
         .unwrap();
     assert_eq!(own.len(), 1);
     assert_eq!((own[0].thread_id.as_str(), own[0].epoch), ("live", 2));
+}
+
+pub async fn scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_after_losing_it(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
+    let t = claimed("t1", 2);
+    store
+        .write(vec![
+            ev(EventBody::ProjectCreated(project("p", 1))),
+            ev(EventBody::ThreadCreated(t.clone())),
+            ev(EventBody::ThreadCreated(thread("other", "p", 1))),
+        ])
+        .await
+        .unwrap();
+    // Two nodes on one database: two handles of the same backend.
+    let a = store
+        .clone()
+        .with_node(crate::NodeLeases::new("node-a", SHORT));
+    let b = store
+        .clone()
+        .with_node(crate::NodeLeases::new("node-b", LONG));
+    let titled = |id: &str, title: &str| {
+        let mut t = if id == "t1" {
+            claimed(id, 2)
+        } else {
+            thread(id, "p", 1)
+        };
+        t.title = title.to_owned();
+        ev_on(id, EventBody::ThreadUpdated(t))
+    };
+    let held = a.hold_lease(&t.id).await.unwrap();
+    assert_eq!(a.node().get(&t.id), Some(held.clone()));
+    a.write(vec![titled("t1", "a's turn")]).await.unwrap();
+
+    // node-a stalls past its lease; node-b takes the thread over.
+    wait_out(&held).await;
+    let taken = b
+        .take_expired_leases("node-b", LONG, TakeScope::Expired, 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    b.adopt_lease(taken[0].clone());
+
+    // Every later write of node-a for that thread is refused (plain `write`, a CAS
+    // `write_if`, a batch mixing threads), the first by the database, the next at once.
+    let head = store.latest_sequence(None).await.unwrap();
+    assert!(matches!(
+        a.write(vec![titled("t1", "zombie")]).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(a.node().get(&t.id).is_none(), "the lease is lost");
+    let guard = crate::RowGuard::new(crate::EntityKind::Thread, "t1", None);
+    assert!(matches!(
+        a.write_if(guard, vec![titled("t1", "zombie cas")]).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(matches!(
+        a.write(vec![titled("other", "x"), titled("t1", "zombie mixed")])
+            .await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(
+        a.renew_held_leases().await.0.is_empty(),
+        "nothing held any more"
+    );
+    assert_eq!(
+        store.latest_sequence(None).await.unwrap(),
+        head,
+        "nothing written"
+    );
+    // Threads it does not lease are not fenced.
+    a.write(vec![titled("other", "renamed on a")])
+        .await
+        .unwrap();
+
+    // node-b writes under its lease, renews it, and lets it go at the run's end.
+    b.write(vec![titled("t1", "b's turn")]).await.unwrap();
+    let (lost, failed) = b.renew_held_leases().await;
+    assert!(lost.is_empty() && failed.is_empty(), "{lost:?} {failed:?}");
+    b.let_go(&t.id).await.unwrap();
+    assert!(b.node().get(&t.id).is_none());
+    assert!(store.live_leases().await.unwrap().is_empty());
+    assert_eq!(
+        store.get_thread(&t.id).await.unwrap().unwrap().title,
+        "b's turn"
+    );
 }

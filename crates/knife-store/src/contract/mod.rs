@@ -87,6 +87,7 @@ macro_rules! store_contract_tests {
             leases::scale_04_the_epoch_grows_with_every_resume_and_takeover,
             leases::scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothing,
             leases::takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactly_once,
+            leases::scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_after_losing_it,
         );
 
         $crate::contract::proptest::proptest! {
