@@ -44,7 +44,7 @@ async fn wait_streaming(api: &Api, thread: &str) {
         p.turn_items
             .iter()
             .any(|i| {
-                matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text.starts_with("slow"))
+                matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text.contains("slow"))
             })
             .then_some(())
     })
@@ -180,4 +180,110 @@ async fn scale_05_a_killed_nodes_turn_is_taken_over_by_another_node_once() {
     for node in &mut nodes {
         assert!(node.proc.terminate().await.success());
     }
+}
+
+/// SCALE-04 across processes: node A runs a turn and is paused (SIGSTOP) past its
+/// lease; node B takes the claim over (epoch + 1) and finishes the turn. When A wakes
+/// (SIGCONT) its writes for the thread are refused by the fence: it writes nothing for
+/// the thread any more (not its streaming turn, not its run's end), its lease keeper
+/// reports the lease lost, and the thread keeps B's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_04_a_paused_node_that_lost_its_lease_writes_nothing_for_the_thread_afterwards() {
+    const SCRIPT: &str = r#"
+[[response]]
+text = "a slow answer that node A is still streaming when it is paused"
+deltas = 80
+stream_deltas_ms = 50
+
+[[response]]
+text = "node B's answer"
+
+[[response]]
+text = "spare answer"
+"#;
+    let mock = MockLlm::script(SCRIPT, &[]).await;
+    let cluster = cluster().await;
+    let db = cluster.fresh_database().await;
+    let url = cluster.tcp_url(&db);
+    let mut a = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-a")).await;
+    let b = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-b")).await;
+    let project = a.api.create_project(&a.project_dir()).await;
+    let thread = a.api.create_thread(&project).await;
+    let run = a.api.post_message(&thread, "answer slowly").await;
+    wait_streaming(&b.api, &thread).await;
+
+    let pid = a.proc.pid().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let p = poll_until(
+        "node B to take the paused node's turn over",
+        RUN_TIMEOUT,
+        || async {
+            let p = b.api.projection(&thread).await;
+            (p.runs.len() >= 2 && p.thread.active_run_id.is_none()).then_some(p)
+        },
+    )
+    .await;
+    assert_eq!(p.runs[1].status, RunStatus::Completed, "{:?}", p.runs);
+    let store = knife_store_postgres::open(&cluster.url(&db)).await.unwrap();
+    let head = store.latest_sequence(None).await.unwrap();
+    let lease = store
+        .get_lease(&ThreadId::from(thread.as_str()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.node, "node-b");
+
+    // A wakes up with its turn half-streamed and its old epoch.
+    signal("-CONT");
+    poll_until(
+        "node A to notice it lost the lease",
+        RUN_TIMEOUT,
+        || async {
+            a.proc
+                .stderr()
+                .contains("lost the thread's lease")
+                .then_some(())
+        },
+    )
+    .await;
+    // Give A's turn time to try to stream on and to end.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let thread_id = ThreadId::from(thread.as_str());
+    let after = store
+        .read_events(&StreamFilter::thread(thread_id, head), 10_000)
+        .await
+        .unwrap();
+    assert!(
+        after.is_empty(),
+        "node A wrote for the thread after losing its lease: {:?}",
+        after
+            .iter()
+            .map(|e| e.event.event_type())
+            .collect::<Vec<_>>()
+    );
+    let end = b.api.projection(&thread).await;
+    let first = end.runs.iter().find(|r| r.id.as_str() == run).unwrap();
+    assert_eq!(
+        first.status,
+        RunStatus::Interrupted,
+        "B's end of the cut run stays"
+    );
+    assert_eq!(end.runs[1].status, RunStatus::Completed);
+    assert!(end.thread.active_run_id.is_none());
+    // Both nodes still serve; A answers for the thread with B's state.
+    assert_eq!(a.api.projection(&thread).await.runs.len(), 2);
+    assert!(a.proc.terminate().await.success());
 }
