@@ -28,6 +28,7 @@ mod pump;
 mod release;
 pub mod requests;
 mod roster;
+mod state;
 mod stopper;
 mod store;
 mod watchdog;

@@ -84,15 +84,8 @@ async fn release_task(
         {
             return Ok(false);
         }
-        {
-            let mut st = entry.state();
-            if let Some(generation) = options.only_if_generation
-                && (st.is_busy() || st.idle_generation != generation)
-            {
-                return Ok(false);
-            }
-            st.removed = true;
-            st.abort_tasks();
+        if !entry.state().take_for_release(options.only_if_generation) {
+            return Ok(false);
         }
         entries.remove(&entry.id);
         inner.clock.now()
@@ -126,7 +119,7 @@ async fn release_task(
     };
 
     // Credentials are revoked whatever happens next (MGR-38).
-    let credentials: Vec<_> = entry.state().credentials.drain().collect();
+    let credentials = entry.state().take_credentials();
     for (thread, id) in &credentials {
         open::revoke_unless_held(&inner, thread, id, &entry);
     }
@@ -140,8 +133,7 @@ async fn release_task(
         session.status = SessionStatus::Stopped;
         session.last_error = None;
     }
-    let mut threads: Vec<ThreadId> = entry.state().threads_seen.iter().cloned().collect();
-    threads.sort();
+    let threads = entry.state().threads_seen_sorted();
     let records = ReleaseRecords {
         entry: Arc::clone(&entry),
         session,

@@ -1,5 +1,5 @@
-//! What every driver's turn recorder shares (LIVE-05, first part): the live delta
-//! and reset events of a transcript item (LIVE-01), built one way for all drivers.
+//! The live delta and reset events of a transcript item (LIVE-01), built one way
+//! for every driver by the one recorder (LIVE-05).
 //!
 //! A recorder calls [`delta`] with the item as it is *before* appending `text`
 //! (the offset is the field's current length) and emits it right away, ahead of

@@ -1,7 +1,8 @@
-//! Unit tests of the turn recorder (paused time for the text throttle).
+//! Unit tests of the one turn recorder (paused time for the text throttle).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
-use knife_runtime::SystemClock;
+use crate::SystemClock;
+use serde_json::Value;
 use std::sync::Arc;
 
 fn recorder() -> (TurnRecorder, EventReceiver) {

@@ -1,10 +1,10 @@
-//! The [`EventSink`] a driver session sends its adapter events into (re-exported by
-//! [`crate::record`], which records turns into it).
+//! Where a [`super::TurnRecorder`] sends its events: the [`RecordSink`] seam, and
+//! the [`EventSink`] an external driver's session streams its adapter events through.
 
 use std::sync::{Arc, Mutex};
 
+use crate::AdapterError;
 use knife_protocol::AdapterEvent;
-use knife_runtime::AdapterError;
 use tokio::sync::mpsc;
 
 /// Sender of a session's adapter event stream; cheap to clone. [`EventSink::close`]
@@ -15,6 +15,29 @@ pub struct EventSink {
 }
 
 type EventSender = mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>;
+
+/// Receives a recorder's events, in order. Sending never blocks: the session's
+/// stream is unbounded (the pump drains it at once; a gone receiver drops events).
+pub trait RecordSink: Send + Sync {
+    /// Emits `event` (dropped quietly when the stream has ended).
+    fn send(&self, event: AdapterEvent);
+}
+
+impl RecordSink for EventSink {
+    fn send(&self, event: AdapterEvent) {
+        EventSink::send(self, event);
+    }
+}
+
+/// A plain sender (the built-in agent's turn tasks each hold a clone, so the
+/// session's stream ends when the session and its last turn are gone).
+impl RecordSink for EventSender {
+    fn send(&self, event: AdapterEvent) {
+        // The receiver is gone only when the session's stream was dropped; the turn
+        // then has nobody to report to and finishes quietly.
+        let _ = mpsc::UnboundedSender::send(self, Ok(event));
+    }
+}
 
 /// The receiving end of an [`EventSink`].
 pub type EventReceiver = mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>;
