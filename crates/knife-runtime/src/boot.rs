@@ -5,3 +5,4 @@
 
 pub mod recovery;
 pub mod restart;
+pub mod takeover;

@@ -120,6 +120,13 @@ impl From<RuntimeError> for ApiErr {
             RuntimeError::Store(knife_store::StoreError::Full { .. }) => {
                 (StatusCode::INSUFFICIENT_STORAGE, "disk_full")
             }
+            // SCALE-04: another node runs the thread / this node lost its lease.
+            RuntimeError::Store(knife_store::StoreError::LeaseHeld { .. }) => {
+                (StatusCode::CONFLICT, "thread_held_by_another_node")
+            }
+            RuntimeError::Store(knife_store::StoreError::Fenced { .. }) => {
+                (StatusCode::CONFLICT, "thread_lease_lost")
+            }
             RuntimeError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             RuntimeError::RequestNotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             RuntimeError::RequestNotPending { .. } => (StatusCode::CONFLICT, "request_not_pending"),

@@ -19,6 +19,7 @@
 mod claims;
 mod error;
 mod feed;
+mod leases;
 mod read;
 mod schema;
 mod write;
@@ -205,8 +206,9 @@ impl PgStore {
     /// Runs the write in its own task, so dropping the caller's future does not
     /// cancel a transaction half-way (the contract: a write once polled may still
     /// commit), as the SQLite writer thread does.
-    async fn write_batch(
+    pub(crate) async fn write_batch(
         &self,
+        fences: Vec<knife_store::Lease>,
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
@@ -214,7 +216,7 @@ impl PgStore {
         let wake = self.inner.wake.clone();
         tokio::spawn(async move {
             let mut client = pool.get().await.map_err(PgError::from)?;
-            let written = write::write_batch(&mut client, guard.as_ref(), events).await?;
+            let written = write::write_batch(&mut client, &fences, guard.as_ref(), events).await?;
             if written.as_ref().is_some_and(|w| !w.is_empty()) {
                 // Our own commit: wake the pump now instead of waiting for the NOTIFY.
                 wake.notify_one();
@@ -251,7 +253,7 @@ impl EventLog for PgStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.write_batch(None, events)
+        self.write_batch(Vec::new(), None, events)
             .await
             .map(Option::unwrap_or_default)
     }
@@ -261,7 +263,7 @@ impl EventLog for PgStore {
         guard: RowGuard,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        self.write_batch(Some(guard), events).await
+        self.write_batch(Vec::new(), Some(guard), events).await
     }
 
     async fn row_version(&self, kind: EntityKind, id: &str) -> Result<Option<i64>, StoreError> {

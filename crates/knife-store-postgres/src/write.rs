@@ -23,12 +23,18 @@ pub(crate) const CHANNEL: &str = "knife_events";
 /// fold, notify, commit. `Ok(None)` (nothing written) when the guard failed.
 pub(crate) async fn write_batch(
     client: &mut tokio_postgres::Client,
+    fences: &[knife_store::Lease],
     guard: Option<&RowGuard>,
     events: Vec<DomainEvent>,
 ) -> PgResult<Option<Vec<StoredEvent>>> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK])
         .await?;
+    for lease in fences {
+        // Fencing (SCALE-04): the lease row is read FOR SHARE, so a takeover in flight
+        // finishes first and this write then sees its epoch.
+        crate::leases::check_fence(&tx, lease).await?;
+    }
     if let Some(guard) = guard {
         // Re-read under the append lock: no other write can land before our COMMIT.
         let current = read_version(&tx, guard.kind.table(), &guard.id).await?;

@@ -27,6 +27,7 @@
 mod claims;
 mod error;
 mod fold;
+mod leases;
 mod purge;
 mod queries;
 mod schema;
@@ -208,7 +209,7 @@ impl EventLog for SqliteStore {
         let live = self.inner.live.clone();
         self.inner
             .writer
-            .run(move |conn| writer::write_batch(conn, None, events, &live))
+            .run(move |conn| writer::write_batch(conn, &[], None, events, &live))
             .await
             .map(Option::unwrap_or_default)
     }
@@ -221,7 +222,7 @@ impl EventLog for SqliteStore {
         let live = self.inner.live.clone();
         self.inner
             .writer
-            .run(move |conn| writer::write_batch(conn, Some(&guard), events, &live))
+            .run(move |conn| writer::write_batch(conn, &[], Some(&guard), events, &live))
             .await
     }
 

@@ -40,6 +40,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "execution_claims",
         sql: include_str!("../migrations/0003_execution_claims.sql"),
     },
+    Migration {
+        version: 40,
+        name: "thread_leases",
+        sql: include_str!("../migrations/0040_thread_leases.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

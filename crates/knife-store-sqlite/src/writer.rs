@@ -4,8 +4,8 @@
 use crate::error::DbError;
 use crate::fold::{FoldMode, append_event, apply_event, clear_projections, read_version, seq_u64};
 use knife_protocol::{DomainEvent, StoredEvent};
-use knife_store::RowGuard;
 use knife_store::StoreError;
+use knife_store::{Lease, RowGuard};
 use rusqlite::{Connection, TransactionBehavior};
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
@@ -87,19 +87,24 @@ impl Writer {
     }
 }
 
-/// The body of `write` / `write_if`, run on the writer thread: in ONE `BEGIN IMMEDIATE`
-/// transaction, checks `guard` (if any), appends `events`, folds each into the
+/// The body of `write` / `write_if` / `write_fenced`, run on the writer thread: in ONE
+/// `BEGIN IMMEDIATE` transaction, checks `fences` and `guard` (if any), appends `events`, folds each into the
 /// projections, commits, then publishes the stored events on `live` in order.
 ///
 /// Returns `Ok(None)` (nothing written, nothing published) when the guard failed.
 /// Any error rolls the whole transaction back (the `Transaction` drop does it).
 pub(crate) fn write_batch(
     conn: &mut Connection,
+    fences: &[Lease],
     guard: Option<&RowGuard>,
     events: Vec<DomainEvent>,
     live: &broadcast::Sender<StoredEvent>,
 ) -> Result<Option<Vec<StoredEvent>>, DbError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for lease in fences {
+        // Fencing (SCALE-04): under the write lock, so no takeover lands before COMMIT.
+        crate::leases::check_fence(&tx, lease)?;
+    }
     if let Some(guard) = guard {
         // Compare-and-set (MGR-47): the version is re-read under the write lock, so no
         // other write can land between this check and the commit.

@@ -1,7 +1,7 @@
 // StoreError: every way a store call can fail, on any backend, each message saying
 // what happened and what the user (or the calling code) can do about it.
 
-use knife_protocol::{EventId, ProjectId};
+use knife_protocol::{EventId, ProjectId, ThreadId, Timestamp};
 
 /// A backend's own error (a SQLite or PostgreSQL error), kept as the `source` of a
 /// [`StoreError`] without naming the driver's type.
@@ -113,6 +113,38 @@ pub enum StoreError {
          restart knife (the event log on disk is consistent)"
     )]
     WriterGone,
+    /// Another node holds a live lease on the thread (SPEC SCALE-04): this node must not
+    /// run its work now.
+    #[error(
+        "thread {thread_id} is being run by node {node} (its lease lasts until {expires_at} on \
+         the database's clock); leave it to that node, or wait for the lease to expire"
+    )]
+    LeaseHeld {
+        /// The leased thread.
+        thread_id: ThreadId,
+        /// The node holding it.
+        node: String,
+        /// When its lease expires unless renewed.
+        expires_at: Timestamp,
+    },
+    /// The caller's lease on the thread moved on (another node took the thread over, or
+    /// this node resumed it again): the write (or renewal) was refused and nothing of it
+    /// was written (SPEC SCALE-04).
+    #[error(
+        "node {node} no longer holds the lease of thread {thread_id} (it held epoch {epoch}; \
+         now: {current}), so the write was refused and nothing of it was written; stop \
+         working on this thread and do not retry (its lease holder resumes it)"
+    )]
+    Fenced {
+        /// The thread.
+        thread_id: ThreadId,
+        /// The node whose lease it was.
+        node: String,
+        /// The epoch the caller held.
+        epoch: u64,
+        /// Who holds it now, e.g. `node node-b at epoch 4`.
+        current: String,
+    },
     /// A read task failed (panicked or was cancelled at runtime shutdown).
     #[error("a knife store read failed: {0}; retry, or restart knife if it keeps failing")]
     ReadTask(String),

@@ -11,7 +11,7 @@
 //! * The contract is a set of object-safe `async_trait` traits grouped by concern:
 //!   [`EventLog`] (append, compare-and-set), [`EventFeed`] (gap-free replay-then-live
 //!   streams, log reads), [`ProjectionReads`], [`Claims`], [`ProcessGroups`],
-//!   [`Activity`], [`Maintenance`]. [`StoreBackend`] is all of them.
+//!   [`Activity`], [`Maintenance`], [`Leases`] (SCALE-04). [`StoreBackend`] is all of them.
 //! * [`Store`] is the handle callers hold: a cheap clone of `Arc<dyn StoreBackend>`
 //!   that derefs to the backend, so `store.write(events)` calls [`EventLog::write`]
 //!   without importing the trait.
@@ -31,6 +31,8 @@
 
 mod error;
 pub mod fold;
+pub mod leases;
+mod node;
 mod stream;
 mod traits;
 mod types;
@@ -39,6 +41,8 @@ mod types;
 pub mod contract;
 
 pub use error::{BackendError, StoreError};
+pub use leases::{DEFAULT_LEASE_HEARTBEAT, DEFAULT_LEASE_TTL, Lease, Leases, TakeScope};
+pub use node::{Fences, LOCAL_NODE, NodeLeases};
 pub use stream::{REPLAY_PAGE, StreamSource, replay_then_live};
 pub use traits::{
     Activity, Claims, EventFeed, EventLog, Maintenance, ProcessGroups, ProjectionReads,
@@ -61,6 +65,7 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct Store {
     backend: Arc<dyn StoreBackend>,
+    node: Arc<NodeLeases>,
 }
 
 impl Store {
@@ -68,12 +73,30 @@ impl Store {
     pub fn new(backend: impl StoreBackend) -> Store {
         Store {
             backend: Arc::new(backend),
+            node: Arc::default(),
         }
     }
 
     /// Wraps a backend already behind an `Arc`.
     pub fn from_arc(backend: Arc<dyn StoreBackend>) -> Store {
-        Store { backend }
+        Store {
+            backend,
+            node: Arc::default(),
+        }
+    }
+
+    /// This handle (and its clones) writing as node `node` (SPEC SCALE-04); the
+    /// default is [`LOCAL_NODE`] with 10 s leases. Set once by the composition root.
+    pub fn with_node(self, node: NodeLeases) -> Store {
+        Store {
+            backend: self.backend,
+            node: Arc::new(node),
+        }
+    }
+
+    /// The node this handle writes for and the leases it holds.
+    pub fn node(&self) -> &NodeLeases {
+        &self.node
     }
 
     /// The backend as a shared trait object.
@@ -83,17 +106,110 @@ impl Store {
 
     /// [`EventLog::write`]. Inherent so that it wins method resolution over traits of
     /// the same name implemented for `Store` elsewhere (knife-runtime's `SessionStore`).
+    ///
+    /// A batch touching a thread this node holds a lease on is fenced by it
+    /// ([`Leases::write_fenced`], SCALE-04); [`StoreError::Fenced`] marks that lease lost,
+    /// and later writes of the thread are then refused at once.
     pub async fn write(&self, events: Vec<DomainEvent>) -> Result<Vec<StoredEvent>, StoreError> {
-        self.backend.write(events).await
+        self.fenced(None, events)
+            .await
+            .map(Option::unwrap_or_default)
     }
 
-    /// [`EventLog::write_if`]; inherent for the same reason as [`Store::write`].
+    /// [`EventLog::write_if`]; inherent for the same reason as [`Store::write`], and
+    /// fenced the same way.
     pub async fn write_if(
         &self,
         guard: RowGuard,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        self.backend.write_if(guard, events).await
+        self.fenced(Some(guard), events).await
+    }
+
+    /// `write` / `write_if` as this node: fenced by the leases it holds on the batch's
+    /// threads; refused at once for a thread whose lease it lost.
+    async fn fenced(
+        &self,
+        guard: Option<RowGuard>,
+        events: Vec<DomainEvent>,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+        let fences = match self.node.fences_for(&events) {
+            Fences::None => {
+                return match guard {
+                    Some(guard) => self.backend.write_if(guard, events).await,
+                    None => self.backend.write(events).await.map(Some),
+                };
+            }
+            Fences::Lost(lease) => {
+                return Err(StoreError::Fenced {
+                    thread_id: lease.thread_id,
+                    node: lease.node,
+                    epoch: lease.epoch,
+                    current: "taken over by another node".into(),
+                });
+            }
+            Fences::Check(fences) => fences,
+        };
+        let result = self.backend.write_fenced(&fences, guard, events).await;
+        if let Err(StoreError::Fenced {
+            thread_id, epoch, ..
+        }) = &result
+        {
+            self.node.lose(thread_id, *epoch);
+        }
+        result
+    }
+
+    /// Takes (or takes again: a resume) the lease of `thread` for this node and holds
+    /// it, so that every later write of the thread is fenced by it (SCALE-04). Take it
+    /// before writing the thread's claim.
+    ///
+    /// Errors: [`StoreError::LeaseHeld`] (another node runs the thread),
+    /// [`StoreError::Database`].
+    pub async fn hold_lease(&self, thread: &ThreadId) -> Result<Lease, StoreError> {
+        let lease = self
+            .backend
+            .acquire_lease(thread, self.node.node(), self.node.ttl())
+            .await?;
+        self.node.hold(lease.clone());
+        Ok(lease)
+    }
+
+    /// Holds a lease this node took over ([`Leases::take_expired_leases`]).
+    pub fn adopt_lease(&self, lease: Lease) {
+        self.node.hold(lease);
+    }
+
+    /// Gives up this node's lease of `thread` (its claim was released): forgotten here,
+    /// expired in the database. No-op when none is held.
+    ///
+    /// Errors: [`StoreError::Database`] (the lease then simply runs out).
+    pub async fn let_go(&self, thread: &ThreadId) -> Result<(), StoreError> {
+        match self.node.forget(thread) {
+            Some(lease) => self.backend.release_lease(&lease).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Renews every lease this node holds (the heartbeat, every third of the lease).
+    /// Returns the threads whose lease is lost ([`StoreError::Fenced`]: forgotten here;
+    /// their work must stop) and the renewals that failed otherwise (kept; retried at
+    /// the next beat).
+    pub async fn renew_held_leases(&self) -> (Vec<ThreadId>, Vec<(ThreadId, StoreError)>) {
+        let (mut lost, mut failed) = (Vec::new(), Vec::new());
+        for lease in self.node.all() {
+            match self.backend.renew_lease(&lease, self.node.ttl()).await {
+                // Only if it was not replaced meanwhile (a resume took a new epoch).
+                Ok(renewed) => self.node.renewed(renewed),
+                Err(StoreError::Fenced { .. }) => {
+                    if self.node.lose(&lease.thread_id, lease.epoch) {
+                        lost.push(lease.thread_id);
+                    }
+                }
+                Err(e) => failed.push((lease.thread_id, e)),
+            }
+        }
+        (lost, failed)
     }
 
     /// [`ProjectionReads::thread_projection`]; inherent for the same reason as

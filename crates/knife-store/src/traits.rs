@@ -206,6 +206,7 @@ pub trait StoreBackend:
     + ProcessGroups
     + Activity
     + Maintenance
+    + crate::leases::Leases
     + std::fmt::Debug
     + Send
     + Sync
@@ -221,6 +222,7 @@ impl<T> StoreBackend for T where
         + ProcessGroups
         + Activity
         + Maintenance
+        + crate::leases::Leases
         + std::fmt::Debug
         + Send
         + Sync

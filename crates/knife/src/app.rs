@@ -42,6 +42,9 @@ pub struct App {
     pub state: AppState,
     /// The stale-session reaper; [`App::serve`] starts it (REAP-01..06).
     pub reaper: Reaper,
+    /// Renews this node's leases and takes over expired claims; [`App::serve`] starts
+    /// it (SCALE-04/05).
+    pub leases: knife_runtime::boot::takeover::LeaseKeeper,
     /// Connection cap and header timeout of the server loop (SEC-04).
     pub limits: knife_server::ServerLimits,
     /// The sandbox of model-run commands (SEC-01), for `/healthz/detail`.
@@ -134,12 +137,17 @@ impl App {
         // each take the other's runs for leftovers of a crash.
         let lock = DataDirLock::acquire(data_dir).await?;
         let location = crate::store_url::StoreLocation::parse(config.store.url.as_deref())?;
-        let store = location.open(data_dir).await.with_context(|| {
-            format!(
-                "cannot open the knife database at {}",
-                location.describe(data_dir)
-            )
-        })?;
+        let node = config.store.node()?;
+        let store = location
+            .open(data_dir)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the knife database at {}",
+                    location.describe(data_dir)
+                )
+            })?
+            .with_node(node);
         let clock: SharedClock = Arc::new(SystemClock);
         // Installed before the boot's own work so its counters (resumes) are kept.
         let metrics = metrics_handle();
@@ -344,6 +352,7 @@ impl App {
                 "finished reverts the previous process left unfinished"
             );
         }
+        let leases = knife_runtime::boot::takeover::LeaseKeeper::new(execution.clone(), options);
         let sweep = match RestartService::new(execution.clone(), options)
             .resume_suspended_threads()
             .await
@@ -406,6 +415,7 @@ impl App {
             execution,
             state,
             reaper,
+            leases,
             limits: config.server.limits(),
             sandbox,
             disk,
@@ -451,6 +461,9 @@ impl App {
         );
         let reaper_stop = CancellationToken::new();
         let reaper = self.reaper.clone().start(reaper_stop.clone());
+        // Stopped with the reaper: a stopping node takes nothing over any more (its
+        // interrupted runs keep their claims and leases, which then run out).
+        let keeper = self.leases.clone().start(reaper_stop.clone());
         let execution = self.execution.clone();
         let closing = self.state.closing.clone();
         let stop_reaper = reaper_stop.clone();
@@ -475,6 +488,7 @@ impl App {
         self.execution.shutdown(SHUTDOWN_TIMEOUT).await;
         self.execution.manager().shutdown().await;
         let _ = reaper.await;
+        let _ = keeper.await;
         served
     }
 }

@@ -23,12 +23,19 @@ pub struct ServeArgs {
     /// runs knife on PostgreSQL; unset: SQLite in the data directory.
     #[arg(long, env = "KNIFE_DATABASE_URL")]
     pub database: Option<String>,
+    /// This node's id among the nodes sharing one PostgreSQL database (overrides
+    /// `[store] node_id`; default `local`). Every node needs its own.
+    #[arg(long, env = "KNIFE_NODE_ID")]
+    pub node_id: Option<String>,
 }
 
 pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut config = Config::load(config_path)?;
     if let Some(url) = args.database {
         config.store.url = Some(url);
+    }
+    if let Some(node) = args.node_id {
+        config.store.node_id = Some(node);
     }
     let addr = config.listen(args.listen.as_deref())?;
     let data_dir = config.data_dir(args.data_dir.as_deref())?;

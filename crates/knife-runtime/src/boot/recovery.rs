@@ -46,8 +46,21 @@ pub async fn reconcile_after_restart(
     clock: &dyn Clock,
 ) -> Result<ReconcileReport, RuntimeError> {
     let mut report = ReconcileReport::default();
+    // Work another node runs now (a live lease, SCALE-04) is not the previous
+    // process's: leave its runs, requests and sessions alone.
+    let me = store.node().node().to_owned();
+    let elsewhere: std::collections::HashSet<ThreadId> = store
+        .live_leases()
+        .await?
+        .into_iter()
+        .filter(|l| l.node != me)
+        .map(|l| l.thread_id)
+        .collect();
     for thread in store.list_threads(None).await? {
         if thread.active_run_id.is_none() && thread.status != ThreadStatus::Running {
+            continue;
+        }
+        if elsewhere.contains(&thread.id) {
             continue;
         }
         if thread.is_claimed() && thread.parent_thread_id.is_none() {
@@ -61,6 +74,9 @@ pub async fn reconcile_after_restart(
             .extend(ended.into_iter().map(|r| (thread_id.clone(), r)));
     }
     for request in store.list_pending_runtime_requests().await? {
+        if elsewhere.contains(&request.thread_id) {
+            continue;
+        }
         let now = clock.now();
         let events = match store.thread_projection(&request.thread_id).await? {
             Some(projection) => {
@@ -74,7 +90,17 @@ pub async fn reconcile_after_restart(
         store.write(events).await?;
         report.requests_expired += 1;
     }
+    let busy_elsewhere: std::collections::HashSet<ProviderSessionId> = store
+        .list_session_activity()
+        .await?
+        .into_iter()
+        .filter(|a| elsewhere.contains(&a.thread_id))
+        .map(|a| a.session.id)
+        .collect();
     for mut session in store.list_provider_sessions().await? {
+        if busy_elsewhere.contains(&session.id) {
+            continue;
+        }
         if matches!(
             session.status,
             SessionStatus::Stopped | SessionStatus::Error

@@ -41,6 +41,8 @@ pub struct SweepReport {
     pub skipped_active: Vec<ThreadId>,
     /// Threads whose resume failed, with the error (their claim stays for the next boot).
     pub failed: Vec<(ThreadId, String)>,
+    /// Claimed threads another node holds a live lease on, left to it (SCALE-04).
+    pub held_elsewhere: Vec<(ThreadId, String)>,
 }
 
 /// Resumes suspended work. Inert until [`RestartService::resume_suspended_threads`]
@@ -122,6 +124,10 @@ impl RestartService {
                 Ok(ResumeOutcome::AlreadyActive) => report.skipped_active.push(thread),
                 // Released between the listing and the resume (a run ended): nothing to do.
                 Ok(ResumeOutcome::NotClaimed) => {}
+                Err(RuntimeError::Store(knife_store::StoreError::LeaseHeld { node, .. })) => {
+                    tracing::info!(thread = %thread, %node, "left the claimed thread to the node that holds its lease");
+                    report.held_elsewhere.push((thread, node));
+                }
                 Err(e) => {
                     tracing::error!(thread = %thread, error = %e, "could not resume the thread; its claim stays for the next start");
                     metrics::counter!("knife_resumes_total", "outcome" => "failed").increment(1);

@@ -96,11 +96,21 @@ pub(crate) async fn create_run(
         if !thread.is_claimed() {
             return Ok(Created::NotClaimed);
         }
+        // This node takes (or takes again) the thread's lease before it writes for the
+        // claim: every write of the resume is fenced by the new epoch (SCALE-04).
+        store.hold_lease(thread_id).await?;
         let attempts = thread.resume_attempts.saturating_add(1);
         if attempts > *max_attempts {
             let events = exhausted_events(store, &mut thread, now).await?;
             let guard = RowGuard::new(EntityKind::Thread, thread_id.as_str(), version);
-            return match store.write_if(guard, events).await? {
+            let written = store.write_if(guard, events).await?;
+            if written.is_some() {
+                // The claim is released: so is the lease (a failure only lets it run out).
+                if let Err(e) = store.let_go(thread_id).await {
+                    tracing::warn!(thread = %thread_id, error = %e, "could not release the thread's lease; it runs out");
+                }
+            }
+            return match written {
                 Some(_) => Ok(Created::Exhausted {
                     attempts: attempts - 1,
                 }),
@@ -140,6 +150,12 @@ pub(crate) async fn create_run(
         .get_project(&thread.project_id)
         .await?
         .ok_or_else(|| RuntimeError::ProjectNotFound(thread.project_id.clone()))?;
+    if matches!(start, RunStart::User { .. }) {
+        // A new run claims the thread: take its lease first, so the claim's write and
+        // every later write of the run are fenced (SCALE-04). Another node's live lease
+        // refuses the run (`StoreError::LeaseHeld`, HTTP 409).
+        store.hold_lease(thread_id).await?;
+    }
     let ordinal = thread.run_count + 1;
     let run_id = RunId::for_thread(thread_id, ordinal);
     let (origin, description) = match start {
@@ -208,7 +224,14 @@ pub(crate) async fn create_run(
         EventBody::ThreadUpdated(thread.clone()),
     ));
     let guard = RowGuard::new(EntityKind::Thread, thread_id.as_str(), version);
-    match store.write_if(guard, events).await? {
+    let written = store.write_if(guard, events).await;
+    if matches!(start, RunStart::User { .. }) && !matches!(written, Ok(Some(_))) {
+        // No run started: the thread is not claimed by this attempt, free its lease.
+        if let Err(e) = store.let_go(thread_id).await {
+            tracing::warn!(thread = %thread_id, error = %e, "could not release the thread's lease; it runs out");
+        }
+    }
+    match written? {
         Some(_) => Ok(Created::Started(Box::new((thread, project, run)))),
         None => Err(RuntimeError::Conflict),
     }

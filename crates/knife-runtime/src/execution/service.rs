@@ -446,6 +446,15 @@ impl ExecutionService {
         }
     }
 
+    /// Stops driving the active run of `thread` because this node lost its lease
+    /// (SCALE-04): cancelled like a shutdown (the claim stays, for the node that took
+    /// the thread over); its remaining writes are refused by the fence. Returns whether
+    /// a run was active.
+    pub fn abandon(&self, thread: &ThreadId) -> bool {
+        self.signal_interrupt(thread, InterruptReason::Shutdown)
+            .is_some()
+    }
+
     /// Cancels the active run of `thread`, if any; returns its run-id watch.
     ///
     /// The first reason wins: a run the user (or a newer message) already stopped

@@ -449,8 +449,13 @@ impl ExecutionService {
             events.insert(i, event.clone());
         }
         let claimed = thread.is_claimed();
+        let thread_id = thread.id.clone();
         events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
         store.write(events).await?;
+        if !claimed && let Err(e) = store.let_go(&thread_id).await {
+            // The claim is released; an unreleased lease only runs out (SCALE-04).
+            tracing::warn!(thread = %thread_id, error = %e, "could not release the thread's lease; it runs out");
+        }
         if let Some(observer) = &self.inner.run_observer {
             observer.run_finished(&run);
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use knife_protocol::*;
+use knife_store::StoreError;
 
 use super::entry::{CloseSubscribers, Entry};
 use super::metrics::{self, Outcome};
@@ -153,16 +154,22 @@ async fn release_task(
     };
     metrics::session_op(&entry.driver, "release", Some(reason.as_str()), outcome);
 
-    if let Err(message) = written {
-        let retry = records.clone();
-        let retry_inner = Arc::clone(&inner);
-        inner
-            .tasks
-            .spawn(async move { retry_release_records(retry_inner, retry).await });
+    if let Err(failure) = written {
+        if failure.fenced {
+            // SCALE-04: another node took the thread over; its records are that node's
+            // now. Retrying would only be refused again (MGR-38 retries stop here).
+            tracing::warn!(session = %entry.id, message = %failure.message, "release records refused: the thread's lease was lost; not retried");
+        } else {
+            let retry = records.clone();
+            let retry_inner = Arc::clone(&inner);
+            inner
+                .tasks
+                .spawn(async move { retry_release_records(retry_inner, retry).await });
+        }
         return Err(ProviderSessionCloseError {
             provider_session_id: entry.id.clone(),
             reason: reason.as_str(),
-            message,
+            message: failure.message,
         }
         .into());
     }
@@ -177,6 +184,14 @@ async fn release_task(
     Ok(true)
 }
 
+/// Why release records were not (all) written.
+struct ReleaseFailure {
+    /// What failed, for the log and the caller's error.
+    message: String,
+    /// A write was fenced (SCALE-04): this node lost the thread's lease; never retry.
+    fenced: bool,
+}
+
 /// Writes the terminal session status (one `provider-session.updated` per thread,
 /// unless `replaced`: a replacement owns the status now) and settles the session's
 /// requests. Both writes run even if the other fails; the error names what failed.
@@ -184,8 +199,9 @@ async fn write_release_records(
     inner: &Inner,
     records: &ReleaseRecords,
     replaced: bool,
-) -> Result<(), String> {
+) -> Result<(), ReleaseFailure> {
     let mut failures = Vec::new();
+    let mut fenced = false;
     if !replaced {
         let now = inner.clock.now();
         let events: Vec<_> = if records.threads.is_empty() {
@@ -207,6 +223,7 @@ async fn write_release_records(
                 .collect()
         };
         if let Err(e) = inner.store.write(WriteKind::ReleaseStatus, events).await {
+            fenced |= matches!(e, StoreError::Fenced { .. });
             failures.push(format!("recording the session status failed: {e}"));
         }
     }
@@ -222,13 +239,17 @@ async fn write_release_records(
         )
         .await
         {
+            fenced |= matches!(e, StoreError::Fenced { .. });
             failures.push(format!("settling its runtime requests failed: {e}"));
         }
     }
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(failures.join("; "))
+        Err(ReleaseFailure {
+            message: failures.join("; "),
+            fenced,
+        })
     }
 }
 
@@ -246,7 +267,15 @@ async fn retry_release_records(inner: Arc<Inner>, records: ReleaseRecords) {
         };
         match result {
             Ok(()) => return,
-            Err(message) => {
+            Err(ReleaseFailure {
+                message,
+                fenced: true,
+            }) => {
+                // SCALE-04: the lease moved to another node; retries stop once fenced.
+                tracing::warn!(session = %records.session.id, %message, "release records refused: the thread's lease was lost; retries stop");
+                return;
+            }
+            Err(ReleaseFailure { message, .. }) => {
                 tracing::warn!(session = %records.session.id, %message, "retrying release records");
                 delay = next_delay(delay);
             }

@@ -19,7 +19,7 @@
 //! rebuild == incremental fold ([`log`], [`project_root`], the [`rebuild`] property),
 //! gap-free replay-then-live streams with concurrent appenders and a lagging
 //! subscriber ([`streams`]), claims, process groups and
-//! session activity ([`claims`]).
+//! session activity ([`claims`]), leases and fenced writes ([`leases`]).
 //!
 //! Adding a case: write the `pub async fn` in the module of its trait and add its name
 //! to the list in [`store_contract_tests!`] (`crate::store_contract_tests`).
@@ -27,6 +27,7 @@
 
 pub mod claims;
 pub mod fixtures;
+pub mod leases;
 pub mod log;
 pub mod project_root;
 pub mod rebuild;
@@ -82,6 +83,11 @@ macro_rules! store_contract_tests {
             claims::claimed_threads_are_listed_by_kind_and_survive_a_rebuild,
             claims::process_groups_round_trip_and_are_not_touched_by_rebuild,
             claims::session_activity_follows_bindings_and_touches_only_move_forward,
+            leases::scale_04_a_lease_names_its_node_and_expiry_and_another_node_is_refused_while_it_is_live,
+            leases::scale_04_the_epoch_grows_with_every_resume_and_takeover,
+            leases::scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothing,
+            leases::takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactly_once,
+            leases::scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_after_losing_it,
         );
 
         $crate::contract::proptest::proptest! {

@@ -228,6 +228,41 @@ pub struct StoreConfig {
     /// `knife.db` in the data dir. `knife serve --database` / `KNIFE_DATABASE_URL`
     /// override it.
     pub url: Option<String>,
+    /// This node's id among the nodes sharing one database (SPEC SCALE-04): letters,
+    /// digits, `-`, `_`, `.`; default `local`. `knife serve --node-id` / `KNIFE_NODE_ID`.
+    pub node_id: Option<String>,
+    /// Length of a thread lease in milliseconds (default 10000, at least 300): how
+    /// long a dead node's claimed work waits before another node takes it over. Renewed
+    /// every third of it.
+    pub lease_ms: Option<u64>,
+}
+
+impl StoreConfig {
+    /// The node this process writes as (SCALE-04).
+    ///
+    /// Errors: a node id with other characters, or a lease under 300 ms.
+    pub fn node(&self) -> anyhow::Result<knife_store::NodeLeases> {
+        let node = self.node_id.as_deref().unwrap_or(knife_store::LOCAL_NODE);
+        if node.is_empty()
+            || !node
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            anyhow::bail!(
+                "[store] node_id {node:?} is not a node id: use letters, digits, '-', '_' or '.' \
+                 (e.g. the host name), one per node"
+            );
+        }
+        let ttl = match self.lease_ms {
+            None => knife_store::DEFAULT_LEASE_TTL,
+            Some(ms) if ms >= 300 => std::time::Duration::from_millis(ms),
+            Some(ms) => anyhow::bail!(
+                "[store] lease_ms = {ms} is too short: a lease must outlast a few database \
+                 round trips; use at least 300 (default 10000)"
+            ),
+        };
+        Ok(knife_store::NodeLeases::new(node, ttl))
+    }
 }
 
 /// `[server]`.
