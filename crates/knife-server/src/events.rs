@@ -6,8 +6,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use bytes::Bytes;
@@ -16,11 +15,16 @@ use knife_protocol::*;
 use knife_store::StreamFilter;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::AppState;
 use crate::error::ApiErr;
 use crate::live::{self, Out};
 use crate::subscribers::{Frame, FrameRx, Wire, ws_message};
+use crate::ws;
 
 /// Query of the SSE route: `after` (exclusive sequence; `Last-Event-ID` wins when sent)
 /// and an optional event `type` filter.
@@ -127,28 +131,27 @@ fn sse_response(rx: FrameRx) -> Response {
 ///
 /// Access: the only route that takes the API token as `?token=` besides the
 /// `Authorization` header (browsers cannot set headers on a WebSocket).
-pub(crate) async fn websocket(State(s): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
-    upgrade.on_upgrade(move |socket| serve_socket(s, socket))
+///
+/// Errors: 400 `invalid_request` (JSON) for a request that is not a WebSocket upgrade.
+pub(crate) async fn websocket(State(s): State<AppState>, request: Request) -> Response {
+    ws::upgrade(request, move |socket| serve_socket(s, socket))
 }
 
-async fn serve_socket(state: AppState, socket: WebSocket) {
+async fn serve_socket(state: AppState, socket: ws::Socket) {
     let (mut sink, mut source) = socket.split();
     // One bounded queue per connection (LIVE-06): every subscription of the socket
     // feeds it; a frame is released once sent and flushed.
     let (tx, mut rx) = state.subscribers.queue();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.next().await {
-            let Ok(text) = Utf8Bytes::try_from(frame.bytes.clone()) else {
-                continue;
-            };
-            if sink.send(Message::Text(text)).await.is_err() {
+            if ws::send_text(&mut sink, frame.bytes.clone()).await.is_err() {
                 return;
             }
             if let Some(reason) = &frame.close {
                 // Fell behind (its queue stayed full): close with the reason; the
                 // client resubscribes after its last sequence.
                 let close = CloseFrame {
-                    code: close_code::AGAIN,
+                    code: CloseCode::Again,
                     reason: close_reason(reason),
                 };
                 let _ = sink.send(Message::Close(Some(close))).await;

@@ -37,6 +37,7 @@ pub mod subscribers;
 mod threads;
 pub mod ui;
 mod usage;
+mod ws;
 
 pub use error::ApiErr;
 pub use listen::{ApiListener, ConnectionInfo, ServerLimits, serve, serve_with};

@@ -151,10 +151,7 @@ impl Subscribers {
             ws: OnceLock::new(),
             sse: OnceLock::new(),
         });
-        cache.insert(
-            Arc::clone(&encoded),
-            self.inner.limits.frame_cache_bytes,
-        );
+        cache.insert(Arc::clone(&encoded), self.inner.limits.frame_cache_bytes);
         encoded
     }
 }
@@ -246,7 +243,10 @@ struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.subs.inner.held.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.subs
+            .inner
+            .held
+            .fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
@@ -298,7 +298,10 @@ impl FrameTx {
         let own_n = bytes.len().clamp(1, limits.queue_bytes);
         let total_n = bytes.len().clamp(1, limits.total_bytes);
         let acquire = async {
-            let own = Arc::clone(&self.own).acquire_many_owned(as_u32(own_n)).await.ok()?;
+            let own = Arc::clone(&self.own)
+                .acquire_many_owned(as_u32(own_n))
+                .await
+                .ok()?;
             let total = Arc::clone(&self.subs.inner.total)
                 .acquire_many_owned(as_u32(total_n))
                 .await

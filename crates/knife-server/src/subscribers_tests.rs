@@ -23,7 +23,9 @@ async fn live_06_a_subscriber_that_never_reads_is_closed_at_its_bound() {
     let (tx, mut rx) = subs.queue();
     // 10 frames of 100 bytes fill the bound; the 11th waits, then overflows.
     for _ in 0..10 {
-        tx.push(Bytes::from(vec![b'x'; 100]), overflow).await.unwrap();
+        tx.push(Bytes::from(vec![b'x'; 100]), overflow)
+            .await
+            .unwrap();
     }
     assert_eq!(subs.held_bytes(), 1000);
     let started = tokio::time::Instant::now();
@@ -37,7 +39,10 @@ async fn live_06_a_subscriber_that_never_reads_is_closed_at_its_bound() {
     }
     let last = frames.pop().unwrap();
     let reason = last.close.clone().unwrap();
-    assert!(reason.contains("fell behind") && reason.contains("after ="), "{reason}");
+    assert!(
+        reason.contains("fell behind") && reason.contains("after ="),
+        "{reason}"
+    );
     assert!(last.bytes.starts_with(b"closed: "));
     assert_eq!(frames.len(), 10);
     drop(frames);
@@ -48,7 +53,9 @@ async fn live_06_a_subscriber_that_never_reads_is_closed_at_its_bound() {
 async fn live_06_a_reader_makes_room_and_a_big_frame_goes_alone() {
     let subs = Subscribers::new(limits(1000, 1 << 20));
     let (tx, mut rx) = subs.queue();
-    tx.push(Bytes::from(vec![b'x'; 600]), overflow).await.unwrap();
+    tx.push(Bytes::from(vec![b'x'; 600]), overflow)
+        .await
+        .unwrap();
     let reader = tokio::spawn(async move {
         let mut got = Vec::new();
         while let Some(frame) = rx.next().await {
@@ -60,8 +67,12 @@ async fn live_06_a_reader_makes_room_and_a_big_frame_goes_alone() {
         got
     });
     // Larger than the bound: waits for an empty queue, takes it all, is delivered.
-    tx.push(Bytes::from(vec![b'y'; 5000]), overflow).await.unwrap();
-    tx.push(Bytes::from(vec![b'z'; 10]), overflow).await.unwrap();
+    tx.push(Bytes::from(vec![b'y'; 5000]), overflow)
+        .await
+        .unwrap();
+    tx.push(Bytes::from(vec![b'z'; 10]), overflow)
+        .await
+        .unwrap();
     assert_eq!(reader.await.unwrap(), vec![600, 5000, 10]);
 }
 
@@ -70,8 +81,12 @@ async fn live_06_the_total_budget_bounds_all_subscribers_together() {
     let subs = Subscribers::new(limits(1000, 1500));
     let (a, _ra) = subs.queue();
     let (b, _rb) = subs.queue();
-    a.push(Bytes::from(vec![b'x'; 1000]), overflow).await.unwrap();
-    b.push(Bytes::from(vec![b'x'; 500]), overflow).await.unwrap();
+    a.push(Bytes::from(vec![b'x'; 1000]), overflow)
+        .await
+        .unwrap();
+    b.push(Bytes::from(vec![b'x'; 500]), overflow)
+        .await
+        .unwrap();
     // b has room of its own, but the total is spent.
     let err = b.push(Bytes::from(vec![b'x'; 100]), overflow).await;
     assert!(matches!(err, Err(PushError::Overflow)));
@@ -98,15 +113,25 @@ fn live_06_frames_are_encoded_once_and_shared() {
     let ev = stored(7, "t");
     let a = subs.encoded(&ev);
     let b = subs.encoded(&ev);
-    assert!(Arc::ptr_eq(&a, &b), "the second subscriber reuses the encoding");
+    assert!(
+        Arc::ptr_eq(&a, &b),
+        "the second subscriber reuses the encoding"
+    );
     let ws = a.ws();
-    assert_eq!(ws.as_ptr(), b.ws().as_ptr(), "one buffer for every subscriber");
+    assert_eq!(
+        ws.as_ptr(),
+        b.ws().as_ptr(),
+        "one buffer for every subscriber"
+    );
     let expected = serde_json::to_string(&WsServerMessage::Event {
         event: Box::new(ev.clone()),
     })
     .unwrap();
     assert_eq!(std::str::from_utf8(&ws).unwrap(), expected);
     let sse = String::from_utf8(a.sse().to_vec()).unwrap();
-    assert!(sse.starts_with(&format!("id: 7\nevent: {}\ndata: {{", ev.event.event_type())));
+    assert!(sse.starts_with(&format!(
+        "id: 7\nevent: {}\ndata: {{",
+        ev.event.event_type()
+    )));
     assert!(sse.ends_with("}\n\n"));
 }
