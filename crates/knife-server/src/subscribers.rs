@@ -44,7 +44,7 @@ impl Default for SubscriberLimits {
             queue_bytes: 128 * 1024,
             total_bytes: 64 * 1024 * 1024,
             stall: Duration::from_secs(10),
-            replays: 8,
+            replays: 2,
             frame_cache_bytes: 32 * 1024 * 1024,
         }
     }
@@ -297,21 +297,24 @@ impl FrameTx {
         let limits = &self.subs.inner.limits;
         let own_n = bytes.len().clamp(1, limits.queue_bytes);
         let total_n = bytes.len().clamp(1, limits.total_bytes);
-        let acquire = async {
-            let own = Arc::clone(&self.own)
-                .acquire_many_owned(as_u32(own_n))
-                .await
-                .ok()?;
-            let total = Arc::clone(&self.subs.inner.total)
-                .acquire_many_owned(as_u32(total_n))
-                .await
-                .ok()?;
-            Some((own, total))
+        // The stall limit is on the subscriber's own bound: only a subscriber that does
+        // not read is closed. The total budget is waited for (others free it as they
+        // write, or are closed at their own bound).
+        let own = Arc::clone(&self.own).acquire_many_owned(as_u32(own_n));
+        let own = tokio::select! {
+            own = tokio::time::timeout(limits.stall, own) => own,
+            () = self.tx.closed() => return Err(PushError::Closed),
         };
-        let closed = self.tx.closed();
-        let got = tokio::select! {
-            got = tokio::time::timeout(limits.stall, acquire) => got,
-            () = closed => return Err(PushError::Closed),
+        let got = match own {
+            Ok(Ok(own)) => {
+                let total = Arc::clone(&self.subs.inner.total).acquire_many_owned(as_u32(total_n));
+                tokio::select! {
+                    total = total => Ok(total.ok().map(|total| (own, total))),
+                    () = self.tx.closed() => return Err(PushError::Closed),
+                }
+            }
+            Ok(Err(_)) => Ok(None),
+            Err(elapsed) => Err(elapsed),
         };
         match got {
             Ok(Some((own, total))) => {

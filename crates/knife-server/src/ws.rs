@@ -24,7 +24,7 @@ use crate::error::ApiErr;
 pub(crate) type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// Largest frame written: bigger messages are sent as fragments (RFC 6455 §5.4).
-pub(crate) const FRAGMENT: usize = 64 * 1024;
+pub(crate) const FRAGMENT: usize = 16 * 1024;
 
 /// Largest message accepted from a client (subscribe / unsubscribe are tiny).
 const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
@@ -71,9 +71,13 @@ where
         let Ok(upgraded) = on_upgrade.await else {
             return;
         };
+        // Per-connection buffers stay small (LIVE-06): clients send tiny messages, and
+        // frames are written out as they come (a fragment at most).
         let mut config = WebSocketConfig::default();
         config.max_message_size = Some(MAX_CLIENT_MESSAGE);
         config.max_frame_size = Some(MAX_CLIENT_MESSAGE);
+        config.read_buffer_size = 4 * 1024;
+        config.write_buffer_size = 0;
         let socket =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;

@@ -18,6 +18,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
 
+/// Clients in their connect / handshake at once.
+const CONNECTING: usize = 32;
+
 /// `VmRSS` / `VmHWM` of process `pid` in MiB (0 when unknown).
 fn proc_mib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -177,27 +180,39 @@ pub async fn run(ws: usize, sse: usize, message_bytes: usize) -> anyhow::Result<
     let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut clients = Vec::new();
+    // Clients connect a few dozen at a time (as a crowd of browsers would), then all
+    // replay at once.
+    let connecting = Arc::new(tokio::sync::Semaphore::new(CONNECTING));
     for _ in 0..ws {
         let (addr, thread, received) = (addr.clone(), thread.clone(), Arc::clone(&received));
         let done = Arc::clone(&done);
+        let connecting = Arc::clone(&connecting);
         let mut release = release_rx.clone();
         clients.push(tokio::spawn(async move {
+            let permit = connecting.acquire().await?;
             let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/api/ws"))
                 .await
                 .context("WebSocket connect")?;
+            drop(permit);
             let sub = serde_json::to_string(&WsClientMessage::Subscribe {
                 thread_id: thread,
                 after: 0,
             })?;
             socket.send(Message::Text(sub.into())).await?;
+            let mut complete = false;
             while let Some(msg) = socket.next().await {
                 if let Message::Text(t) = msg? {
                     received.fetch_add(t.len() as u64, Ordering::Relaxed);
                     if ws_sequence(&t) == Some(high) {
+                        complete = true;
                         break;
+                    }
+                    if t.starts_with(r#"{"type":"error""#) {
+                        anyhow::bail!("{t}");
                     }
                 }
             }
+            anyhow::ensure!(complete, "the WebSocket closed before the last event");
             let at = started.elapsed();
             done.fetch_add(1, Ordering::Relaxed);
             let _ = release.wait_for(|r| *r).await;
@@ -209,19 +224,24 @@ pub async fn run(ws: usize, sse: usize, message_bytes: usize) -> anyhow::Result<
         let url = format!("http://{addr}/api/threads/{thread}/events?after=0");
         let received = Arc::clone(&received);
         let done = Arc::clone(&done);
+        let connecting = Arc::clone(&connecting);
         let mut release = release_rx.clone();
         clients.push(tokio::spawn(async move {
+            let permit = connecting.acquire().await?;
             let resp = reqwest::get(url).await?.error_for_status()?;
+            drop(permit);
             let mut body = resp.bytes_stream();
             let needle = format!("id: {high}\n");
             let mut tail = String::new();
             let mut in_last = false;
+            let mut complete = false;
             while let Some(chunk) = body.next().await {
                 let chunk = chunk?;
                 received.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                 if in_last {
                     // The last event's frame ends with an empty line.
                     if chunk.ends_with(b"\n\n") {
+                        complete = true;
                         break;
                     }
                     continue;
@@ -232,6 +252,7 @@ pub async fn run(ws: usize, sse: usize, message_bytes: usize) -> anyhow::Result<
                 if tail.contains(&needle) {
                     in_last = true;
                     if chunk.ends_with(b"\n\n") && chunk.len() > message_bytes {
+                        complete = true;
                         break;
                     }
                     continue;
@@ -239,6 +260,7 @@ pub async fn run(ws: usize, sse: usize, message_bytes: usize) -> anyhow::Result<
                 let keep = tail.len().saturating_sub(32);
                 tail = tail.split_off(tail.floor_char_boundary(keep));
             }
+            anyhow::ensure!(complete, "the SSE stream ended before the last event");
             let at = started.elapsed();
             done.fetch_add(1, Ordering::Relaxed);
             let _ = release.wait_for(|r| *r).await;
@@ -259,11 +281,22 @@ pub async fn run(ws: usize, sse: usize, message_bytes: usize) -> anyhow::Result<
     release_tx.send_replace(true);
     let mut caught_up = Vec::new();
     let mut failed = 0;
+    let mut errors = std::collections::BTreeSet::new();
     for c in clients {
         match c.await {
             Ok(Ok(at)) => caught_up.push(at),
-            _ => failed += 1,
+            Ok(Err(e)) => {
+                failed += 1;
+                errors.insert(format!("{e:#}"));
+            }
+            Err(e) => {
+                failed += 1;
+                errors.insert(e.to_string());
+            }
         }
+    }
+    for e in errors.iter().take(3) {
+        println!("client error: {e:.300}");
     }
     let peak_during = peak.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(3)).await;
