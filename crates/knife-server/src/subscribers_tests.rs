@@ -81,8 +81,12 @@ async fn live_06_the_total_budget_bounds_all_subscribers_together() {
     let subs = Subscribers::new(limits(1000, 1500));
     let (a, mut ra) = subs.queue();
     let (b, _rb) = subs.queue();
-    a.push(Bytes::from(vec![b'x'; 1000]), overflow).await.unwrap();
-    b.push(Bytes::from(vec![b'x'; 500]), overflow).await.unwrap();
+    a.push(Bytes::from(vec![b'x'; 1000]), overflow)
+        .await
+        .unwrap();
+    b.push(Bytes::from(vec![b'x'; 500]), overflow)
+        .await
+        .unwrap();
     // b has room of its own, but the total is spent: it waits (not closed: it is not
     // b's fault) until a's frame is written.
     let pending = tokio::time::timeout(
@@ -94,7 +98,9 @@ async fn live_06_the_total_budget_bounds_all_subscribers_together() {
     assert!(subs.peak_bytes() <= 1500);
     let written = ra.next().await.unwrap();
     drop(written);
-    b.push(Bytes::from(vec![b'x'; 100]), overflow).await.unwrap();
+    b.push(Bytes::from(vec![b'x'; 100]), overflow)
+        .await
+        .unwrap();
     assert!(subs.peak_bytes() <= 1500);
     assert_eq!(subs.held_bytes(), 600);
 }

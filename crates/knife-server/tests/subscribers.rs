@@ -12,7 +12,6 @@ use knife_protocol::*;
 use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::*;
 use knife_server::{AppState, SubscriberLimits, Subscribers};
-use knife_store::Store;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
@@ -44,7 +43,9 @@ fn limits() -> SubscriberLimits {
 /// The router on 127.0.0.1:0 over a store holding one thread with [`EVENTS`] big events.
 async fn serve() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
     let root = dir.path().join("proj");
     std::fs::create_dir_all(&root).unwrap();

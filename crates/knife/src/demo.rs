@@ -110,6 +110,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
         project: Some(project.clone()),
         thread: None,
         worktree: false,
+        last: false,
         model: None,
         provider: None,
         server: None,

@@ -13,7 +13,6 @@ use futures::{SinkExt, StreamExt};
 use knife_protocol::*;
 use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::{SharedClock, SystemClock};
-use knife_store::Store;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
@@ -42,7 +41,7 @@ async fn seed(
     bytes: usize,
 ) -> anyhow::Result<(ThreadId, u64)> {
     std::fs::create_dir_all(data)?;
-    let store = Store::open(data.join(crate::app::DB_FILE)).await?;
+    let store = knife_store_sqlite::open(data.join(crate::app::DB_FILE)).await?;
     let clock: SharedClock = Arc::new(SystemClock);
     let (project, _) = create_project(
         &store,

@@ -1,23 +1,9 @@
 // `knife db purge` (CHG-08): removes the events of deleted threads (those with a
 // `thread.deleted` tombstone) for good, then rebuilds the projections and vacuums.
 
-use crate::error::StoreError;
+use crate::error::DbError;
 use crate::writer::rebuild_projections;
 use rusqlite::{Connection, TransactionBehavior};
-use std::time::Duration;
-
-/// What [`crate::Store::purge_deleted_threads`] removed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PurgeStats {
-    /// Deleted threads whose events were removed (their ids, sorted).
-    pub threads: Vec<String>,
-    /// Events removed from the log (tombstones included).
-    pub events: u64,
-    /// Events left in the log, refolded into the projections.
-    pub events_kept: u64,
-    /// Wall time of the purge, vacuum included (`tokio::time::Instant`).
-    pub elapsed: Duration,
-}
 
 /// The body of the purge, on the writer thread: in one transaction deletes every
 /// event filed under a thread that has a tombstone; then rebuilds the projections
@@ -25,7 +11,7 @@ pub struct PurgeStats {
 /// truncates the WAL so the removed text is gone from the file too.
 pub(crate) fn purge_deleted_threads(
     conn: &mut Connection,
-) -> Result<(Vec<String>, u64, u64), StoreError> {
+) -> Result<(Vec<String>, u64, u64), DbError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let threads: Vec<String> = tx
         .prepare(

@@ -1,10 +1,11 @@
 // The single writer thread: owns the only read-write connection, runs write jobs one
 // at a time (each its own `BEGIN IMMEDIATE` transaction) and publishes after COMMIT.
 
-use crate::error::StoreError;
+use crate::error::DbError;
 use crate::fold::{FoldMode, append_event, apply_event, clear_projections, read_version, seq_u64};
-use crate::types::RowGuard;
 use knife_protocol::{DomainEvent, StoredEvent};
+use knife_store::RowGuard;
+use knife_store::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
@@ -48,12 +49,12 @@ impl Writer {
     pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, DbError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
             // The caller may be gone (future dropped); the result is then discarded.
-            let _ = tx.send(f(conn));
+            let _ = tx.send(f(conn).map_err(StoreError::from));
         });
         self.jobs.send(job).map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
@@ -71,7 +72,7 @@ pub(crate) fn write_batch(
     guard: Option<&RowGuard>,
     events: Vec<DomainEvent>,
     live: &broadcast::Sender<StoredEvent>,
-) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+) -> Result<Option<Vec<StoredEvent>>, DbError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     if let Some(guard) = guard {
         // Compare-and-set (MGR-47): the version is re-read under the write lock, so no
@@ -103,7 +104,7 @@ pub(crate) fn write_batch(
 
 /// The body of `rebuild`: in one transaction, empties the projections and folds every
 /// event in sequence order through [`apply_event`]. Returns the number of events.
-pub(crate) fn rebuild_projections(conn: &mut Connection) -> Result<u64, StoreError> {
+pub(crate) fn rebuild_projections(conn: &mut Connection) -> Result<u64, DbError> {
     const PAGE: i64 = 1024;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     clear_projections(&tx)?;

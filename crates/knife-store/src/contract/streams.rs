@@ -1,13 +1,12 @@
 // Stream tests: replay-then-live with concurrent writers (no gap, no duplicate),
 // thread and type filters, and recovery of a stream that lags behind the live feed.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use super::ContractOptions;
+use super::StoreFactory;
+use super::fixtures::*;
+use crate::{Store, StreamFilter};
 use futures::StreamExt;
 use knife_protocol::*;
-use knife_store::{Store, StoreOptions, StreamFilter};
 use std::time::Duration;
 
 /// Guard against a hung stream; not a sleep (tests finish as soon as events arrive).
@@ -34,9 +33,10 @@ async fn collect(store: &Store, filter: StreamFilter, count: usize) -> Vec<Store
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_streams_see_every_event_once_in_order_while_a_writer_appends() {
-    let (_dir, store) = temp_store().await;
+pub async fn three_streams_see_every_event_once_in_order_while_a_writer_appends(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
     let mut n = 0_u64;
     // History before the streams start: 60 events in batches of 3.
     for _ in 0..20 {
@@ -111,9 +111,10 @@ async fn three_streams_see_every_event_once_in_order_while_a_writer_appends() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stream_filters_by_thread_and_by_event_type_across_replay_and_live() {
-    let (_dir, store) = temp_store().await;
+pub async fn stream_filters_by_thread_and_by_event_type_across_replay_and_live(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
     let mut written = Vec::new();
     for n in 1..=30 {
         let mut batch = vec![item_event(n)];
@@ -170,13 +171,16 @@ async fn stream_filters_by_thread_and_by_event_type_across_replay_and_live() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lagging_stream_recovers_from_the_table_without_gap_or_duplicate() {
+pub async fn a_lagging_stream_recovers_from_the_table_without_gap_or_duplicate(
+    factory: &dyn StoreFactory,
+) {
     // A live feed of 4 events: any stream not polled during 100 writes lags.
-    let (_dir, store) = temp_store_with(StoreOptions {
-        live_capacity: 4,
-        ..StoreOptions::default()
-    })
+    let (_dir, store) = temp_store_with(
+        factory,
+        ContractOptions {
+            live_capacity: Some(4),
+        },
+    )
     .await;
     let mut stream = store.stream(StreamFilter::after(0));
     for n in 1..=10 {
@@ -210,9 +214,10 @@ async fn a_lagging_stream_recovers_from_the_table_without_gap_or_duplicate() {
     assert_eq!(next, stored[0]);
 }
 
-#[tokio::test]
-async fn a_stream_created_before_writes_and_polled_later_misses_nothing() {
-    let (_dir, store) = temp_store().await;
+pub async fn a_stream_created_before_writes_and_polled_later_misses_nothing(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
     store.write(vec![item_event(1)]).await.unwrap();
     let latest = store.latest_sequence(None).await.unwrap();
     // Starts at the then-latest sequence: only what comes after.
@@ -227,9 +232,10 @@ async fn a_stream_created_before_writes_and_polled_later_misses_nothing() {
     assert_eq!(got, stored);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_are_serialized_and_a_thread_stream_sees_its_events_once() {
-    let (_dir, store) = temp_store().await;
+pub async fn concurrent_writers_are_serialized_and_a_thread_stream_sees_its_events_once(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
     let t1 = store.stream(StreamFilter::thread(ThreadId::from("t1"), 0));
     let all = store.stream(StreamFilter::after(0));
     let writers: Vec<_> = (0..3_u64)

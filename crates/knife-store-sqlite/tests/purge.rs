@@ -127,7 +127,7 @@ async fn chg_08_purge_removes_deleted_threads_events_for_good() {
     );
     assert!(bytes.windows(10).any(|w| w == b"req-t-keep"));
     // Purging again finds nothing.
-    let store = knife_store::Store::open(dir.path().join("data").join("knife.db"))
+    let store = knife_store_sqlite::open(dir.path().join("data").join("knife.db"))
         .await
         .unwrap();
     let again = store.purge_deleted_threads().await.unwrap();

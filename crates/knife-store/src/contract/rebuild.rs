@@ -1,12 +1,10 @@
 // Property test: for random event sequences, `rebuild` (fold of the whole log)
 // reproduces exactly the projections `write` built incrementally, batch by batch.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use super::StoreFactory;
+use super::fixtures::*;
+use crate::Store;
 use knife_protocol::*;
-use knife_store::Store;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -39,7 +37,7 @@ const REQUEST_STATUSES: [RuntimeRequestStatus; 3] = [
 
 /// One random event over a small universe of ids (so upserts collide often).
 #[derive(Clone, Debug)]
-enum Op {
+pub enum Op {
     Project {
         p: u8,
         at: i64,
@@ -248,8 +246,9 @@ fn expected_bindings(batches: &[Vec<Op>]) -> BTreeSet<(String, String)> {
     set
 }
 
-async fn check(batches: Vec<Vec<Op>>) {
-    let (_dir, store) = temp_store().await;
+/// One case: writes `batches`, rebuilds, and compares with the incremental state.
+pub async fn check(factory: &dyn StoreFactory, batches: Vec<Vec<Op>>) {
+    let (_dir, store) = temp_store(factory).await;
     let events: Vec<Vec<DomainEvent>> = batches
         .iter()
         .map(|b| b.iter().map(to_event).collect())
@@ -273,7 +272,7 @@ async fn check(batches: Vec<Vec<Op>>) {
     assert_eq!(thread_projections(&store).await, projections);
 
     // Batching does not matter either: the same events one per write.
-    let (_dir2, single) = temp_store().await;
+    let (_dir2, single) = temp_store(factory).await;
     for e in events.iter().flatten() {
         single.write(vec![e.clone()]).await.unwrap();
     }
@@ -305,14 +304,17 @@ async fn thread_projections(store: &Store) -> Vec<Option<ThreadProjection>> {
     out
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+/// The generator of the property: 1..16 batches of 1..5 random operations.
+pub fn batches() -> impl Strategy<Value = Vec<Vec<Op>>> {
+    proptest::collection::vec(proptest::collection::vec(op(), 1..5), 1..16)
+}
 
-    #[test]
-    fn rebuild_equals_incremental_projection(
-        batches in proptest::collection::vec(proptest::collection::vec(op(), 1..5), 1..16)
-    ) {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(check(batches));
-    }
+/// Runs [`check`] for `batches` on a fresh current-thread runtime (proptest cases are
+/// synchronous).
+pub fn run_check(factory: &dyn StoreFactory, batches: Vec<Vec<Op>>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(check(factory, batches));
 }

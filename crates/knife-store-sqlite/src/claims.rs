@@ -2,51 +2,19 @@
 // reconciliation need (SPEC.md EXEC-03..10), and the `process_groups` table that lets
 // a restarted server kill the process groups a crashed one left behind.
 
-use crate::Store;
-use crate::error::StoreError;
+use crate::SqliteStore;
 use crate::queries;
 use knife_protocol::{ProviderSession, RuntimeRequest, Thread, ThreadId, Timestamp};
+use knife_store::{
+    Activity, Claims, ProcessGroupRecord, ProcessGroups, SessionActivity, StoreError,
+};
 use rusqlite::params;
 
-/// A process group a knife server spawned (a tool command, an adapter process).
-///
-/// Recorded when spawned ([`Store::register_process_group`]), removed when it ended
-/// ([`Store::unregister_process_group`]). Rows whose owner is dead are leftovers of a
-/// crash: the next server kills those groups at boot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProcessGroupRecord {
-    /// Process group id (= pid of its leader).
-    pub pgid: i32,
-    /// pid of the knife server that spawned it.
-    pub owner_pid: u32,
-    /// Start time of the leader in clock ticks since boot (`/proc/<pid>/stat` field
-    /// 22), to tell the original leader from a process that reused its pid; `None`
-    /// when unknown.
-    pub leader_start: Option<u64>,
-    /// Thread the group works for, if any.
-    pub thread_id: Option<ThreadId>,
-    /// What it is, for logs (`bash: cargo test`, `codex app-server`).
-    pub label: String,
-    pub registered_at: Timestamp,
-}
-
-/// One provider session bound to one thread, as the stale-session reaper sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SessionActivity {
-    pub session: ProviderSession,
-    /// The thread the session is bound to.
-    pub thread_id: ThreadId,
-    /// When the session was last seen: the later of its last event's `updated_at`
-    /// and the last [`Store::touch_provider_session`].
-    pub last_seen_at: Timestamp,
-    /// Whether that thread has an active run (an active turn).
-    pub thread_has_active_run: bool,
-}
-
-impl Store {
+#[async_trait::async_trait]
+impl Activity for SqliteStore {
     /// Every (provider session, bound thread) pair with its last-seen time, by
     /// session then thread: the rows the stale-session reaper sweeps (SPEC.md REAP).
-    pub async fn list_session_activity(&self) -> Result<Vec<SessionActivity>, StoreError> {
+    async fn list_session_activity(&self) -> Result<Vec<SessionActivity>, StoreError> {
         self.read(|c| {
             let mut stmt = c.prepare_cached(
                 "SELECT s.payload_json, b.thread_id, s.last_seen_at_us,                         json_extract(t.payload_json, '$.active_run_id') IS NOT NULL                  FROM provider_session_bindings b                  JOIN provider_sessions s ON s.id = b.provider_session_id                  LEFT JOIN threads t ON t.id = b.thread_id                  ORDER BY s.created_sequence, b.bound_sequence",
@@ -81,7 +49,7 @@ impl Store {
     /// callers throttle). Never moves the mark back. Operational, not an event: a
     /// rebuild resets the mark to the session's last `updated_at`. No-op for an
     /// unknown session.
-    pub async fn touch_provider_session(
+    async fn touch_provider_session(
         &self,
         id: &knife_protocol::ProviderSessionId,
         at: Timestamp,
@@ -98,10 +66,13 @@ impl Store {
             })
             .await
     }
+}
 
+#[async_trait::async_trait]
+impl Claims for SqliteStore {
     /// Claimed top-level threads (`time_suspended` set, no parent), oldest claim
     /// first: the work the restart sweep resumes (EXEC-03).
-    pub async fn list_suspended_threads(&self) -> Result<Vec<Thread>, StoreError> {
+    async fn list_suspended_threads(&self) -> Result<Vec<Thread>, StoreError> {
         self.read(|c| {
             queries::list_entities(
                 c,
@@ -116,7 +87,7 @@ impl Store {
 
     /// Claimed child threads (`time_suspended` set, with a parent): claims the
     /// restart sweep releases without resuming (EXEC-03).
-    pub async fn list_claimed_child_threads(&self) -> Result<Vec<Thread>, StoreError> {
+    async fn list_claimed_child_threads(&self) -> Result<Vec<Thread>, StoreError> {
         self.read(|c| {
             queries::list_entities(
                 c,
@@ -130,7 +101,7 @@ impl Store {
     }
 
     /// Runtime requests still `pending`, oldest first.
-    pub async fn list_pending_runtime_requests(&self) -> Result<Vec<RuntimeRequest>, StoreError> {
+    async fn list_pending_runtime_requests(&self) -> Result<Vec<RuntimeRequest>, StoreError> {
         self.read(|c| {
             queries::list_entities(
                 c,
@@ -141,13 +112,13 @@ impl Store {
         })
         .await
     }
+}
 
+#[async_trait::async_trait]
+impl ProcessGroups for SqliteStore {
     /// Records a process group spawned by this server (replaces a row with the same
     /// pgid: the old group is gone once the kernel reuses its id).
-    pub async fn register_process_group(
-        &self,
-        record: ProcessGroupRecord,
-    ) -> Result<(), StoreError> {
+    async fn register_process_group(&self, record: ProcessGroupRecord) -> Result<(), StoreError> {
         self.inner
             .writer
             .run(move |conn| {
@@ -174,7 +145,7 @@ impl Store {
     }
 
     /// Forgets process group `pgid` (it ended, or was killed). No-op when absent.
-    pub async fn unregister_process_group(&self, pgid: i32) -> Result<(), StoreError> {
+    async fn unregister_process_group(&self, pgid: i32) -> Result<(), StoreError> {
         self.inner
             .writer
             .run(move |conn| {
@@ -186,7 +157,7 @@ impl Store {
     }
 
     /// Every recorded process group, by pgid.
-    pub async fn list_process_groups(&self) -> Result<Vec<ProcessGroupRecord>, StoreError> {
+    async fn list_process_groups(&self) -> Result<Vec<ProcessGroupRecord>, StoreError> {
         self.read(|c| {
             let mut stmt = c.prepare_cached(
                 "SELECT pgid, owner_pid, leader_start, thread_id, label, registered_at \

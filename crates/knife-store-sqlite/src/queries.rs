@@ -1,11 +1,12 @@
 // Read side: the pool of read-only connections (used on tokio's blocking pool) and
 // the SQL of every query — events by filter, entities by id, the thread projection.
 
-use crate::error::StoreError;
+use crate::error::DbError;
 use crate::fold::{PROJECTION_TABLES, seq_i64, seq_u64};
 use crate::schema::open_reader;
-use crate::types::StreamFilter;
 use knife_protocol::{DomainEvent, StoredEvent, ThreadProjection};
+use knife_store::StoreError;
+use knife_store::StreamFilter;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension};
 use serde::de::DeserializeOwned;
@@ -26,7 +27,7 @@ pub(crate) struct ReadPool {
 
 impl ReadPool {
     /// Opens `size` (at least 1) read-only connections to `path`.
-    pub(crate) fn open(path: PathBuf, size: usize) -> Result<ReadPool, StoreError> {
+    pub(crate) fn open(path: PathBuf, size: usize) -> Result<ReadPool, DbError> {
         let size = size.max(1);
         let idle = (0..size)
             .map(|_| open_reader(&path))
@@ -42,7 +43,7 @@ impl ReadPool {
     pub(crate) async fn read<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, DbError> + Send + 'static,
     {
         // The permit bounds concurrent readers to the pool size; it moves into the
         // blocking task so it is held exactly as long as the connection is in use.
@@ -62,7 +63,7 @@ impl ReadPool {
             };
             let result = f(&conn);
             pool.lock_idle().push(conn);
-            result
+            result.map_err(StoreError::from)
         })
         .await
         .map_err(|e| StoreError::ReadTask(e.to_string()))?
@@ -81,7 +82,7 @@ pub(crate) fn read_events(
     filter: &StreamFilter,
     through: Option<u64>,
     limit: usize,
-) -> Result<Vec<StoredEvent>, StoreError> {
+) -> Result<Vec<StoredEvent>, DbError> {
     let mut sql = String::from("SELECT sequence, payload_json FROM events WHERE sequence > ?1");
     let mut args: Vec<Value> = vec![Value::Integer(seq_i64(filter.after))];
     if let Some(through) = through {
@@ -116,7 +117,7 @@ pub(crate) fn read_events(
 }
 
 /// Highest sequence in the log (or of one thread's events); 0 when there is none.
-pub(crate) fn latest_sequence(conn: &Connection, thread: Option<&str>) -> Result<u64, StoreError> {
+pub(crate) fn latest_sequence(conn: &Connection, thread: Option<&str>) -> Result<u64, DbError> {
     let max: Option<i64> = match thread {
         None => conn
             .prepare_cached("SELECT MAX(sequence) FROM events")?
@@ -133,13 +134,13 @@ pub(crate) fn get_entity<T: DeserializeOwned>(
     conn: &Connection,
     table: &str,
     id: &str,
-) -> Result<Option<T>, StoreError> {
+) -> Result<Option<T>, DbError> {
     let payload: Option<String> = conn
         .prepare_cached(&format!("SELECT payload_json FROM {table} WHERE id = ?1"))?
         .query_row([id], |row| row.get(0))
         .optional()?;
     payload
-        .map(|p| serde_json::from_str(&p).map_err(StoreError::from))
+        .map(|p| serde_json::from_str(&p).map_err(DbError::from))
         .transpose()
 }
 
@@ -148,14 +149,14 @@ pub(crate) fn list_entities<T: DeserializeOwned>(
     conn: &Connection,
     sql: &str,
     args: &[&str],
-) -> Result<Vec<T>, StoreError> {
+) -> Result<Vec<T>, DbError> {
     let payloads: Vec<String> = conn
         .prepare_cached(sql)?
         .query_map(rusqlite::params_from_iter(args), |row| row.get(0))?
         .collect::<Result<_, _>>()?;
     payloads
         .iter()
-        .map(|p| serde_json::from_str(p).map_err(StoreError::from))
+        .map(|p| serde_json::from_str(p).map_err(DbError::from))
         .collect()
 }
 
@@ -164,7 +165,7 @@ pub(crate) fn list_entities<T: DeserializeOwned>(
 pub(crate) fn thread_projection(
     conn: &Connection,
     thread_id: &str,
-) -> Result<Option<ThreadProjection>, StoreError> {
+) -> Result<Option<ThreadProjection>, DbError> {
     let tx = conn.unchecked_transaction()?;
     let Some(thread) = get_entity(&tx, "threads", thread_id)? else {
         return Ok(None);
@@ -210,7 +211,7 @@ pub(crate) fn thread_projection(
 /// `payload_json` parsed), each table ordered by its primary key.
 pub(crate) fn dump_projections(
     conn: &Connection,
-) -> Result<BTreeMap<String, Vec<serde_json::Value>>, StoreError> {
+) -> Result<BTreeMap<String, Vec<serde_json::Value>>, DbError> {
     let tx = conn.unchecked_transaction()?;
     let mut out = BTreeMap::new();
     for table in PROJECTION_TABLES {

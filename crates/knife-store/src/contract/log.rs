@@ -1,16 +1,15 @@
-// Store tests: write/read round trips, projections and queries, compare-and-set
-// writes, rollback on error, latest_sequence, reopening, and open errors.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Contract cases of EventLog / EventFeed / ProjectionReads: write/read round trips,
+// projections and queries, compare-and-set (also under contention), rollback on error.
 
-mod common;
-
-use common::*;
+use super::StoreFactory;
+use super::fixtures::*;
+use crate::{EntityKind, RowGuard, StoreError, StreamFilter};
 use knife_protocol::*;
-use knife_store::{EntityKind, RowGuard, Store, StoreError, StreamFilter};
 
-#[tokio::test]
-async fn write_returns_consecutive_sequences_and_reads_return_the_exact_events() {
-    let (_dir, store) = temp_store().await;
+pub async fn write_returns_consecutive_sequences_and_reads_return_the_exact_events(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
     assert_eq!(store.latest_sequence(None).await.unwrap(), 0);
     let events = vec![
         ev(EventBody::ProjectCreated(project("p1", 1))),
@@ -40,9 +39,8 @@ async fn write_returns_consecutive_sequences_and_reads_return_the_exact_events()
     assert!(store.write(Vec::new()).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn latest_sequence_is_global_and_per_thread() {
-    let (_dir, store) = temp_store().await;
+pub async fn latest_sequence_is_global_and_per_thread(factory: &dyn StoreFactory) {
+    let (_dir, store) = temp_store(factory).await;
     store
         .write(vec![ev(EventBody::ProjectCreated(project("p1", 1)))])
         .await
@@ -89,9 +87,8 @@ async fn latest_sequence_is_global_and_per_thread() {
     assert_eq!(proj.latest_sequence, 4);
 }
 
-#[tokio::test]
-async fn projections_upsert_by_id_bump_versions_and_answer_queries() {
-    let (_dir, store) = temp_store().await;
+pub async fn projections_upsert_by_id_bump_versions_and_answer_queries(factory: &dyn StoreFactory) {
+    let (_dir, store) = temp_store(factory).await;
     let t = ThreadId::from("t1");
     store
         .write(vec![
@@ -247,9 +244,10 @@ async fn projections_upsert_by_id_bump_versions_and_answer_queries() {
     );
 }
 
-#[tokio::test]
-async fn provider_sessions_bind_on_attach_only_and_unbind_on_detach() {
-    let (_dir, store) = temp_store().await;
+pub async fn provider_sessions_bind_on_attach_only_and_unbind_on_detach(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
     let s = ProviderSessionId::from("s1");
     store
         .write(vec![
@@ -330,9 +328,10 @@ async fn provider_sessions_bind_on_attach_only_and_unbind_on_detach() {
     assert_eq!(store.list_provider_sessions().await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn write_if_commits_only_when_the_guarded_row_version_matches() {
-    let (_dir, store) = temp_store().await;
+pub async fn write_if_commits_only_when_the_guarded_row_version_matches(
+    factory: &dyn StoreFactory,
+) {
+    let (_dir, store) = temp_store(factory).await;
     let pt = "pt1";
     let guard = |v| RowGuard::new(EntityKind::ProviderThread, pt, v);
     let update = |last| {
@@ -407,9 +406,8 @@ async fn write_if_commits_only_when_the_guarded_row_version_matches() {
     );
 }
 
-#[tokio::test]
-async fn a_failed_write_rolls_back_the_whole_batch() {
-    let (_dir, store) = temp_store().await;
+pub async fn a_failed_write_rolls_back_the_whole_batch(factory: &dyn StoreFactory) {
+    let (_dir, store) = temp_store(factory).await;
     let first = ev(EventBody::ThreadCreated(thread("t1", "p", 1)));
     store.write(vec![first.clone()]).await.unwrap();
     let before = store.dump_projections().await.unwrap();
@@ -445,76 +443,8 @@ async fn a_failed_write_rolls_back_the_whole_batch() {
     assert_eq!(next[0].sequence, 2);
 }
 
-#[tokio::test]
-async fn reopening_the_same_file_keeps_events_projections_and_sequences() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("knife.db");
-    let store = Store::open(&path).await.unwrap();
-    let stored = store
-        .write(vec![
-            ev(EventBody::ProjectCreated(project("p1", 1))),
-            ev(EventBody::ThreadCreated(thread("t1", "p1", 1))),
-            ev(EventBody::TurnItemUpdated(turn_item("t1", 1, 0, "hi"))),
-        ])
-        .await
-        .unwrap();
-    let projections = store.dump_projections().await.unwrap();
-    let version = store.schema_version().await.unwrap();
-    drop(store);
-
-    let store = Store::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), version);
-    assert_eq!(
-        store
-            .read_events(&StreamFilter::after(0), 100)
-            .await
-            .unwrap(),
-        stored
-    );
-    assert_eq!(store.dump_projections().await.unwrap(), projections);
-    let more = store
-        .write(vec![ev(EventBody::ProjectUpdated(project("p1", 2)))])
-        .await
-        .unwrap();
-    assert_eq!(more[0].sequence, 4);
-    // Two handles on the same file at once also work (WAL; one writer at a time).
-    let other = Store::open(&path).await.unwrap();
-    assert_eq!(other.latest_sequence(None).await.unwrap(), 4);
-}
-
-#[tokio::test]
-async fn open_on_an_unwritable_path_says_which_path_and_what_to_do() {
-    let dir = tempfile::tempdir().unwrap();
-    // A regular file where the data directory should be (fails even as root).
-    let blocker = dir.path().join("not-a-dir");
-    std::fs::write(&blocker, b"x").unwrap();
-    let err = Store::open(blocker.join("data").join("knife.db"))
-        .await
-        .unwrap_err();
-    let msg = err.to_string();
-    assert!(matches!(err, StoreError::Open { .. }), "{msg}");
-    assert!(msg.contains("cannot create the data directory"), "{msg}");
-    assert!(
-        msg.contains(&blocker.join("data").display().to_string()),
-        "{msg}"
-    );
-    assert!(msg.contains("choose a writable --data-dir"), "{msg}");
-
-    // A file that is not a SQLite database.
-    let junk = dir.path().join("junk.db");
-    std::fs::write(&junk, vec![7_u8; 4096]).unwrap();
-    let err = Store::open(&junk).await.unwrap_err();
-    let msg = err.to_string();
-    assert!(matches!(err, StoreError::Open { .. }), "{msg}");
-    assert!(
-        msg.contains("junk.db") && msg.contains("--data-dir"),
-        "{msg}"
-    );
-}
-
-#[tokio::test]
-async fn rebuild_reproduces_the_incremental_projections() {
-    let (_dir, store) = temp_store().await;
+pub async fn rebuild_reproduces_the_incremental_projections(factory: &dyn StoreFactory) {
+    let (_dir, store) = temp_store(factory).await;
     store
         .write(vec![
             ev(EventBody::ThreadCreated(thread("a", "p", 1))),
@@ -538,4 +468,69 @@ async fn rebuild_reproduces_the_incremental_projections() {
             .unwrap(),
         Some(2)
     );
+}
+
+/// CAS under contention: writers racing with the same expected version commit exactly
+/// one batch; every loser gets `Ok(None)` and leaves nothing in the log.
+pub async fn concurrent_compare_and_set_writers_commit_exactly_one(factory: &dyn StoreFactory) {
+    let (_dir, store) = temp_store(factory).await;
+    let pt = "pt-race";
+    store
+        .write(vec![ev(EventBody::ProviderThreadUpdated(provider_thread(
+            pt, "t1", None,
+        )))])
+        .await
+        .unwrap();
+    let version = store
+        .row_version(EntityKind::ProviderThread, pt)
+        .await
+        .unwrap();
+    assert_eq!(version, Some(1));
+    let racers: Vec<_> = (0..8_u32)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let event = ev(EventBody::ProviderThreadUpdated(provider_thread(
+                    pt,
+                    "t1",
+                    Some(n + 1),
+                )));
+                store
+                    .write_if(
+                        RowGuard::new(EntityKind::ProviderThread, pt, version),
+                        vec![event],
+                    )
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for racer in racers {
+        if let Some(stored) = racer.await.unwrap() {
+            winners.push(stored);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one CAS writer commits");
+    assert_eq!(
+        store.latest_sequence(None).await.unwrap(),
+        winners[0][0].sequence,
+        "no loser appended anything"
+    );
+    assert_eq!(
+        store
+            .row_version(EntityKind::ProviderThread, pt)
+            .await
+            .unwrap(),
+        Some(2)
+    );
+    let EventBody::ProviderThreadUpdated(won) = &winners[0][0].event.body else {
+        panic!("the winner wrote a provider thread");
+    };
+    let stored = store
+        .get_provider_thread(&ProviderThreadId::from(pt))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.last_run_ordinal, won.last_run_ordinal);
 }

@@ -1,7 +1,8 @@
 // Schema: the embedded SQL migrations (tracked with `PRAGMA user_version`) and the
 // connection setup (pragmas) for the writer and the read-only connections.
 
-use crate::error::StoreError;
+use crate::error::DbError;
+use knife_store::StoreError;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::Path;
 use std::time::Duration;
@@ -52,10 +53,10 @@ pub(crate) fn latest_version() -> i64 {
 /// all writes, including claims and terminal events: a claim shares its transaction
 /// with the run's start and a release with the run's terminal, so a rollback loses
 /// both or neither (docs/2026-11-29-durable-execution.md).
-pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn open_writer(path: &Path) -> Result<Connection, DbError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
-            path: path.to_owned(),
+            location: path.display().to_string(),
             message: format!(
                 "cannot create the data directory {}: {}; choose a writable --data-dir",
                 dir.display(),
@@ -64,7 +65,7 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
         })?;
     }
     let open_err = |e: rusqlite::Error| StoreError::Open {
-        path: path.to_owned(),
+        location: path.display().to_string(),
         message: format!(
             "{e}; check that the file is a knife database and that it and its directory are \
              writable, or choose another --data-dir"
@@ -77,12 +78,13 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
         .map_err(open_err)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Open {
-            path: path.to_owned(),
+            location: path.display().to_string(),
             message: format!(
                 "SQLite refused write-ahead logging (journal_mode stayed {mode}); put the \
                  --data-dir on a local filesystem"
             ),
-        });
+        }
+        .into());
     }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(open_err)?;
@@ -93,9 +95,9 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// Opens one read-only connection to an existing database (used by the read pool).
-pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn open_reader(path: &Path) -> Result<Connection, DbError> {
     let open_err = |e: rusqlite::Error| StoreError::Open {
-        path: path.to_owned(),
+        location: path.display().to_string(),
         message: format!("cannot open a read-only connection: {e}; check the file's permissions"),
     };
     let conn = Connection::open_with_flags(
@@ -114,7 +116,7 @@ pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
 /// Applies every migration newer than `PRAGMA user_version`, each in its own
 /// `BEGIN IMMEDIATE` transaction (so two processes opening at once cannot both apply
 /// it: the second re-reads the version under the write lock). Idempotent.
-pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), DbError> {
     for m in MIGRATIONS {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let current: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
@@ -122,15 +124,16 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             return Err(StoreError::SchemaTooNew {
                 found: current,
                 supported: latest_version(),
-            });
+            }
+            .into());
         }
         if current >= m.version {
             continue; // already applied; `tx` rolls back (nothing written)
         }
-        let wrap = |source| StoreError::Migration {
+        let wrap = |source: rusqlite::Error| StoreError::Migration {
             version: m.version,
             name: m.name,
-            source,
+            source: Box::new(source),
         };
         tx.execute_batch(m.sql).map_err(wrap)?;
         // user_version lives in the file header, which is part of the transaction.
@@ -147,7 +150,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 }
 
 /// Reads `PRAGMA user_version`.
-pub(crate) fn schema_version(conn: &Connection) -> Result<i64, StoreError> {
+pub(crate) fn schema_version(conn: &Connection) -> Result<i64, DbError> {
     Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
 }
 
@@ -244,6 +247,7 @@ mod tests {
             .unwrap();
         drop(conn);
         let err = open_writer(&path).unwrap_err();
+        let err = StoreError::from(err);
         assert!(matches!(err, StoreError::SchemaTooNew { .. }), "{err}");
         assert!(err.to_string().contains("upgrade knife"));
     }

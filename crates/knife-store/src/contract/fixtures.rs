@@ -1,26 +1,26 @@
-// Test helpers shared by the knife-store integration tests: entity builders with
-// fixed timestamps and a helper to open a store in a fresh temp directory.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+// Fixtures of the contract suite: entity builders with fixed timestamps and helpers
+// that open a fresh store through the backend's factory.
 
+use super::{ContractOptions, StoreFactory, StoreGuard};
+use crate::Store;
 use knife_protocol::*;
-use knife_store::{Store, StoreOptions};
 
 /// A fixed timestamp `secs` seconds after 2025-01-01T00:00:00Z.
 pub fn ts(secs: i64) -> Timestamp {
     chrono::DateTime::from_timestamp(1_735_689_600 + secs, 0).unwrap()
 }
 
-/// Opens a store on `<tempdir>/data/knife.db`; keep the TempDir alive.
-pub async fn temp_store() -> (tempfile::TempDir, Store) {
-    temp_store_with(StoreOptions::default()).await
+/// A fresh, empty store from `factory`; keep the guard alive while using the store.
+pub async fn temp_store(factory: &dyn StoreFactory) -> (StoreGuard, Store) {
+    temp_store_with(factory, ContractOptions::default()).await
 }
 
-pub async fn temp_store_with(options: StoreOptions) -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(dir.path().join("data").join("knife.db"), options)
-        .await
-        .unwrap();
-    (dir, store)
+/// [`temp_store`] with explicit [`ContractOptions`].
+pub async fn temp_store_with(
+    factory: &dyn StoreFactory,
+    options: ContractOptions,
+) -> (StoreGuard, Store) {
+    factory.open(options).await
 }
 
 pub fn project(id: &str, at: i64) -> Project {
