@@ -6,21 +6,25 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, header};
 use axum::response::Response;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::{SinkExt, Stream, StreamExt};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
 use knife_protocol::*;
 use knife_store::StreamFilter;
 use serde::Deserialize;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::AppState;
 use crate::error::ApiErr;
-use crate::live::{self, Outgoing};
+use crate::live::{self, Out};
+use crate::subscribers::{Frame, FrameRx, Wire, ws_message};
+use crate::ws;
 
 /// Query of the SSE route: `after` (exclusive sequence; `Last-Event-ID` wins when sent)
 /// and an optional event `type` filter.
@@ -44,7 +48,7 @@ pub(crate) async fn sse_events(
     Path(id): Path<ThreadId>,
     query: Result<Query<EventsQuery>, QueryRejection>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiErr> {
+) -> Result<Response, ApiErr> {
     let Query(q) = query
         .map_err(|e| ApiErr::bad_request(format!("invalid query string: {}", e.body_text())))?;
     if let Some(t) = q.event_type.as_deref().filter(|t| !EVENT_TYPES.contains(t)) {
@@ -68,23 +72,59 @@ pub(crate) async fn sse_events(
     };
     check_after(&s, &id, filter.after).await?;
     let durable = drain_on_close(&s, filter.clone());
-    let stream = live::feed(&s, filter, durable).map(|item| {
-        Ok(match item {
-            Outgoing::Event(ev) => Event::default()
-                .id(ev.sequence.to_string())
-                .event(ev.event.event_type())
-                .data(serde_json::to_string(&ev).unwrap_or_default()),
-            // No `id:`: a delta is not durable, `Last-Event-ID` stays the last sequence.
-            Outgoing::Delta(d) => Event::default()
-                .event("delta")
-                .data(serde_json::to_string(&*d).unwrap_or_default()),
-            Outgoing::Reset(r) => Event::default()
-                .event("reset")
-                .data(serde_json::to_string(&*r).unwrap_or_default()),
-            Outgoing::Error(e) => Event::default().event("error").data(e.to_string()),
-        })
-    });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    let (tx, rx) = s.subscribers.queue();
+    let out = Out {
+        tx,
+        wire: Wire::Sse,
+        subs: s.subscribers.clone(),
+    };
+    // Ends with the subscriber: its queue's consumer is the response body.
+    drop(live::feed(&s, filter, durable, out));
+    Ok(sse_response(rx))
+}
+
+/// Idle time after which an SSE stream sends a keep-alive comment.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The SSE response streaming `rx`'s frames (shared `Bytes`, written as they are). A
+/// frame's bytes stay counted against the bounds until the body asks for the next
+/// one (LIVE-06); a closing frame (overflow) ends the stream after it.
+fn sse_response(rx: FrameRx) -> Response {
+    struct Body {
+        rx: FrameRx,
+        /// The frame handed to the connection last (released on the next poll).
+        sent: Option<Frame>,
+        done: bool,
+    }
+    let body = futures::stream::unfold(
+        Body {
+            rx,
+            sent: None,
+            done: false,
+        },
+        |mut st| async move {
+            st.sent = None;
+            if st.done {
+                return None;
+            }
+            let bytes = match tokio::time::timeout(SSE_KEEP_ALIVE, st.rx.next()).await {
+                Err(_) => Bytes::from_static(b":\n\n"),
+                Ok(None) => return None,
+                Ok(Some(frame)) => {
+                    st.done = frame.close.is_some();
+                    let bytes = frame.bytes.clone();
+                    st.sent = Some(frame);
+                    bytes
+                }
+            };
+            Some((Ok::<_, Infallible>(bytes), st))
+        },
+    );
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(axum::body::Body::from_stream(body))
+        .unwrap_or_else(|_| Response::new(axum::body::Body::empty()))
 }
 
 /// WebSocket: the client sends `{"type":"subscribe","thread_id":…,"after":N}` /
@@ -93,22 +133,33 @@ pub(crate) async fn sse_events(
 ///
 /// Access: the only route that takes the API token as `?token=` besides the
 /// `Authorization` header (browsers cannot set headers on a WebSocket).
-pub(crate) async fn websocket(State(s): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
-    upgrade.on_upgrade(move |socket| serve_socket(s, socket))
+///
+/// Errors: 400 `invalid_request` (JSON) for a request that is not a WebSocket upgrade.
+pub(crate) async fn websocket(State(s): State<AppState>, request: Request) -> Response {
+    ws::upgrade(request, move |socket| serve_socket(s, socket))
 }
 
-async fn serve_socket(state: AppState, socket: WebSocket) {
+async fn serve_socket(state: AppState, socket: ws::Socket) {
     let (mut sink, mut source) = socket.split();
-    // Bounded: a slow client applies backpressure to its own subscriptions only.
-    let (tx, mut rx) = mpsc::channel::<WsServerMessage>(1024);
+    // One bounded queue per connection (LIVE-06): every subscription of the socket
+    // feeds it; a frame is released once sent and flushed.
+    let (tx, mut rx) = state.subscribers.queue();
     let writer = tokio::spawn(async move {
-        while let Some(msg) = rx.recv().await {
-            let Ok(text) = serde_json::to_string(&msg) else {
-                continue;
-            };
-            if sink.send(Message::Text(text.into())).await.is_err() {
+        while let Some(frame) = rx.next().await {
+            if ws::send_text(&mut sink, frame.bytes.clone()).await.is_err() {
                 return;
             }
+            if let Some(reason) = &frame.close {
+                // Fell behind (its queue stayed full): close with the reason; the
+                // client resubscribes after its last sequence.
+                let close = CloseFrame {
+                    code: CloseCode::Again,
+                    reason: close_reason(reason),
+                };
+                let _ = sink.send(Message::Close(Some(close))).await;
+                return;
+            }
+            drop(frame);
         }
         // Every sender is gone (the client left or the server is shutting down).
         let _ = sink.send(Message::Close(None)).await;
@@ -119,6 +170,8 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
             message = source.next() => message,
             // Shutdown: stop reading; the writer sends a close frame below.
             () = state.closing.cancelled() => break,
+            // The writer ended (the client is gone or was closed for falling behind).
+            () = tx.closed() => break,
         };
         let Some(Ok(message)) = message else { break };
         let text = match message {
@@ -141,45 +194,28 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                         message: e.message,
                         files: e.files,
                     };
-                    let _ = tx.send(WsServerMessage::Error { error }).await;
+                    tx.push_control(ws_message(&WsServerMessage::Error { error }));
                     continue;
                 }
                 if let Some(old) = subscriptions.remove(&thread_id) {
                     old.abort();
                 }
-                let _ = tx
-                    .send(WsServerMessage::Subscribed {
-                        thread_id: thread_id.clone(),
-                        after,
-                    })
-                    .await;
+                tx.push_control(ws_message(&WsServerMessage::Subscribed {
+                    thread_id: thread_id.clone(),
+                    after,
+                }));
                 let filter = StreamFilter {
                     thread_id: Some(thread_id.clone()),
                     after,
                     event_type: None,
                 };
                 let durable = drain_on_close(&state, filter.clone());
-                let mut stream = live::feed(&state, filter, durable);
-                let tx = tx.clone();
-                let task = tokio::spawn(async move {
-                    while let Some(item) = stream.next().await {
-                        let msg = match item {
-                            Outgoing::Event(event) => WsServerMessage::Event { event },
-                            Outgoing::Delta(d) => WsServerMessage::Delta((*d).clone()),
-                            Outgoing::Reset(r) => WsServerMessage::Reset((*r).clone()),
-                            Outgoing::Error(e) => WsServerMessage::Error {
-                                error: ApiError {
-                                    code: "store".into(),
-                                    message: e.to_string(),
-                                    files: Vec::new(),
-                                },
-                            },
-                        };
-                        if tx.send(msg).await.is_err() {
-                            break;
-                        }
-                    }
-                });
+                let out = Out {
+                    tx: tx.clone(),
+                    wire: Wire::Ws,
+                    subs: state.subscribers.clone(),
+                };
+                let task = live::feed(&state, filter, durable, out);
                 subscriptions.insert(thread_id, task);
             }
             Ok(WsClientMessage::Unsubscribe { thread_id }) => {
@@ -193,7 +229,7 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
                     message: format!("invalid message: {e}"),
                     files: Vec::new(),
                 };
-                let _ = tx.send(WsServerMessage::Error { error }).await;
+                tx.push_control(ws_message(&WsServerMessage::Error { error }));
             }
         }
     }
@@ -211,6 +247,15 @@ async fn serve_socket(state: AppState, socket: WebSocket) {
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// A WebSocket close reason: at most 123 bytes, cut at a character boundary.
+fn close_reason(reason: &str) -> Utf8Bytes {
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    Utf8Bytes::from(&reason[..end])
 }
 
 /// Longest a stream waits for its next committed event once the server is closing.

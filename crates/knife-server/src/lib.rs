@@ -34,13 +34,16 @@ pub mod openapi;
 mod origin;
 mod routes;
 mod sessions;
+pub mod subscribers;
 mod threads;
 pub mod ui;
 mod usage;
+mod ws;
 
 pub use error::ApiErr;
 pub use listen::{ApiListener, ConnectionInfo, ServerLimits, serve, serve_with};
 pub use routes::router;
+pub use subscribers::{SubscriberLimits, Subscribers};
 
 use std::sync::Arc;
 
@@ -77,4 +80,7 @@ pub struct AppState {
     pub mcp: Option<mcp::McpState>,
     /// Prices of `GET /api/usage` (TURN-06): knife's defaults and the config's `[prices]`.
     pub prices: Arc<knife_protocol::PriceTable>,
+    /// Bounds of event-stream subscribers (LIVE-06): queued bytes per subscriber and in
+    /// total, the stall before a slow one is closed, replays at once, shared frames.
+    pub subscribers: Subscribers,
 }

@@ -16,9 +16,11 @@ use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::live::{LiveHub, LiveItem, LiveMessage};
 use knife_store::{StoreError, StreamFilter};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
 
 use crate::AppState;
+use crate::subscribers::{FrameTx, OVERFLOW_CODE, Subscribers, Wire};
 
 /// What a subscriber is sent, in order.
 pub(crate) enum Outgoing {
@@ -28,32 +30,82 @@ pub(crate) enum Outgoing {
     Error(StoreError),
 }
 
-/// Messages buffered per subscriber between this task and the socket writer.
-const QUEUE: usize = 1024;
+/// Where one subscriber's feed goes: its bounded queue, in its wire format (LIVE-06).
+pub(crate) struct Out {
+    pub(crate) tx: FrameTx,
+    pub(crate) wire: Wire,
+    pub(crate) subs: Subscribers,
+}
 
-/// The merged feed of `filter`'s thread. With a type filter (or no thread) the feed
-/// is durable events only. `durable` is the store stream to merge (replay included).
+impl Out {
+    /// Encodes `out` (a durable event once for every subscriber) and queues it;
+    /// `Err` when the subscriber is gone or was closed for falling behind.
+    async fn send(&self, out: Outgoing) -> Result<(), ()> {
+        let bytes = match (&out, self.wire) {
+            (Outgoing::Event(ev), Wire::Ws) => self.subs.encoded(ev).ws(),
+            (Outgoing::Event(ev), Wire::Sse) => self.subs.encoded(ev).sse(),
+            (Outgoing::Delta(d), wire) => wire.delta(d),
+            (Outgoing::Reset(r), wire) => wire.reset(r),
+            (Outgoing::Error(e), wire) => wire.error("store", &e.to_string()),
+        };
+        let wire = self.wire;
+        self.tx
+            .push(bytes, |reason| wire.error(OVERFLOW_CODE, reason))
+            .await
+            .map_err(drop)
+    }
+}
+
+/// The merged feed of `filter`'s thread, queued into `out` by a spawned task (ended
+/// when the subscriber goes away or falls behind). With a type filter (or no thread)
+/// the feed is durable events only. `durable` is the store stream to merge (replay
+/// included); while it replays, the task holds one of the server's replay slots.
 pub(crate) fn feed(
     state: &AppState,
     filter: StreamFilter,
-    durable: BoxStream<'static, Result<StoredEvent, StoreError>>,
-) -> BoxStream<'static, Outgoing> {
+    mut durable: BoxStream<'static, Result<StoredEvent, StoreError>>,
+    out: Out,
+) -> JoinHandle<()> {
+    let store = state.store.clone();
     let thread = match (&filter.thread_id, &filter.event_type) {
         (Some(thread), None) => thread.clone(),
         _ => {
-            return durable
-                .map(|item| match item {
-                    Ok(ev) => Outgoing::Event(Box::new(ev)),
-                    Err(e) => Outgoing::Error(e),
-                })
-                .boxed();
+            return tokio::spawn(async move {
+                let high = store
+                    .latest_sequence(filter.thread_id.as_ref())
+                    .await
+                    .unwrap_or(0);
+                let mut slot = if filter.after < high {
+                    out.subs.replay_slot().await
+                } else {
+                    None
+                };
+                loop {
+                    let item = tokio::select! {
+                        item = durable.next() => item,
+                        () = out.tx.closed() => None,
+                    };
+                    let Some(item) = item else { break };
+                    let next = match item {
+                        Ok(ev) => {
+                            if ev.sequence >= high {
+                                drop(slot.take());
+                            }
+                            Outgoing::Event(Box::new(ev))
+                        }
+                        Err(e) => Outgoing::Error(e),
+                    };
+                    if out.send(next).await.is_err() {
+                        break;
+                    }
+                }
+                drop(slot);
+            });
         }
     };
     let hub = state.execution.manager().live().clone();
     // Subscribed before the high-water mark is read: nothing falls between the two.
     let live = hub.subscribe(&thread);
-    let store = state.store.clone();
-    let (tx, rx) = mpsc::channel(QUEUE);
     let after = filter.after;
     tokio::spawn(async move {
         let high = store.latest_sequence(Some(&thread)).await.unwrap_or(0);
@@ -62,12 +114,11 @@ pub(crate) fn feed(
             thread: thread.clone(),
             pos: after,
             items: HashMap::new(),
-            tx,
+            out,
         };
         merge.run(durable, live, high).await;
         hub.release(&thread);
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+    })
 }
 
 #[derive(Default)]
@@ -89,7 +140,7 @@ struct Merge {
     /// The last durable sequence delivered (or the client's `after`).
     pos: u64,
     items: HashMap<TurnItemId, ItemView>,
-    tx: mpsc::Sender<Outgoing>,
+    out: Out,
 }
 
 impl Merge {
@@ -100,6 +151,12 @@ impl Merge {
         high: u64,
     ) {
         let mut caught_up = false;
+        // Replays run a few at a time: each holds a page of history (LIVE-06).
+        let mut slot = if self.pos < high {
+            self.out.subs.replay_slot().await
+        } else {
+            None
+        };
         if self.pos >= high {
             caught_up = true;
             if self.catch_up().await.is_err() {
@@ -109,7 +166,7 @@ impl Merge {
         loop {
             let step = tokio::select! {
                 biased;
-                () = self.tx.closed() => return,
+                () = self.out.tx.closed() => return,
                 item = durable.next() => {
                     let Some(item) = item else { return };
                     match item {
@@ -118,6 +175,7 @@ impl Merge {
                             let sent = self.durable(ev).await;
                             if sent.is_ok() && !caught_up && seq >= high {
                                 caught_up = true;
+                                drop(slot.take());
                                 self.catch_up().await
                             } else {
                                 sent
@@ -140,7 +198,7 @@ impl Merge {
     }
 
     async fn send(&self, out: Outgoing) -> Result<(), ()> {
-        self.tx.send(out).await.map_err(drop)
+        self.out.send(out).await
     }
 
     /// Delivers a durable event and accounts for the item text it carries.

@@ -66,6 +66,7 @@ async fn serve(token: Option<&str>) -> Server {
         closing: Default::default(),
         mcp: None,
         prices: Arc::new(knife_protocol::PriceTable::defaults()),
+        subscribers: knife_server::Subscribers::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

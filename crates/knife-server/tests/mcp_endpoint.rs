@@ -61,6 +61,7 @@ async fn serve() -> Server {
             worktrees_dir: dir.path().join("data/worktrees"),
         }),
         prices: Arc::new(knife_protocol::PriceTable::defaults()),
+        subscribers: knife_server::Subscribers::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

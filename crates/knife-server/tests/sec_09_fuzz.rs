@@ -103,6 +103,7 @@ fn state(store: knife_store::Store) -> AppState {
         closing: Default::default(),
         mcp: None,
         prices: Arc::new(knife_protocol::PriceTable::defaults()),
+        subscribers: knife_server::Subscribers::default(),
     }
 }
 

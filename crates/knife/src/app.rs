@@ -408,6 +408,7 @@ impl App {
                 debug_tokens: std::env::var("KNIFE_DEBUG_MCP_TOKENS").is_ok_and(|v| v == "1"),
             }),
             prices,
+            subscribers: knife_server::Subscribers::default(),
         };
         Ok(App {
             lock,

@@ -1,4 +1,4 @@
-//! `knife bench`: measured numbers for the store, live streaming, the restart sweep and checkpoints.
+//! `knife bench`: measured numbers for the store, live streaming, subscribers, the restart sweep and checkpoints.
 //! Prints tables; nothing here asserts a speed (benchmarks measure, tests prove).
 
 mod checkpoint;
@@ -6,6 +6,7 @@ mod processor;
 mod restart;
 mod store;
 mod stream;
+mod subscribers;
 
 use std::process::ExitCode;
 
@@ -51,6 +52,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10)]
         rounds: usize,
     },
+    /// LIVE-06: a `knife serve` child whose thread holds one big message, and W
+    /// WebSocket + S SSE clients replaying it at once: the server's RSS before, at
+    /// peak, once all caught up and after every client closed.
+    Subscribers {
+        /// WebSocket clients.
+        #[arg(long, default_value_t = 500)]
+        ws: usize,
+        /// SSE clients.
+        #[arg(long, default_value_t = 500)]
+        sse: usize,
+        /// Bytes of the thread's assistant message.
+        #[arg(long, default_value_t = 2_000_000)]
+        message_bytes: usize,
+    },
     /// N claimed threads and a restart sweep over no-op drains: time from boot to the
     /// first drain of the last thread, and memory.
     Restart {
@@ -65,6 +80,11 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Store { events } => store::run(events).await?,
         BenchCommand::Processor { deltas } => processor::run(deltas).await?,
         BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
+        BenchCommand::Subscribers {
+            ws,
+            sse,
+            message_bytes,
+        } => subscribers::run(ws, sse, message_bytes).await?,
         BenchCommand::Restart { threads } => restart::run(threads).await?,
         BenchCommand::Checkpoint {
             files,
