@@ -192,24 +192,22 @@ impl Store {
     }
 
     /// Renews every lease this node holds (the heartbeat, every third of the lease).
-    /// Returns the threads whose lease is lost ([`StoreError::Fenced`]: forgotten here;
-    /// their work must stop) and the renewals that failed otherwise (kept; retried at
-    /// the next beat).
+    /// Returns the threads whose lease was lost since the last call (a renewal or a
+    /// write was fenced: their work must stop) and the renewals that failed otherwise
+    /// (kept; retried at the next beat).
     pub async fn renew_held_leases(&self) -> (Vec<ThreadId>, Vec<(ThreadId, StoreError)>) {
-        let (mut lost, mut failed) = (Vec::new(), Vec::new());
+        let mut failed = Vec::new();
         for lease in self.node.all() {
             match self.backend.renew_lease(&lease, self.node.ttl()).await {
                 // Only if it was not replaced meanwhile (a resume took a new epoch).
                 Ok(renewed) => self.node.renewed(renewed),
                 Err(StoreError::Fenced { .. }) => {
-                    if self.node.lose(&lease.thread_id, lease.epoch) {
-                        lost.push(lease.thread_id);
-                    }
+                    self.node.lose(&lease.thread_id, lease.epoch);
                 }
                 Err(e) => failed.push((lease.thread_id, e)),
             }
         }
-        (lost, failed)
+        (self.node.take_newly_lost(), failed)
     }
 
     /// [`ProjectionReads::thread_projection`]; inherent for the same reason as

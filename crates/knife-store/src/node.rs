@@ -37,6 +37,8 @@ pub struct NodeLeases {
     node: String,
     ttl: Duration,
     held: Mutex<HashMap<ThreadId, Entry>>,
+    /// Threads lost since [`NodeLeases::take_newly_lost`] was last called.
+    newly_lost: Mutex<Vec<ThreadId>>,
 }
 
 impl Default for NodeLeases {
@@ -63,6 +65,7 @@ impl NodeLeases {
             node: node.into(),
             ttl,
             held: Mutex::default(),
+            newly_lost: Mutex::default(),
         }
     }
 
@@ -95,10 +98,20 @@ impl NodeLeases {
                 let until = Instant::now() + self.ttl * LOST_FOR_LEASES;
                 let lease = l.clone();
                 held.insert(thread.clone(), Entry::Lost(lease, until));
+                self.newly_lost
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(thread.clone());
                 true
             }
             _ => false,
         }
+    }
+
+    /// The threads whose lease was lost (by a fenced write or renewal) since the last
+    /// call, oldest first: the work the lease keeper must abandon.
+    pub fn take_newly_lost(&self) -> Vec<ThreadId> {
+        std::mem::take(&mut *self.newly_lost.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Forgets the held lease of `thread` (a lost one stays lost until it times out);

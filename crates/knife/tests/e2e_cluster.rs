@@ -19,9 +19,9 @@ const KILLS: usize = 5;
 
 /// For each kill: a slow answer (about 4 s) that is cut by the kill, then the quick
 /// answer of the continuation run another node resumes with.
-fn script() -> String {
+fn script(kills: usize) -> String {
     let mut s = String::new();
-    for i in 0..KILLS {
+    for i in 0..kills {
         s.push_str(&format!(
             "[[response]]\ntext = \"slow answer {i} that is still streaming when its node dies\"\n\
              deltas = 80\nstream_deltas_ms = 50\n\n[[response]]\ntext = \"resumed answer {i}\"\n\n"
@@ -79,7 +79,34 @@ fn continuations(p: &ThreadProjection) -> usize {
     ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
 )]
 async fn scale_05_a_killed_nodes_turn_is_taken_over_by_another_node_once() {
-    let mock = MockLlm::script(&script(), &[]).await;
+    kill_loop(KILLS).await;
+}
+
+/// The soak run of SCALE-05 (opt-in, not ID-named): `KNIFE_SOAK_KILLS` kills (default
+/// 20) with the same checks; prints the takeover times for the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak (opt-in): cargo test -p knife --test e2e_cluster -- --ignored"]
+async fn soak_many_kills_each_turn_taken_over_once() {
+    let kills = std::env::var("KNIFE_SOAK_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let mut took = kill_loop(kills).await;
+    took.sort();
+    let pct = |p: usize| took[(took.len() * p / 100).min(took.len() - 1)];
+    eprintln!(
+        "SCALE-05 soak: {kills} kills, kill -> continuation started: min {:?} p50 {:?} p90 {:?} max {:?}",
+        took[0],
+        pct(50),
+        pct(90),
+        took[took.len() - 1]
+    );
+}
+
+/// Three nodes, `kills` SIGKILLs of the node running a turn; returns the time from each
+/// kill to the continuation run's start.
+async fn kill_loop(kills: usize) -> Vec<Duration> {
+    let mock = MockLlm::script(&script(kills), &[]).await;
     let cluster = cluster().await;
     let db = cluster.fresh_database().await;
     let url = cluster.tcp_url(&db);
@@ -91,7 +118,7 @@ async fn scale_05_a_killed_nodes_turn_is_taken_over_by_another_node_once() {
     let project = nodes[0].api.create_project(&nodes[0].project_dir()).await;
     let mut takeovers = Vec::new();
     let mut threads = Vec::new();
-    for kill in 0..KILLS {
+    for kill in 0..kills {
         let victim = kill % 3;
         let witness = (victim + 1) % 3;
         let thread = nodes[victim].api.create_thread(&project).await;
@@ -167,7 +194,7 @@ async fn scale_05_a_killed_nodes_turn_is_taken_over_by_another_node_once() {
         *resumed_by.entry(lease.node).or_default() += 1;
     }
     eprintln!(
-        "SCALE-05: {KILLS} kills, kill -> continuation run started: {takeovers:?}; \
+        "SCALE-05: {kills} kills, kill -> continuation run started: {takeovers:?}; \
          resumed by {resumed_by:?}"
     );
     for took in &takeovers {
@@ -180,6 +207,7 @@ async fn scale_05_a_killed_nodes_turn_is_taken_over_by_another_node_once() {
     for node in &mut nodes {
         assert!(node.proc.terminate().await.success());
     }
+    takeovers
 }
 
 /// SCALE-04 across processes: node A runs a turn and is paused (SIGSTOP) past its

@@ -345,6 +345,8 @@ pub async fn scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_a
             .await,
         Err(StoreError::Fenced { .. })
     ));
+    // The lease keeper hears of the loss once (to abandon the run), then nothing.
+    assert_eq!(a.renew_held_leases().await.0, vec![t.id.clone()]);
     assert!(
         a.renew_held_leases().await.0.is_empty(),
         "nothing held any more"
