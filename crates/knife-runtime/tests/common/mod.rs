@@ -325,6 +325,7 @@ impl Harness {
             exec.clone(),
             RestartOptions {
                 max_resume_attempts: max,
+                ..RestartOptions::default()
             },
         )
     }
