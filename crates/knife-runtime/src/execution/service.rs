@@ -109,6 +109,8 @@ struct Inner {
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
     interrupt_grace: Duration,
+    /// How a failed terminal write is retried (SEC-07).
+    terminal_retry: crate::execution::terminal::TerminalRetry,
     /// Set by `shutdown`: no new runs.
     closing: AtomicBool,
     /// Checkpoints around runs (CHG-01/02).
@@ -141,6 +143,7 @@ impl ExecutionService {
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
+                terminal_retry: crate::execution::terminal::TerminalRetry::default(),
                 closing: AtomicBool::new(false),
                 tracking: checkpoints::Tracking::default(),
                 boot: checkpoints::BootCheckpoints::default(),
@@ -156,6 +159,15 @@ impl ExecutionService {
     pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.interrupt_grace = grace;
+        }
+        self
+    }
+
+    /// How the write that ends a run is retried when it fails (SEC-07); the default
+    /// waits 50 ms, doubling up to 5 s. Call before sharing the service.
+    pub fn with_terminal_retry(mut self, retry: crate::execution::terminal::TerminalRetry) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.terminal_retry = retry;
         }
         self
     }
