@@ -190,7 +190,8 @@ fn write_group(
         }
     };
     let mut answers = Vec::with_capacity(group.len());
-    for (guard, events, reply) in group {
+    let mut rest = group.into_iter();
+    while let Some((guard, events, reply)) = rest.next() {
         let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
             let stored = append_checked(&sp, guard.as_ref(), events)?;
             if stored.is_some() {
@@ -198,6 +199,28 @@ fn write_group(
             }
             Ok(stored)
         });
+        if result.is_err() && tx.is_autocommit() {
+            // SQLite rolled the whole transaction back (a full disk, an I/O error):
+            // nothing of the group is written. This append gets its error; every other
+            // append of the group is refused the same way (a full disk stays `Full`).
+            let (full, message) = match &result {
+                Err(DbError::Sqlite(e)) => (
+                    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+                    e.to_string(),
+                ),
+                Err(DbError::Store(e)) => (e.is_disk_full(), e.to_string()),
+                Ok(_) => (false, String::new()),
+            };
+            let _ = reply.send(result.map_err(StoreError::from));
+            let others = answers
+                .into_iter()
+                .map(|(_, reply)| reply)
+                .chain(rest.map(|(_, _, reply)| reply));
+            for reply in others {
+                let _ = reply.send(Err(void_error(full, &message)));
+            }
+            return;
+        }
         answers.push((result.map_err(StoreError::from), reply));
     }
     if let Err(e) = tx.commit() {
@@ -225,8 +248,16 @@ fn write_group(
 /// The error of a whole group's transaction, for each of its callers (a full disk
 /// stays [`StoreError::Full`], SEC-07).
 fn group_error(e: &rusqlite::Error) -> StoreError {
-    let source = e.to_string().into();
-    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+    void_error(
+        e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+        &e.to_string(),
+    )
+}
+
+/// The error of an append whose group transaction failed: `Full` when the disk is.
+fn void_error(full: bool, message: &str) -> StoreError {
+    let source = message.to_owned().into();
+    if full {
         return StoreError::Full {
             backend: "SQLite",
             source,
