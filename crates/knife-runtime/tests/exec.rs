@@ -632,3 +632,37 @@ async fn resuming_an_unclaimed_thread_writes_nothing() {
     exec.await_idle(&thread).await;
     assert!(!h.get(&thread).await.is_claimed());
 }
+
+#[tokio::test(start_paused = true)]
+async fn live_07_a_sweep_of_more_claims_than_its_concurrency_resumes_each_once() {
+    let h = Harness::new(Drain::Complete).await;
+    let mut threads = Vec::new();
+    for _ in 0..40 {
+        let t = h.thread(None).await;
+        h.seed_claim(&t, 0).await;
+        threads.push(t);
+    }
+    let exec = h.execution();
+    // Four resumes in flight at a time: the other 36 wait their turn, none is lost.
+    let sweep = RestartService::new(
+        exec.clone(),
+        RestartOptions {
+            max_resume_attempts: 10,
+            concurrency: 4,
+        },
+    );
+    let report = sweep.resume_suspended_threads().await.unwrap();
+    let mut resumed: Vec<ThreadId> = report.resumed.iter().map(|(t, _, _)| t.clone()).collect();
+    resumed.sort();
+    threads.sort();
+    assert_eq!(resumed, threads, "every claimed thread, once");
+    assert!(report.resumed.iter().all(|(_, _, attempt)| *attempt == 1));
+    for t in &threads {
+        exec.await_idle(t).await;
+    }
+    let mut drained: Vec<ThreadId> = h.drains.started().into_iter().map(|s| s.thread).collect();
+    drained.sort();
+    assert_eq!(drained, threads, "one drain each");
+    assert!(h.store.list_suspended_threads().await.unwrap().is_empty());
+    exec.shutdown(std::time::Duration::from_secs(5)).await;
+}

@@ -3,7 +3,6 @@
 
 use crate::SqliteStore;
 use crate::error::DbError;
-use crate::writer;
 use knife_protocol::{DomainEvent, StoredEvent, ThreadId};
 use knife_store::leases::{epoch_i64, epoch_u64, from_micros, ttl_micros};
 use knife_store::{Lease, Leases, RowGuard, StoreError, TakeScope};
@@ -232,11 +231,9 @@ impl Leases for SqliteStore {
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        let live = self.inner.live.clone();
-        let leases = leases.to_vec();
         self.inner
             .writer
-            .run(move |conn| writer::write_batch(conn, &leases, guard.as_ref(), events, &live))
+            .write(leases.to_vec(), guard, events)
             .await
     }
 }

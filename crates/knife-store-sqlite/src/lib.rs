@@ -135,14 +135,15 @@ impl SqliteStore {
             .await
             .map_err(|e| StoreError::ReadTask(e.to_string()))??
         };
-        let writer =
-            Writer::spawn(conn, options.idle_checkpoint).map_err(|e| StoreError::Open {
+        let (live, _) = broadcast::channel(options.live_capacity.max(1));
+        let writer = Writer::spawn(conn, live.clone(), options.idle_checkpoint).map_err(|e| {
+            StoreError::Open {
                 location: path.display().to_string(),
                 message: format!(
                     "cannot start the writer thread: {e}; the system is out of threads or memory"
                 ),
-            })?;
-        let (live, _) = broadcast::channel(options.live_capacity.max(1));
+            }
+        })?;
         tracing::debug!(path = %path.display(), "knife store open");
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -206,10 +207,9 @@ impl EventLog for SqliteStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let live = self.inner.live.clone();
         self.inner
             .writer
-            .run(move |conn| writer::write_batch(conn, &[], None, events, &live))
+            .write(Vec::new(), None, events)
             .await
             .map(Option::unwrap_or_default)
     }
@@ -219,11 +219,7 @@ impl EventLog for SqliteStore {
         guard: RowGuard,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        let live = self.inner.live.clone();
-        self.inner
-            .writer
-            .run(move |conn| writer::write_batch(conn, &[], Some(&guard), events, &live))
-            .await
+        self.inner.writer.write(Vec::new(), Some(guard), events).await
     }
 
     async fn row_version(&self, kind: EntityKind, id: &str) -> Result<Option<i64>, StoreError> {

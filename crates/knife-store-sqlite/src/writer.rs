@@ -1,5 +1,5 @@
-// The single writer thread: owns the only read-write connection, runs write jobs one
-// at a time (each its own `BEGIN IMMEDIATE` transaction) and publishes after COMMIT.
+// The single writer thread: owns the only read-write connection, runs write jobs in
+// order (queued appends grouped into one transaction, one savepoint each) and publishes after COMMIT.
 
 use crate::error::DbError;
 use crate::fold::{FoldMode, append_event, apply_event, clear_projections, read_version, seq_u64};
@@ -12,8 +12,28 @@ use std::sync::mpsc;
 use std::time::Duration;
 use tokio::sync::{broadcast, oneshot};
 
-/// A unit of work for the writer thread. It gets exclusive use of the connection.
-pub(crate) type Job = Box<dyn FnOnce(&mut Connection) + Send + 'static>;
+/// A closure for the writer thread. It gets exclusive use of the connection.
+type Closure = Box<dyn FnOnce(&mut Connection) + Send + 'static>;
+
+/// What an append's caller is answered: the stored events, `None` when its guard failed.
+type WriteReply = oneshot::Sender<Result<Option<Vec<StoredEvent>>, StoreError>>;
+
+/// A unit of work for the writer thread.
+enum Job {
+    /// An append (`write` / `write_if`): grouped with the appends queued behind it.
+    Write {
+        /// Leases the append is fenced by (SCALE-04): checked under the write lock.
+        fences: Vec<Lease>,
+        guard: Option<RowGuard>,
+        events: Vec<DomainEvent>,
+        reply: WriteReply,
+    },
+    /// Anything else (rebuild, purge, claims): run alone.
+    Other(Closure),
+}
+
+/// Appends grouped into one transaction at most (group commit).
+const GROUP: usize = 256;
 
 /// Handle to the writer thread: a channel of jobs. The thread exits (closing the
 /// connection) when every handle is dropped.
@@ -22,14 +42,24 @@ pub(crate) struct Writer {
     jobs: mpsc::Sender<Job>,
 }
 
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Job::Write { .. } => "Job::Write",
+            Job::Other(_) => "Job::Other",
+        })
+    }
+}
+
 impl Writer {
-    /// Starts the writer thread owning `conn`. Once the writer has had no job for
-    /// `idle_checkpoint` after a write, it checkpoints the WAL into the database file
-    /// and truncates it to zero bytes, so the space the WAL held is free again
-    /// (SPEC.md SEC-07; SQLite's own `wal_autocheckpoint` only checkpoints, it never
-    /// shrinks the file).
+    /// Starts the writer thread owning `conn`; committed appends are published on
+    /// `live`. Once the writer has had no job for `idle_checkpoint` after a write, it
+    /// checkpoints the WAL into the database file and truncates it to zero bytes, so
+    /// the space the WAL held is free again (SPEC.md SEC-07; SQLite's own
+    /// `wal_autocheckpoint` only checkpoints, it never shrinks the file).
     pub(crate) fn spawn(
         mut conn: Connection,
+        live: broadcast::Sender<StoredEvent>,
         idle_checkpoint: Duration,
     ) -> std::io::Result<Writer> {
         // Unbounded std channel: sending never blocks the async caller; back-pressure
@@ -39,8 +69,12 @@ impl Writer {
             .name("knife-store-writer".into())
             .spawn(move || {
                 let mut wrote_since_checkpoint = false;
+                // A non-append job met while grouping appends: it runs next.
+                let mut next = None;
                 loop {
-                    let job = if wrote_since_checkpoint {
+                    let job = if let Some(job) = next.take() {
+                        job
+                    } else if wrote_since_checkpoint {
                         match rx.recv_timeout(idle_checkpoint) {
                             Ok(job) => job,
                             Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -57,15 +91,71 @@ impl Writer {
                     };
                     wrote_since_checkpoint = true;
                     // A panicking job must not take the writer down for everyone: its
-                    // open transaction rolls back while unwinding and its caller sees
-                    // `WriterGone` (its reply sender was dropped).
-                    if std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn))).is_err() {
+                    // open transaction rolls back while unwinding and its callers see
+                    // `WriterGone` (their reply senders were dropped).
+                    let ran = match job {
+                        Job::Other(f) => {
+                            std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut conn)))
+                        }
+                        Job::Write {
+                            fences,
+                            guard,
+                            events,
+                            reply,
+                        } => {
+                            // Group commit: the appends already queued share one
+                            // transaction (one savepoint each); another job waits.
+                            let mut group = vec![(fences, guard, events, reply)];
+                            while group.len() < GROUP {
+                                match rx.try_recv() {
+                                    Ok(Job::Write {
+                                        fences,
+                                        guard,
+                                        events,
+                                        reply,
+                                    }) => group.push((fences, guard, events, reply)),
+                                    Ok(other) => {
+                                        next = Some(other);
+                                        break;
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                                write_group(&mut conn, group, &live)
+                            }))
+                        }
+                    };
+                    if ran.is_err() {
                         tracing::error!("a knife-store write job panicked; it was rolled back");
                     }
                 }
                 checkpoint_truncate(&conn);
             })?;
         Ok(Writer { jobs })
+    }
+
+    /// Appends `events` (after checking `guard`, if any) in one transaction, possibly
+    /// shared with other queued appends (each atomic on its own: a savepoint), and
+    /// publishes them after COMMIT. `Ok(None)`: the guard failed, nothing written.
+    ///
+    /// Cancellation: as [`Writer::run`].
+    pub(crate) async fn write(
+        &self,
+        fences: Vec<Lease>,
+        guard: Option<RowGuard>,
+        events: Vec<DomainEvent>,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.jobs
+            .send(Job::Write {
+                fences,
+                guard,
+                events,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
     /// Runs `f` on the writer thread and awaits its result.
@@ -78,37 +168,131 @@ impl Writer {
         F: FnOnce(&mut Connection) -> Result<T, DbError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |conn| {
+        let job = Job::Other(Box::new(move |conn| {
             // The caller may be gone (future dropped); the result is then discarded.
             let _ = tx.send(f(conn).map_err(StoreError::from));
-        });
+        }));
         self.jobs.send(job).map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 }
 
-/// The body of `write` / `write_if` / `write_fenced`, run on the writer thread: in ONE
-/// `BEGIN IMMEDIATE` transaction, checks `fences` and `guard` (if any), appends `events`, folds each into the
-/// projections, commits, then publishes the stored events on `live` in order.
-///
-/// Returns `Ok(None)` (nothing written, nothing published) when the guard failed.
-/// Any error rolls the whole transaction back (the `Transaction` drop does it).
-pub(crate) fn write_batch(
+/// Runs a group of appends in ONE `BEGIN IMMEDIATE` transaction, each inside its own
+/// savepoint (a failed guard or an error rolls back that append only), commits, then
+/// publishes the stored events in order and answers every caller. A failed COMMIT
+/// answers every caller with the error (nothing was written).
+fn write_group(
     conn: &mut Connection,
+    group: Vec<(Vec<Lease>, Option<RowGuard>, Vec<DomainEvent>, WriteReply)>,
+    live: &broadcast::Sender<StoredEvent>,
+) {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            for (_, _, _, reply) in group {
+                let _ = reply.send(Err(group_error(&e)));
+            }
+            return;
+        }
+    };
+    let mut answers = Vec::with_capacity(group.len());
+    let mut rest = group.into_iter();
+    while let Some((fences, guard, events, reply)) = rest.next() {
+        let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
+            let stored = append_checked(&sp, &fences, guard.as_ref(), events)?;
+            if stored.is_some() {
+                sp.commit()?;
+            }
+            Ok(stored)
+        });
+        if result.is_err() && tx.is_autocommit() {
+            // SQLite rolled the whole transaction back (a full disk, an I/O error):
+            // nothing of the group is written. This append gets its error; every other
+            // append of the group is refused the same way (a full disk stays `Full`).
+            let (full, message) = match &result {
+                Err(DbError::Sqlite(e)) => (
+                    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+                    e.to_string(),
+                ),
+                Err(DbError::Store(e)) => (e.is_disk_full(), e.to_string()),
+                Ok(_) => (false, String::new()),
+            };
+            let _ = reply.send(result.map_err(StoreError::from));
+            let others = answers
+                .into_iter()
+                .map(|(_, reply)| reply)
+                .chain(rest.map(|(_, _, _, reply)| reply));
+            for reply in others {
+                let _ = reply.send(Err(void_error(full, &message)));
+            }
+            return;
+        }
+        answers.push((result.map_err(StoreError::from), reply));
+    }
+    if let Err(e) = tx.commit() {
+        for (_, reply) in answers {
+            let _ = reply.send(Err(group_error(&e)));
+        }
+        return;
+    }
+    // Published only after COMMIT, from the single writer thread, so the live feed
+    // is in sequence order and never shows an event a reader could not find.
+    for (result, _) in &answers {
+        if let Ok(Some(stored)) = result {
+            for ev in stored {
+                // An error only means nobody is subscribed right now.
+                let _ = live.send(ev.clone());
+            }
+        }
+    }
+    for (result, reply) in answers {
+        // The caller may be gone (future dropped); the result is then discarded.
+        let _ = reply.send(result);
+    }
+}
+
+/// The error of a whole group's transaction, for each of its callers (a full disk
+/// stays [`StoreError::Full`], SEC-07).
+fn group_error(e: &rusqlite::Error) -> StoreError {
+    void_error(
+        e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+        &e.to_string(),
+    )
+}
+
+/// The error of an append whose group transaction failed: `Full` when the disk is.
+fn void_error(full: bool, message: &str) -> StoreError {
+    let source = message.to_owned().into();
+    if full {
+        return StoreError::Full {
+            backend: "SQLite",
+            source,
+        };
+    }
+    StoreError::Database {
+        backend: "SQLite",
+        hint: crate::error::SQLITE_HINT,
+        source,
+    }
+}
+
+/// Inside the current transaction (or savepoint): checks `fences` (SCALE-04: a lease
+/// this node no longer holds refuses the append with `Fenced`) and `guard`, appends
+/// `events` and folds each. `None` when the guard failed (the caller rolls back).
+fn append_checked(
+    tx: &Connection,
     fences: &[Lease],
     guard: Option<&RowGuard>,
     events: Vec<DomainEvent>,
-    live: &broadcast::Sender<StoredEvent>,
 ) -> Result<Option<Vec<StoredEvent>>, DbError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for lease in fences {
         // Fencing (SCALE-04): under the write lock, so no takeover lands before COMMIT.
-        crate::leases::check_fence(&tx, lease)?;
+        crate::leases::check_fence(tx, lease)?;
     }
     if let Some(guard) = guard {
         // Compare-and-set (MGR-47): the version is re-read under the write lock, so no
         // other write can land between this check and the commit.
-        let current = read_version(&tx, guard.kind.table(), &guard.id)?;
+        let current = read_version(tx, guard.kind.table(), &guard.id)?;
         if current != guard.expected_version {
             tracing::debug!(
                 kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
@@ -119,16 +303,9 @@ pub(crate) fn write_batch(
     }
     let mut stored = Vec::with_capacity(events.len());
     for event in events {
-        let ev = append_event(&tx, event)?;
-        apply_event(&tx, &ev, FoldMode::Write)?;
+        let ev = append_event(tx, event)?;
+        apply_event(tx, &ev, FoldMode::Write)?;
         stored.push(ev);
-    }
-    tx.commit()?;
-    // Published only after COMMIT, from the single writer thread, so the live feed
-    // is in sequence order and never shows an event a reader could not find.
-    for ev in &stored {
-        // An error only means nobody is subscribed right now.
-        let _ = live.send(ev.clone());
     }
     Ok(Some(stored))
 }

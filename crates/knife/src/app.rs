@@ -334,6 +334,7 @@ impl App {
                 .server
                 .max_resume_attempts
                 .unwrap_or(RestartOptions::default().max_resume_attempts),
+            ..RestartOptions::default()
         };
         // A revert a crash cut short is finished before any run touches files (CHG-10).
         let reverts = match execution.replay_revert_journal().await {

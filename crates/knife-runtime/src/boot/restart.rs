@@ -6,7 +6,7 @@
 //! event does (or the budget's `aborted` terminal). A death anywhere in the resume
 //! path leaves the same claim for the next boot, bounded by `resume_attempts`.
 
-use futures::future::join_all;
+use futures::StreamExt;
 use knife_protocol::*;
 
 use crate::error::RuntimeError;
@@ -18,12 +18,19 @@ pub struct RestartOptions {
     /// Resumes allowed per claimed piece of work before it is terminalised with
     /// `aborted` (EXEC-08). Default [`DEFAULT_MAX_RESUME_ATTEMPTS`] (10).
     pub max_resume_attempts: u32,
+    /// Resumes in flight at once (each reads the thread and writes its continuation);
+    /// default [`DEFAULT_RESUME_CONCURRENCY`].
+    pub concurrency: usize,
 }
+
+/// Default number of resumes the sweep has in flight (LIVE-07).
+pub const DEFAULT_RESUME_CONCURRENCY: usize = 128;
 
 impl Default for RestartOptions {
     fn default() -> Self {
         Self {
             max_resume_attempts: DEFAULT_MAX_RESUME_ATTEMPTS,
+            concurrency: DEFAULT_RESUME_CONCURRENCY,
         }
     }
 }
@@ -64,7 +71,8 @@ impl RestartService {
     /// 1. releases the claims of child threads (their stale runs end `interrupted`):
     ///    a resumed parent re-runs its tool call and spawns fresh children (EXEC-03);
     /// 2. lists claimed top-level threads, minus those draining in this process (EXEC-10);
-    /// 3. resumes all of them concurrently (EXEC-06) through
+    /// 3. resumes all of them concurrently (EXEC-06), [`RestartOptions::concurrency`] at
+    ///    a time, through
     ///    [`ExecutionService::resume_within`]: each counts its attempt durably and appends
     ///    the continuation in the same transaction before its drain starts (EXEC-07/09),
     ///    or is terminalised with `aborted` at the budget (EXEC-08).
@@ -92,15 +100,21 @@ impl RestartService {
             }
         }
         let max = self.options.max_resume_attempts;
-        let results = join_all(todo.into_iter().map(|thread| async move {
-            let mut outcome = self.execution.resume_within(&thread, max).await;
-            if matches!(outcome, Err(RuntimeError::Conflict)) {
-                // The row moved between the read and the write: read it again once.
-                outcome = self.execution.resume_within(&thread, max).await;
-            }
-            (thread, outcome)
-        }))
-        .await;
+        // Concurrent, a bounded number at a time (LIVE-07): enough to fill the store's
+        // group commits, few enough that 10,000 claims do not mean 10,000 reads in
+        // flight (blocking threads, buffers) at once.
+        let results: Vec<_> = futures::stream::iter(todo)
+            .map(|thread| async move {
+                let mut outcome = self.execution.resume_within(&thread, max).await;
+                if matches!(outcome, Err(RuntimeError::Conflict)) {
+                    // The row moved between the read and the write: read it again once.
+                    outcome = self.execution.resume_within(&thread, max).await;
+                }
+                (thread, outcome)
+            })
+            .buffer_unordered(self.options.concurrency.max(1))
+            .collect()
+            .await;
         for (thread, outcome) in results {
             match outcome {
                 Ok(ResumeOutcome::Resumed { run, attempt }) => {

@@ -177,6 +177,7 @@ impl Harness {
             exec.clone(),
             RestartOptions {
                 max_resume_attempts: max,
+                ..RestartOptions::default()
             },
         )
     }
