@@ -75,6 +75,9 @@ struct ItemState {
     input_complete: bool,
 }
 
+/// Label of a user message a running turn took as a steer (TURN-01).
+pub(crate) const STEER_DESCRIPTION: &str = "Sent during the run";
+
 /// Records one provider turn; see the module docs.
 pub(crate) struct TurnRecorder {
     events: EventSender,
@@ -265,6 +268,25 @@ impl TurnRecorder {
             (&mut state.item.kind, summary)
         {
             *slot = text;
+        }
+        self.emit(idx);
+    }
+
+    /// A steer the turn takes before its next model call (TURN-01): a completed
+    /// user-message item with the steer's own id (`TurnItemId::steer_of`), which
+    /// tells execution it was delivered.
+    pub(crate) fn steer_delivered(&mut self, id: TurnItemId, text: &str) {
+        let idx = self.new_item(
+            TurnItemKind::UserMessage {
+                text: text.to_owned(),
+                origin: MessageOrigin::User,
+                description: Some(STEER_DESCRIPTION.to_owned()),
+            },
+            TurnItemStatus::Completed,
+        );
+        if let Some(state) = self.items.get_mut(idx) {
+            state.item.id = id;
+            state.open = false;
         }
         self.emit(idx);
     }

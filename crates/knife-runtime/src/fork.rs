@@ -120,6 +120,7 @@ impl ExecutionService {
             // A fork works in the project root: it does not share the source's
             // worktree (CHG-07), whose branch stays the source's.
             worktree: None,
+            queue: Default::default(),
         };
         let mut copied = vec![DomainEvent::new(
             now,

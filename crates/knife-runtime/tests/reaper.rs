@@ -122,6 +122,7 @@ impl H {
             resume_attempts: 0,
             parent_thread_id: None,
             worktree: None,
+            queue: Default::default(),
             archived_at: None,
             untitled: false,
             forked_from: None,

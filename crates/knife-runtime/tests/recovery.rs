@@ -55,6 +55,7 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         resume_attempts: 0,
         parent_thread_id: None,
         worktree: None,
+        queue: Default::default(),
         archived_at: None,
         untitled: false,
         forked_from: None,

@@ -43,6 +43,12 @@ pub fn router(state: AppState) -> Router {
                 .delete(crate::threads::delete_thread),
         )
         .route("/threads/{id}/messages", post(post_message))
+        .route("/threads/{id}/queue", get(get_queue).delete(clear_queue))
+        .route("/threads/{id}/queue/resume", post(resume_queue))
+        .route(
+            "/threads/{id}/queue/{entry}",
+            axum::routing::delete(cancel_queued),
+        )
         .route("/threads/{id}/fork", post(crate::threads::fork_thread))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/requests", get(list_requests))
@@ -283,23 +289,56 @@ async fn get_thread(
     }
 }
 
+/// `POST /api/threads/{id}/messages` with `{"text", "model"?, "mode"?}`: 202 with
+/// what became of it (TURN-01): `started` (a run), `queued` (position) or
+/// `steering`; `mode: "reject"` on a busy thread answers 409 `run_in_progress`, an
+/// unknown mode 400 naming the allowed ones.
 async fn post_message(
     State(s): State<AppState>,
     Path(id): Path<ThreadId>,
     payload: Result<Json<PostMessageRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<PostMessageResponse>), ApiErr> {
     let request = body(payload)?;
-    let run = s
+    let posted = s
         .execution
-        .start_run_with_model(&id, request.text, request.model)
+        .post_message(&id, request.text, request.model, request.mode)
         .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(PostMessageResponse {
-            thread_id: id,
-            run_id: run.id,
-        }),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(posted)))
+}
+
+/// `GET /api/threads/{id}/queue`: the thread's queued messages (in order), pending
+/// steers and pause (TURN-01/02).
+async fn get_queue(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.queue(&id).await?))
+}
+
+/// `DELETE /api/threads/{id}/queue`: drops every queued message and the pause (TURN-02).
+async fn clear_queue(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.clear_queue(&id).await?))
+}
+
+/// `POST /api/threads/{id}/queue/resume`: lifts the pause; an idle thread starts
+/// its first queued message at once (TURN-02).
+async fn resume_queue(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.resume_queue(&id).await?))
+}
+
+/// `DELETE /api/threads/{id}/queue/{entry}`: cancels one queued message (404 when
+/// it started already or does not exist).
+async fn cancel_queued(
+    State(s): State<AppState>,
+    Path((id, entry)): Path<(ThreadId, QueuedMessageId)>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.cancel_queued(&id, &entry).await?))
 }
 
 async fn interrupt(

@@ -67,6 +67,9 @@ export class ThreadView {
     this.title = h('h2', { class: 'thread-title' }, '…');
     this.statusLine = h('div', { class: 'status-line', id: 'thread-status' });
     this.interruptButton = h('button', { type: 'button', id: 'interrupt', class: 'danger', hidden: true, on: { click: () => this.interrupt() } }, 'Interrupt');
+    // TURN-01: while a run is active, Send queues the message; Steer hands it to the running turn.
+    this.steerButton = h('button', { type: 'button', id: 'steer', hidden: true, title: 'give the message to the running turn (queued if its runtime cannot take it)', on: { click: () => this.send('steer') } }, 'Steer');
+    this.queueBox = h('div', { class: 'queue', id: 'queue', hidden: true });
     this.transcript = h('div', { class: 'transcript', id: 'transcript' });
     this.scroller = h('div', { class: 'transcript-scroll', id: 'transcript-scroll' }, this.transcript);
     this.dirty = new Set(); // item ids to re-render at the next frame
@@ -82,7 +85,7 @@ export class ThreadView {
     this.models = h('datalist', { id: 'composer-models' });
     this.modelInput = h('input', { id: 'composer-model', list: 'composer-models', autocomplete: 'off', placeholder: 'model (default)', title: 'model of the next run; empty: the thread\'s model' });
     const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input,
-      h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.sendButton));
+      h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.steerButton, this.sendButton));
     composer.addEventListener('submit', (e) => { e.preventDefault(); this.send(); });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
@@ -91,7 +94,7 @@ export class ThreadView {
       h('header', { class: 'thread-head' }, this.title,
         this.actions(),
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
-      this.statusLine, this.scroller, this.error, composer);
+      this.statusLine, this.queueBox, this.scroller, this.error, composer);
     this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
@@ -350,8 +353,31 @@ export class ThreadView {
     replace(this.statusLine, parts);
     const hide = !t.active_run_id;
     // A hidden button cannot keep the focus: hand it to the composer, not to <body>.
-    if (hide && document.activeElement === this.interruptButton) this.input.focus();
+    if (hide && [this.interruptButton, this.steerButton].includes(document.activeElement)) this.input.focus();
     this.interruptButton.hidden = hide;
+    this.steerButton.hidden = hide;
+    this.drawQueue();
+  }
+
+  /** The thread's queue (TURN-01/02): entries with a cancel button, and the pause with Resume / Clear. */
+  drawQueue() {
+    const q = (this.thread && this.thread.queue) || {};
+    const entries = q.entries || [];
+    const act = (path, method) => () => api(`/threads/${encodeURIComponent(this.id)}${path}`, { method, body: method === 'POST' ? {} : undefined })
+      .then(() => this.showError(null), (e) => this.showError(e.message));
+    const rows = [];
+    if (q.paused) {
+      rows.push(h('div', { class: 'queue-paused', id: 'queue-paused' },
+        q.paused.reason === 'user_interrupt' ? 'Queue paused: a run was interrupted. ' : 'Queue paused: a run could not be resumed. ',
+        h('button', { type: 'button', id: 'queue-resume', on: { click: act('/queue/resume', 'POST') } }, 'Resume'), ' ',
+        h('button', { type: 'button', id: 'queue-clear', on: { click: act('/queue', 'DELETE') } }, 'Clear')));
+    }
+    entries.forEach((e, i) => rows.push(h('div', { class: 'queue-entry', dataset: { entry: e.id } },
+      `${i + 1}. ${e.steer_run_id ? 'steering' : 'queued'}: ${e.text.split('\n')[0].slice(0, 80)}`,
+      e.note ? h('span', { class: 'muted' }, ` (${e.note})`) : null,
+      e.steer_run_id ? null : h('button', { type: 'button', class: 'queue-cancel', title: 'cancel this message', on: { click: act(`/queue/${encodeURIComponent(e.id)}`, 'DELETE') } }, '×'))));
+    this.queueBox.hidden = rows.length === 0;
+    replace(this.queueBox, rows);
   }
 
   /** The picker's suggestions: the thread's model and every configured instance's. */
@@ -364,7 +390,7 @@ export class ThreadView {
     replace(this.models, names.map((m) => h('option', { value: m })));
   }
 
-  async send() {
+  async send(mode) {
     const text = this.input.value;
     const model = this.modelInput.value.trim();
     // One message per press: Ctrl+Enter again while the first is on its way is ignored.
@@ -373,6 +399,7 @@ export class ThreadView {
     this.sendButton.disabled = true;
     try {
       const body = model ? { text, model } : { text };
+      if (mode) body.mode = mode;
       await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body });
       this.input.value = '';
       this.showError(null);

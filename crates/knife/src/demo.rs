@@ -111,6 +111,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
         thread: None,
         worktree: false,
         model: None,
+        mode: crate::run::ModeArg::Queue,
         provider: None,
         server: None,
         data_dir: None,

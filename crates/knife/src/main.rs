@@ -13,6 +13,7 @@ mod doctor;
 mod lock;
 mod pipe;
 mod providers;
+mod queue;
 mod render;
 mod run;
 mod sandbox;
@@ -50,7 +51,7 @@ enum Command {
     /// Answer a tool approval of a running turn from another terminal (or list a
     /// thread's pending approvals).
     Approve(approve::ApproveArgs),
-    /// Threads: list, show, interrupt, rename, archive, unarchive, delete, fork.
+    /// Threads: list, show, interrupt, queue, rename, archive, unarchive, delete, fork.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.

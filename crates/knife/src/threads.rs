@@ -88,6 +88,9 @@ pub enum ThreadsCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// A thread's message queue (messages sent while a run was active): list it,
+    /// `--cancel ID`, `--clear`, or `--resume` it after an interrupt paused it.
+    Queue(crate::queue::QueueArgs),
     /// Merge the work of a thread's worktree (branch `knife/<short id>`) into the
     /// project's current branch; refused with the conflicting files on conflict
     /// (nothing changed). Needs the running server.
@@ -356,6 +359,7 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                 None => println!("thread {thread} has no run in progress; nothing to interrupt"),
             }
         }
+        ThreadsCommand::Queue(args) => return crate::queue::queue(config_path, args).await,
         ThreadsCommand::Merge {
             id,
             server,

@@ -27,11 +27,14 @@ use crate::execution::terminal::{Terminal, terminal_of_outcome};
 use crate::sessions::{SessionHandle, SessionManager};
 
 // `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
+// `execution/messages.rs` (the message queue, TURN-01/02),
 // `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04) and
 // `execution/worktrees.rs` (CHG-07): children of this module so they share the
 // service's private state.
 #[path = "checkpoints.rs"]
 mod checkpoints;
+#[path = "messages.rs"]
+mod messages;
 #[path = "revert.rs"]
 mod revert;
 #[path = "turn.rs"]
@@ -233,31 +236,7 @@ impl ExecutionService {
         text: String,
         model: Option<String>,
     ) -> Result<Run, RuntimeError> {
-        if text.trim().is_empty() {
-            return Err(RuntimeError::Invalid(
-                "the message text is empty; write what the agent should do".into(),
-            ));
-        }
-        if let Some(m) = knife_protocol::limits::over_bytes(
-            "text",
-            &text,
-            knife_protocol::limits::MESSAGE_MAX_BYTES,
-        ) {
-            return Err(RuntimeError::Invalid(m));
-        }
-        if let Some(m) = model.as_deref().and_then(|m| {
-            knife_protocol::limits::over_chars("model", m, knife_protocol::limits::MODEL_MAX_CHARS)
-        }) {
-            return Err(RuntimeError::Invalid(m));
-        }
-        if model.as_deref().is_some_and(|m| m.trim().is_empty()) {
-            return Err(RuntimeError::Invalid(
-                "the message's model is empty; name a model, or leave `model` out to use the \
-                 thread's"
-                    .into(),
-            ));
-        }
-        let model = model.map(|m| m.trim().to_owned());
+        let model = messages::validate_message(&text, model)?;
         self.wait_if_finishing(thread_id).await;
         match self
             .begin(thread_id, RunStart::User { text, model })
@@ -372,7 +351,7 @@ impl ExecutionService {
                 Created::Exhausted { attempts } => return Ok(Begun::Exhausted { attempts }),
             };
             reservation.disarm();
-            let _ = run_tx.send(Some(run.id.clone()));
+            run_tx.send_replace(Some(run.id.clone()));
             let started = Begun::Started {
                 run: Box::new(run.clone()),
                 attempts: thread.resume_attempts,
@@ -389,7 +368,7 @@ impl ExecutionService {
                     done: done_tx,
                 };
                 let root = worktrees::run_root(&thread, &project);
-                let ctx = RunContext {
+                let mut ctx = RunContext {
                     thread,
                     root,
                     run,
@@ -401,7 +380,11 @@ impl ExecutionService {
                     finishing,
                     session,
                 };
-                driver.drive(ctx).await;
+                // A run whose terminal write started the next queued message
+                // (TURN-01) hands over to it: same task, same reservation.
+                while let Some(next) = driver.drive(ctx).await {
+                    ctx = driver.rearm(next, &run_tx);
+                }
             });
             Ok(started)
         });
@@ -531,6 +514,49 @@ impl ExecutionService {
         }
         self.inner.tracker.close();
         let _ = tokio::time::timeout(timeout, self.inner.tracker.wait()).await;
+    }
+}
+
+/// The queued run a finished run's terminal write opened (TURN-01).
+struct NextRun {
+    thread: Thread,
+    project: Project,
+    run: Run,
+    text: String,
+}
+
+impl ExecutionService {
+    /// The context of `next`, with fresh cancel, reason, finishing and session
+    /// slots installed in the thread's active entry, and its run id published.
+    fn rearm(&self, next: NextRun, run_tx: &watch::Sender<Option<RunId>>) -> RunContext {
+        let cancel = CancellationToken::new();
+        let reason = Arc::new(Mutex::new(None));
+        let finishing = Arc::new(AtomicBool::new(false));
+        let session = Arc::new(Mutex::new(None));
+        if let Some(active) = lock(&self.inner.active).get_mut(&next.thread.id) {
+            active.cancel = cancel.clone();
+            active.reason = reason.clone();
+            active.finishing = finishing.clone();
+            active.session = session.clone();
+        }
+        run_tx.send_replace(Some(next.run.id.clone()));
+        // A shutdown that began meanwhile stops the new run at once (its claim stays).
+        if self.inner.closing.load(Ordering::SeqCst) {
+            lock(&reason).get_or_insert(InterruptReason::Shutdown);
+            cancel.cancel();
+        }
+        RunContext {
+            root: worktrees::run_root(&next.thread, &next.project),
+            thread: next.thread,
+            run: next.run,
+            text: next.text,
+            continuation: false,
+            end_events: Vec::new(),
+            cancel,
+            reason,
+            finishing,
+            session,
+        }
     }
 }
 

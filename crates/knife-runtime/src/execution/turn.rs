@@ -12,7 +12,9 @@ use crate::execution::runs::root_node;
 use crate::sessions::{OpenRequest, SessionHandle};
 
 impl ExecutionService {
-    pub(super) async fn drive(&self, mut ctx: RunContext) {
+    /// Drives `ctx`'s run to its terminal write; returns the queued run that write
+    /// opened, if any (TURN-01).
+    pub(super) async fn drive(&self, mut ctx: RunContext) -> Option<NextRun> {
         // Before the turn starts, whatever the driver (CHG-01).
         self.record_start(&mut ctx).await;
         // The model learns which files a revert restored since its last run (CHG-04).
@@ -41,13 +43,14 @@ impl ExecutionService {
                 .finalize(&ctx, outcome.clone(), usage.clone(), teardown)
                 .await
             {
-                Ok(()) => return,
+                Ok(next) => return next,
                 Err(e) => tracing::error!(
                     thread = %ctx.thread.id, run = %ctx.run.id, attempt = attempt + 1, error = %e,
                     "could not record the end of the run"
                 ),
             }
         }
+        None
     }
 
     /// Waits (up to [`FINISH_WAIT`]) for a run of `thread` whose turn already ended
@@ -239,6 +242,14 @@ impl ExecutionService {
                         teardown: false,
                     };
                 }
+                // A steer the turn took (TURN-01): it leaves the queue now.
+                Some(Ok(AdapterEvent::TurnItemUpdated(item))) => {
+                    if let Some(entry) =
+                        crate::execution::queue::steer_entry_of(&item.id, &ctx.run.id)
+                    {
+                        self.drop_delivered_steer(&ctx.thread.id, &entry).await;
+                    }
+                }
                 Some(Ok(_)) => {}
             }
         }
@@ -320,12 +331,36 @@ impl ExecutionService {
         outcome: TurnOutcome,
         usage: Option<TokenUsage>,
         teardown: bool,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Option<NextRun>, RuntimeError> {
+        // Compare-and-set on the thread row: a message queued meanwhile (TURN-01)
+        // makes the write miss and go again with it, so no queued message is lost.
+        for _ in 0..FINALIZE_ATTEMPTS {
+            if let Some(done) = self
+                .finalize_once(ctx, outcome.clone(), usage.clone(), teardown)
+                .await?
+            {
+                return Ok(done);
+            }
+        }
+        Err(RuntimeError::Conflict)
+    }
+
+    /// One attempt of [`Self::finalize`]: `None` when the thread row moved.
+    async fn finalize_once(
+        &self,
+        ctx: &RunContext,
+        outcome: TurnOutcome,
+        usage: Option<TokenUsage>,
+        teardown: bool,
+    ) -> Result<Option<Option<NextRun>>, RuntimeError> {
         let store = &self.inner.store;
         let now = self.inner.clock.now();
         let mut run = ctx.run.clone();
         run.completed_at = Some(now);
         run.usage = usage;
+        let version = store
+            .row_version(knife_store::EntityKind::Thread, ctx.thread.id.as_str())
+            .await?;
         let mut thread = store
             .get_thread(&ctx.thread.id)
             .await?
@@ -339,15 +374,24 @@ impl ExecutionService {
         }
         // Whatever the runtime left unfinished ends with the run (a grace expiry, a
         // broken event stream or a failed write means its own settlement never came).
-        let mut events = match store.thread_projection(&ctx.thread.id).await? {
+        let projection = store.thread_projection(&ctx.thread.id).await?;
+        let mut events = match &projection {
             Some(p) => crate::execution::terminal::settle_unfinished(
-                &p,
+                p,
                 &run.id,
                 now,
                 crate::execution::terminal::REQUEST_RUN_ENDED,
             ),
             None => Vec::new(),
         };
+        // The run's steers: delivered ones leave the queue, the others wait in it.
+        let delivered: Vec<TurnItemId> = projection
+            .iter()
+            .flat_map(|p| p.turn_items.iter())
+            .filter(|i| i.run_id.as_ref() == Some(&run.id))
+            .map(|i| i.id.clone())
+            .collect();
+        crate::execution::queue::settle_steers(&mut thread, &run.id, &delivered);
         let reason = *lock(&ctx.reason);
         // Nobody interrupted it but the manager is shutting down: the process is
         // going away, which is a shutdown too (EXEC-02: no reason given = shutdown).
@@ -414,9 +458,70 @@ impl ExecutionService {
         for (i, event) in ctx.end_events.iter().enumerate() {
             events.insert(i, event.clone());
         }
-        let claimed = thread.is_claimed();
-        events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
-        store.write(events).await?;
+        // TURN-02: a user interrupt pauses what waits in the queue.
+        if terminal
+            == (Terminal::Interrupted {
+                reason: InterruptReason::User,
+            })
+        {
+            crate::execution::queue::pause_if_waiting(
+                &mut thread,
+                QueuePauseReason::UserInterrupt,
+                now,
+            );
+        }
+        // TURN-01: the next queued message starts in this same transaction (run and
+        // claim), unless the run keeps its claim for a restart (shutdown).
+        let next = match thread.queue.next_to_start().cloned() {
+            Some(entry)
+                if terminal.releases_claim() && !self.inner.closing.load(Ordering::SeqCst) =>
+            {
+                store
+                    .get_project(&thread.project_id)
+                    .await?
+                    .map(|project| (entry, project))
+            }
+            _ => None,
+        };
+        let claimed;
+        let next = match next {
+            Some((entry, project)) => {
+                thread.queue.entries.retain(|e| e.id != entry.id);
+                let model = entry.model.clone().or_else(|| thread.model.clone());
+                let (next_run, opened) = crate::execution::runs::open_run(
+                    &mut thread,
+                    crate::execution::runs::OpenRun {
+                        text: &entry.text,
+                        model,
+                        origin: MessageOrigin::User,
+                        description: None,
+                        user_text: Some(&entry.text),
+                    },
+                    now,
+                );
+                claimed = true;
+                events.extend(opened);
+                Some(NextRun {
+                    thread: thread.clone(),
+                    project,
+                    run: next_run,
+                    text: entry.text,
+                })
+            }
+            None => {
+                claimed = thread.is_claimed();
+                events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
+                None
+            }
+        };
+        let guard = knife_store::RowGuard::new(
+            knife_store::EntityKind::Thread,
+            ctx.thread.id.as_str(),
+            version,
+        );
+        if store.write_if(guard, events).await?.is_none() {
+            return Ok(None);
+        }
         if let Some(observer) = &self.inner.run_observer {
             observer.run_finished(&run);
         }
@@ -427,9 +532,16 @@ impl ExecutionService {
             thread = %ctx.thread.id, run = %run.id, outcome = label, claim_kept = claimed,
             "run finished"
         );
-        Ok(())
+        if let Some(next) = &next {
+            tracing::info!(thread = %ctx.thread.id, run = %next.run.id, "a queued message started");
+        }
+        Ok(Some(next))
     }
 }
+
+/// Most compare-and-set attempts of one terminal write (the thread row moves when a
+/// message is queued or the agent status changes meanwhile).
+const FINALIZE_ATTEMPTS: usize = 20;
 
 type EventStream =
     futures::stream::BoxStream<'static, Result<AdapterEvent, crate::sessions::SessionEventError>>;

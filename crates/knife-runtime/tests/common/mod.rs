@@ -53,6 +53,10 @@ pub struct Drains {
     /// Opens hang (never finish) while set; counts the opens begun.
     hang_opens: Arc<std::sync::atomic::AtomicBool>,
     opens: Arc<watch::Sender<usize>>,
+    /// `steer_turn` delivers at once (records the steer's item) while set; else refuses.
+    steerable: Arc<std::sync::atomic::AtomicBool>,
+    /// Texts of the steers delivered, in order.
+    steers: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drains {
@@ -65,7 +69,18 @@ impl Drains {
             release: Arc::new(Notify::new()),
             hang_opens: Arc::default(),
             opens: Arc::new(watch::Sender::new(0)),
+            steerable: Arc::default(),
+            steers: Arc::default(),
         }
+    }
+    /// Lets `steer_turn` deliver (TURN-01): a runtime that can steer.
+    pub fn allow_steering(&self) {
+        self.steerable
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// Texts of the steers delivered so far.
+    pub fn steers(&self) -> Vec<String> {
+        self.steers.lock().unwrap().clone()
     }
     /// Makes every later adapter open hang until it is cancelled.
     pub fn hang_opens(&self) {
@@ -245,6 +260,40 @@ impl SessionRuntime for FakeSession {
         _thread: &ThreadId,
         _native: Option<String>,
     ) -> Result<(), AdapterError> {
+        Ok(())
+    }
+    async fn steer_turn(&self, _thread: &ThreadId, steer: SteerInput) -> Result<(), AdapterError> {
+        if !self
+            .drains
+            .steerable
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(AdapterError::Runtime(
+                "this fake runtime cannot steer".into(),
+            ));
+        }
+        let input = self.turn.lock().unwrap().clone();
+        let (Some(input), Some(tx)) = (input, self.tx.lock().unwrap().clone()) else {
+            return Err(AdapterError::Runtime("no turn".into()));
+        };
+        let now = chrono::Utc::now();
+        self.drains.steers.lock().unwrap().push(steer.text.clone());
+        let _ = tx.send(Ok(AdapterEvent::TurnItemUpdated(TurnItem {
+            id: steer.item_id,
+            thread_id: input.thread_id.clone(),
+            run_id: Some(input.run_id.clone()),
+            provider_turn_id: Some(input.provider_turn_id.clone()),
+            ordinal: TurnItem::ordinal_in_run(input.run_ordinal, 5),
+            status: TurnItemStatus::Completed,
+            started_at: Some(now),
+            completed_at: Some(now),
+            updated_at: now,
+            kind: TurnItemKind::UserMessage {
+                text: steer.text,
+                origin: MessageOrigin::User,
+                description: None,
+            },
+        })));
         Ok(())
     }
     fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {

@@ -51,6 +51,7 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         resume_attempts: 0,
         parent_thread_id: None,
         worktree: None,
+        queue: Default::default(),
         archived_at: None,
         untitled: false,
         forked_from: None,

@@ -339,7 +339,11 @@ impl SessionRuntime for FakeSession {
         Ok(())
     }
 
-    async fn steer_turn(&self, _thread: &ThreadId, _text: String) -> Result<(), AdapterError> {
+    async fn steer_turn(
+        &self,
+        _thread: &ThreadId,
+        _steer: knife_runtime::SteerInput,
+    ) -> Result<(), AdapterError> {
         self.adapter.state.steers.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

@@ -52,6 +52,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
             resume_attempts: 0,
             parent_thread_id: None,
             worktree: None,
+            queue: Default::default(),
             archived_at: None,
             untitled: false,
             forked_from: None,
