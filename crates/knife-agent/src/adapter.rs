@@ -332,6 +332,7 @@ impl SessionRuntime for BuiltinSession {
             instance: self.config.provider_instance_id.to_string(),
             approvals: Arc::clone(&self.approvals),
             steers: Arc::clone(&steers),
+            budget: input.budget.clone(),
         };
         let slot = Arc::clone(&self.active);
         let on_finish = Box::new(move || {

@@ -44,6 +44,8 @@ pub(crate) struct TurnPlan {
     pub approvals: Arc<ApprovalBroker>,
     /// Steers handed to this turn (TURN-01), taken before each model call.
     pub steers: Steers,
+    /// Budgets checked before each model call (TURN-07); `None` = none.
+    pub budget: Option<knife_runtime::budget::BudgetGate>,
 }
 
 /// The mailbox of a turn's steers: `steer_turn` pushes, the loop drains before
@@ -105,6 +107,7 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         instance,
         approvals,
         steers,
+        budget,
     } = plan;
     let specs = tools.specs();
     let processor = Processor {
@@ -125,6 +128,10 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         for steer in taken {
             rec.steer_delivered(steer.item_id, &steer.text);
             messages.push(ChatMessage::User { text: steer.text });
+        }
+        // TURN-07: a spent budget ends the turn before the call is paid for.
+        if let Some(gate) = &budget {
+            gate.0.check(rec.usage()).await?;
         }
         let request = LlmRequest {
             model: model.clone(),
@@ -471,6 +478,7 @@ mod tests {
             instance: "test".into(),
             approvals: Arc::default(),
             steers: Arc::default(),
+            budget: None,
         };
         let cancel = CancellationToken::new();
         let handle = tokio::spawn(run_turn(

@@ -272,6 +272,11 @@ impl TurnRecorder {
         self.emit(idx);
     }
 
+    /// The turn's token usage so far (summed over its finished model calls).
+    pub(crate) fn usage(&self) -> Option<&TokenUsage> {
+        self.usage.as_ref()
+    }
+
     /// A steer the turn takes before its next model call (TURN-01): a completed
     /// user-message item with the steer's own id (`TurnItemId::steer_of`), which
     /// tells execution it was delivered.

@@ -183,6 +183,33 @@ pub struct PostMessageResponse {
     pub note: Option<String>,
 }
 
+/// `POST /api/threads/{id}/budget` (TURN-07): adds to the budgets of the thread
+/// and, with `continue`, starts a continuation run once it is idle.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaiseBudgetRequest {
+    /// Tokens to add.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// USD to add (0 or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Start a run that continues the work (the thread must be idle).
+    #[serde(default, rename = "continue")]
+    pub continue_run: bool,
+}
+
+/// Answer of `POST /api/threads/{id}/budget`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RaiseBudgetResponse {
+    pub thread_id: ThreadId,
+    /// Everything added to this thread's budgets so far.
+    pub budget_raise: BudgetRaise,
+    /// The continuation run, when `continue` started one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+}
+
 /// `GET /api/threads/{id}/queue` and the answer of the queue commands (TURN-01/02).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QueueResponse {

@@ -89,6 +89,21 @@ pub struct Thread {
     /// the same transaction as the runs it starts.
     #[serde(default, skip_serializing_if = "MessageQueue::is_empty")]
     pub queue: MessageQueue,
+    /// What the user added to the budgets for this thread (TURN-07): added to
+    /// every limit its runs are checked against. `None` = nothing added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_raise: Option<BudgetRaise>,
+}
+
+/// Tokens and cost a user added to the budgets of one thread (TURN-07), summed
+/// over every raise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetRaise {
+    #[serde(default)]
+    pub tokens: u64,
+    /// Micro-dollars (1 USD = 1,000,000).
+    #[serde(default)]
+    pub cost_microdollars: u64,
 }
 
 /// How a message sent to a thread whose run is active is handled (TURN-01). On an
@@ -140,6 +155,8 @@ pub enum QueuePauseReason {
     UserInterrupt,
     /// A run ended after its resume budget was spent (EXEC-08).
     ResumeExhausted,
+    /// A run ended because a budget was spent (TURN-07).
+    BudgetExceeded,
 }
 
 /// A durable pause of a thread's queue (TURN-02): queued messages do not start on
@@ -271,10 +288,13 @@ pub enum RunStatus {
     Interrupted,
     Failed,
     Cancelled,
+    /// Stopped because a thread, project or day budget was spent (TURN-07); the
+    /// run's error names the budget.
+    BudgetExceeded,
 }
 
 impl RunStatus {
-    /// True for `completed`, `interrupted`, `failed` and `cancelled`.
+    /// True for `completed`, `interrupted`, `failed`, `cancelled` and `budget_exceeded`.
     pub fn is_terminal(self) -> bool {
         !matches!(self, RunStatus::Queued | RunStatus::Running)
     }

@@ -42,6 +42,10 @@ pub struct StartTurnInput {
     /// several projects starts each thread's native conversation there; `None` = the
     /// session's `cwd`.
     pub cwd: Option<PathBuf>,
+    /// Checked before each model call when the runtime makes its own (the built-in
+    /// agent; TURN-07); `None` = no budgets. Runtimes that cannot check are
+    /// followed by execution at each usage report instead.
+    pub budget: Option<crate::budget::BudgetGate>,
 }
 
 /// How a runtime forks a thread's conversation (CHG-09).

@@ -176,6 +176,7 @@ pub async fn create_thread(
         parent_thread_id: request.parent_thread_id,
         worktree: None,
         queue: Default::default(),
+        budget_raise: None,
         archived_at: None,
         forked_from: None,
     };

@@ -121,6 +121,7 @@ impl ExecutionService {
             // worktree (CHG-07), whose branch stays the source's.
             worktree: None,
             queue: Default::default(),
+            budget_raise: None,
         };
         let mut copied = vec![DomainEvent::new(
             now,

@@ -123,6 +123,7 @@ impl H {
             parent_thread_id: None,
             worktree: None,
             queue: Default::default(),
+            budget_raise: None,
             archived_at: None,
             untitled: false,
             forked_from: None,

@@ -56,6 +56,7 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         parent_thread_id: None,
         worktree: None,
         queue: Default::default(),
+        budget_raise: None,
         archived_at: None,
         untitled: false,
         forked_from: None,

@@ -45,6 +45,7 @@ pub fn router(state: AppState) -> Router {
         .route("/threads/{id}/messages", post(post_message))
         .route("/threads/{id}/queue", get(get_queue).delete(clear_queue))
         .route("/threads/{id}/queue/resume", post(resume_queue))
+        .route("/threads/{id}/budget", post(raise_budget))
         .route(
             "/threads/{id}/queue/{entry}",
             axum::routing::delete(cancel_queued),
@@ -330,6 +331,36 @@ async fn resume_queue(
     Path(id): Path<ThreadId>,
 ) -> Result<Json<QueueResponse>, ApiErr> {
     Ok(Json(s.execution.resume_queue(&id).await?))
+}
+
+/// `POST /api/threads/{id}/budget` with `{"tokens"?, "cost_usd"?, "continue"?}`:
+/// adds to the thread's budgets and, with `continue`, starts a continuation run
+/// (TURN-07). 400 for a negative cost or an empty raise, 409 `run_in_progress`
+/// when continuing a busy thread (the raise is kept).
+async fn raise_budget(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+    payload: Result<Json<RaiseBudgetRequest>, JsonRejection>,
+) -> Result<Json<RaiseBudgetResponse>, ApiErr> {
+    let request = body(payload)?;
+    let cost = match request.cost_usd {
+        Some(usd) if !usd.is_finite() || usd < 0.0 => {
+            return Err(ApiErr::bad_request(format!(
+                "cost_usd = {usd} is not an amount; give USD, 0 or more (e.g. 2.5)"
+            )));
+        }
+        Some(usd) => (usd * 1_000_000.0).round() as u64,
+        None => 0,
+    };
+    let (raise, run) = s
+        .execution
+        .raise_budget(&id, request.tokens.unwrap_or(0), cost, request.continue_run)
+        .await?;
+    Ok(Json(RaiseBudgetResponse {
+        thread_id: id,
+        budget_raise: raise,
+        run_id: run.map(|r| r.id),
+    }))
 }
 
 /// `DELETE /api/threads/{id}/queue/{entry}`: cancels one queued message (404 when

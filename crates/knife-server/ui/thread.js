@@ -87,6 +87,11 @@ export class ThreadView {
     const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input,
       h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.steerButton, this.sendButton));
     composer.addEventListener('submit', (e) => { e.preventDefault(); this.send(); });
+    this.transcript.addEventListener('click', (e) => {
+      if (!e.target.closest('.budget-continue')) return;
+      api(`/threads/${encodeURIComponent(this.id)}/budget`, { method: 'POST', body: { tokens: 100000, cost_usd: 1, continue: true } })
+        .then(() => this.showError(null), (err) => this.showError(err.message));
+    });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
     });
@@ -368,7 +373,7 @@ export class ThreadView {
     const rows = [];
     if (q.paused) {
       rows.push(h('div', { class: 'queue-paused', id: 'queue-paused' },
-        q.paused.reason === 'user_interrupt' ? 'Queue paused: a run was interrupted. ' : 'Queue paused: a run could not be resumed. ',
+        ({ user_interrupt: 'Queue paused: a run was interrupted. ', budget_exceeded: 'Queue paused: a budget is spent. ' })[q.paused.reason] || 'Queue paused: a run could not be resumed. ',
         h('button', { type: 'button', id: 'queue-resume', on: { click: act('/queue/resume', 'POST') } }, 'Resume'), ' ',
         h('button', { type: 'button', id: 'queue-clear', on: { click: act('/queue', 'DELETE') } }, 'Clear')));
     }

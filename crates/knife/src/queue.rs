@@ -1,5 +1,6 @@
 //! `knife threads queue THREAD`: a thread's message queue (SPEC.md TURN-01/02) through
-//! the running server: list it, cancel an entry, clear it, resume it after a pause.
+//! the running server: list it, cancel an entry, clear it, resume it after a pause;
+//! and `knife threads budget THREAD`: raise its budgets and continue (TURN-07).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -68,6 +69,9 @@ pub fn render(q: &QueueResponse) -> String {
         let why = match pause.reason {
             QueuePauseReason::UserInterrupt => "a run was interrupted",
             QueuePauseReason::ResumeExhausted => "a run could not be resumed",
+            QueuePauseReason::BudgetExceeded => {
+                "a budget is spent; raise it with `knife threads budget`"
+            }
         };
         out.push_str(&format!(
             "queue paused ({why}): resume it with `knife threads queue {thread} --resume`, or \
@@ -96,4 +100,55 @@ pub fn render(q: &QueueResponse) -> String {
         }
     }
     out
+}
+
+/// Flags of `knife threads budget`.
+#[derive(Args)]
+pub struct BudgetArgs {
+    pub id: String,
+    /// Tokens to add to every budget this thread's runs are checked against.
+    #[arg(long)]
+    pub tokens: Option<u64>,
+    /// USD to add.
+    #[arg(long)]
+    pub cost_usd: Option<f64>,
+    /// Start a run that continues the work.
+    #[arg(long = "continue")]
+    pub continue_run: bool,
+    #[arg(long, env = "KNIFE_SERVER")]
+    pub server: Option<String>,
+    #[arg(long, env = "KNIFE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+pub async fn budget(config_path: Option<&Path>, args: BudgetArgs) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let Some(client) =
+        find_server(&config, args.server.as_deref(), args.data_dir.as_deref()).await?
+    else {
+        anyhow::bail!(
+            "no knife server is running; start it with `knife serve`, then raise the budget"
+        );
+    };
+    let raised: RaiseBudgetResponse = client
+        .post(
+            &format!("/api/threads/{}/budget", args.id),
+            &RaiseBudgetRequest {
+                tokens: args.tokens,
+                cost_usd: args.cost_usd,
+                continue_run: args.continue_run,
+            },
+        )
+        .await?;
+    let r = raised.budget_raise;
+    println!(
+        "thread {}: budgets raised by {} tokens and {:.2} USD in all",
+        raised.thread_id,
+        r.tokens,
+        r.cost_microdollars as f64 / 1_000_000.0
+    );
+    if let Some(run) = raised.run_id {
+        println!("continuing in {run}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

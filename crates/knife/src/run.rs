@@ -167,7 +167,10 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
         "thread {} · run {} · {}",
         thread.id,
         run.ordinal,
-        format!("{:?}", run.status).to_lowercase()
+        serde_json::to_value(run.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
     );
     match run.status {
         RunStatus::Completed => Ok(ExitCode::SUCCESS),

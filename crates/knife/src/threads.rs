@@ -91,6 +91,9 @@ pub enum ThreadsCommand {
     /// A thread's message queue (messages sent while a run was active): list it,
     /// `--cancel ID`, `--clear`, or `--resume` it after an interrupt paused it.
     Queue(crate::queue::QueueArgs),
+    /// Raise a thread's budgets after a run ended `budget_exceeded` (`--tokens N`,
+    /// `--cost-usd X`), and `--continue` its work in a new run.
+    Budget(crate::queue::BudgetArgs),
     /// Merge the work of a thread's worktree (branch `knife/<short id>`) into the
     /// project's current branch; refused with the conflicting files on conflict
     /// (nothing changed). Needs the running server.
@@ -360,6 +363,7 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             }
         }
         ThreadsCommand::Queue(args) => return crate::queue::queue(config_path, args).await,
+        ThreadsCommand::Budget(args) => return crate::queue::budget(config_path, args).await,
         ThreadsCommand::Merge {
             id,
             server,

@@ -203,6 +203,7 @@ pub fn turn(ordinal: u32, text: &str, history: Vec<TurnItem>) -> StartTurnInput 
         history,
         model: None,
         cwd: None,
+        budget: None,
     }
 }
 

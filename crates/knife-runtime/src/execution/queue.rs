@@ -130,6 +130,7 @@ mod tests {
             forked_from: None,
             worktree: None,
             queue: MessageQueue::default(),
+            budget_raise: None,
         }
     }
 }

@@ -39,6 +39,9 @@ pub(crate) enum RunStart {
         entry: knife_protocol::QueuedMessage,
         resume: bool,
     },
+    /// The continuation after a budget raise (TURN-07): the system message
+    /// [`crate::execution::CONTINUE_AFTER_BUDGET_RAISE`].
+    BudgetRaised,
     /// A resume of claimed work after a restart (EXEC-07): counts one attempt and
     /// opens the run with the system continuation message, unless `max_attempts`
     /// resumes were already spent (EXEC-08).
@@ -51,6 +54,7 @@ impl RunStart {
         match self {
             RunStart::User { text, .. } => text,
             RunStart::Queued { entry, .. } => &entry.text,
+            RunStart::BudgetRaised => crate::execution::CONTINUE_AFTER_BUDGET_RAISE,
             RunStart::Continuation { .. } => CONTINUE_AFTER_SERVER_RESTART,
         }
     }
@@ -98,7 +102,7 @@ pub(crate) async fn create_run(
     let mut model = match start {
         RunStart::User { model, .. } => model.clone().or_else(|| thread.model.clone()),
         RunStart::Queued { entry, .. } => entry.model.clone().or_else(|| thread.model.clone()),
-        RunStart::Continuation { .. } => thread.model.clone(),
+        RunStart::Continuation { .. } | RunStart::BudgetRaised => thread.model.clone(),
     };
     if let RunStart::Continuation { max_attempts } = start {
         if !thread.is_claimed() {
@@ -166,11 +170,15 @@ pub(crate) async fn create_run(
         RunStart::Continuation { .. } => {
             (MessageOrigin::System, Some(CONTINUE_DESCRIPTION.to_owned()))
         }
+        RunStart::BudgetRaised => (
+            MessageOrigin::System,
+            Some(crate::execution::BUDGET_CONTINUE_DESCRIPTION.to_owned()),
+        ),
     };
     let user_text = match start {
         RunStart::User { text, .. } => Some(text.as_str()),
         RunStart::Queued { entry, .. } => Some(entry.text.as_str()),
-        RunStart::Continuation { .. } => None,
+        RunStart::Continuation { .. } | RunStart::BudgetRaised => None,
     };
     let opened = open_run(
         &mut thread,

@@ -27,10 +27,14 @@ use crate::execution::terminal::{Terminal, terminal_of_outcome};
 use crate::sessions::{SessionHandle, SessionManager};
 
 // `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
-// `execution/messages.rs` (the message queue, TURN-01/02),
+// `execution/messages.rs` (the message queue, TURN-01/02), `execution/budget_raise.rs`
+// (TURN-07),
 // `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04) and
 // `execution/worktrees.rs` (CHG-07): children of this module so they share the
 // service's private state.
+#[path = "budget_raise.rs"]
+mod budget_raise;
+pub use budget_raise::{BUDGET_CONTINUE_DESCRIPTION, CONTINUE_AFTER_BUDGET_RAISE};
 #[path = "checkpoints.rs"]
 mod checkpoints;
 #[path = "messages.rs"]
@@ -108,6 +112,8 @@ struct Inner {
     manager: SessionManager,
     /// See [`ExecutionService::with_run_observer`].
     run_observer: Option<Arc<dyn RunObserver>>,
+    /// Budgets checked around every turn (TURN-07); `None` = none configured.
+    budgets: Option<crate::budget::BudgetGuard>,
     // std Mutex: only held for map lookups, never across an `.await`.
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
@@ -141,6 +147,7 @@ impl ExecutionService {
                 clock,
                 manager,
                 run_observer: None,
+                budgets: None,
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
@@ -159,6 +166,16 @@ impl ExecutionService {
     pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.interrupt_grace = grace;
+        }
+        self
+    }
+
+    /// Checks `guard`'s budgets before each run's turn, at each usage report of the
+    /// turn and (given to the runtime) before each model call (TURN-07). A guard
+    /// without limits is dropped. Call before sharing the service.
+    pub fn with_budgets(mut self, guard: crate::budget::BudgetGuard) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.budgets = guard.budgets().any().then_some(guard);
         }
         self
     }
@@ -379,6 +396,7 @@ impl ExecutionService {
                     reason,
                     finishing,
                     session,
+                    budget_hit: Mutex::new(None),
                 };
                 // A run whose terminal write started the next queued message
                 // (TURN-01) hands over to it: same task, same reservation.
@@ -556,6 +574,7 @@ impl ExecutionService {
             reason,
             finishing,
             session,
+            budget_hit: Mutex::new(None),
         }
     }
 }
@@ -573,6 +592,8 @@ struct RunContext {
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
     session: Arc<Mutex<Option<SessionHandle>>>,
+    /// The budget a usage report found spent (TURN-07): the run ends `budget_exceeded`.
+    budget_hit: Mutex<Option<RunError>>,
 }
 
 /// Held by the task driving a run: on drop (the drive ended or panicked) the

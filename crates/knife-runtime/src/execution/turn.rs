@@ -87,6 +87,19 @@ impl ExecutionService {
         if ctx.cancel.is_cancelled() {
             return Ended::interrupted(ctx);
         }
+        // TURN-07: a spent budget stops the run before its first model call.
+        if let Some(guard) = &inner.budgets {
+            match guard
+                .check(&ctx.thread, &ctx.run, None, inner.clock.now())
+                .await
+            {
+                Ok(Some(over)) => return Ended::budget(over.run_error()),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(thread = %ctx.thread.id, error = %e, "could not check the budgets")
+                }
+            }
+        }
         // One session per thread unless the adapter declares shared sessions.
         let shared = inner
             .manager
@@ -149,6 +162,14 @@ impl ExecutionService {
             // The run's model: the message's (TURN-10), else the thread's.
             model: ctx.run.model.clone(),
             cwd: Some(ctx.root.clone()),
+            budget: inner.budgets.clone().map(|guard| {
+                crate::budget::BudgetGate(Arc::new(crate::budget::RunGate {
+                    guard,
+                    thread: ctx.thread.clone(),
+                    run: ctx.run.clone(),
+                    clock: inner.clock.clone(),
+                }))
+            }),
         };
         // Subscribed before the turn starts, so no event of the turn is missed.
         let mut events = handle.subscribe_events();
@@ -191,6 +212,26 @@ impl ExecutionService {
         handle: &SessionHandle,
         events: &mut EventStream,
         turn: &ProviderTurnId,
+    ) -> Ended {
+        // A turn that ends without a usage total (interrupted, broken) keeps the
+        // last one it reported, so its tokens count (TURN-06/07).
+        let mut last_usage = None;
+        let mut ended = self
+            .follow_turn(ctx, handle, events, turn, &mut last_usage)
+            .await;
+        if ended.usage.is_none() {
+            ended.usage = last_usage;
+        }
+        ended
+    }
+
+    async fn follow_turn(
+        &self,
+        ctx: &RunContext,
+        handle: &SessionHandle,
+        events: &mut EventStream,
+        turn: &ProviderTurnId,
+        last_usage: &mut Option<TokenUsage>,
     ) -> Ended {
         let inner = &self.inner;
         let mut grace_deadline: Option<tokio::time::Instant> = None;
@@ -242,6 +283,20 @@ impl ExecutionService {
                         teardown: false,
                     };
                 }
+                // TURN-07: each usage report of the turn is checked against the
+                // budgets; a spent one stops the turn (interrupted, then recorded
+                // as `budget_exceeded`).
+                Some(Ok(AdapterEvent::ProviderTurnUpdated(t)))
+                    if t.run_id == ctx.run.id && t.usage.is_some() =>
+                {
+                    last_usage.clone_from(&t.usage);
+                    if grace_deadline.is_none()
+                        && let Some(error) = self.budget_spent(ctx, t.usage.as_ref()).await
+                    {
+                        *lock(&ctx.budget_hit) = Some(error);
+                        ctx.cancel.cancel();
+                    }
+                }
                 // A steer the turn took (TURN-01): it leaves the queue now.
                 Some(Ok(AdapterEvent::TurnItemUpdated(item))) => {
                     if let Some(entry) =
@@ -251,6 +306,25 @@ impl ExecutionService {
                     }
                 }
                 Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// The run error of the first budget spent with `usage` as the run's use so far.
+    async fn budget_spent(&self, ctx: &RunContext, usage: Option<&TokenUsage>) -> Option<RunError> {
+        let guard = self.inner.budgets.as_ref()?;
+        let thread = match self.inner.store.get_thread(&ctx.thread.id).await {
+            Ok(Some(t)) => t,
+            _ => ctx.thread.clone(),
+        };
+        match guard
+            .check(&thread, &ctx.run, usage, self.inner.clock.now())
+            .await
+        {
+            Ok(over) => over.map(|o| o.run_error()),
+            Err(e) => {
+                tracing::warn!(thread = %ctx.thread.id, error = %e, "could not check the budgets");
+                None
             }
         }
     }
@@ -405,6 +479,12 @@ impl ExecutionService {
             },
             outcome => outcome,
         };
+        // A turn execution stopped for a spent budget ends with that budget (TURN-07).
+        let budget_hit = lock(&ctx.budget_hit).clone();
+        let (outcome, reason) = match budget_hit {
+            Some(error) if !shutdown => (TurnOutcome::Failed { error }, None),
+            _ => (outcome, reason),
+        };
         let terminal = terminal_of_outcome(outcome, reason);
         if terminal.releases_claim() {
             thread.release_claim();
@@ -426,6 +506,25 @@ impl ExecutionService {
                 });
                 thread.status = ThreadStatus::Idle;
                 "interrupted"
+            }
+            Terminal::Failed { error } if error.error_type == crate::budget::BUDGET_EXCEEDED => {
+                run.status = RunStatus::BudgetExceeded;
+                run.error = Some(error.clone());
+                thread.status = ThreadStatus::Failed;
+                thread.last_error = Some(error.clone());
+                events.push(DomainEvent::new(
+                    now,
+                    EventBody::TurnItemUpdated(crate::execution::runs::error_item(
+                        &run, error, now,
+                    )),
+                ));
+                // What waits in the queue would only hit the same budget.
+                crate::execution::queue::pause_if_waiting(
+                    &mut thread,
+                    QueuePauseReason::BudgetExceeded,
+                    now,
+                );
+                "budget_exceeded"
             }
             Terminal::Failed { error } => {
                 run.status = RunStatus::Failed;
@@ -565,6 +664,14 @@ impl Ended {
     fn interrupted(ctx: &RunContext) -> Self {
         Self {
             outcome: interrupted(ctx),
+            usage: None,
+            teardown: false,
+        }
+    }
+
+    fn budget(error: RunError) -> Self {
+        Self {
+            outcome: TurnOutcome::Failed { error },
             usage: None,
             teardown: false,
         }

@@ -30,6 +30,9 @@ pub enum Drain {
     Panic,
     /// Never ends on its own, and `interrupt_turn` hangs forever (a deaf runtime).
     Deaf,
+    /// Reports this many tokens used (a provider turn usage update), then hangs;
+    /// honours interrupts (an external runtime's usage report, TURN-07).
+    Usage(u64),
 }
 
 /// A turn the fake runtime was asked to run.
@@ -220,6 +223,28 @@ impl SessionRuntime for FakeSession {
                 let _ = tx.send(Ok(terminal_event(&input, TurnOutcome::Failed { error })));
             }
             Drain::Hang | Drain::Deaf => {}
+            Drain::Usage(tokens) => {
+                let now = chrono::Utc::now();
+                let _ = tx.send(Ok(AdapterEvent::ProviderTurnUpdated(ProviderTurn {
+                    id: input.provider_turn_id.clone(),
+                    thread_id: input.thread_id.clone(),
+                    run_id: input.run_id.clone(),
+                    provider_thread_id: None,
+                    provider_session_id: ProviderSessionId::from("psession_fake"),
+                    node_id: NodeId::root_of(&input.run_id),
+                    ordinal: 1,
+                    status: ProviderTurnStatus::Running,
+                    started_at: now,
+                    completed_at: None,
+                    usage: Some(TokenUsage {
+                        input_tokens: tokens,
+                        total_tokens: tokens,
+                        ..Default::default()
+                    }),
+                    error: None,
+                    native_turn_id: None,
+                })));
+            }
             Drain::Panic => panic!("the fake runtime panics on start_turn"),
             Drain::Gated => {
                 let release = self.drains.release.clone();
@@ -341,6 +366,20 @@ impl Harness {
             project,
             instance: ProviderInstanceId::from("fake"),
         }
+    }
+
+    /// [`Self::execution`] with `budgets` (TURN-07; no prices: costs are 0).
+    pub fn execution_with_budgets(
+        &self,
+        budgets: knife_runtime::budget::Budgets,
+    ) -> ExecutionService {
+        self.execution()
+            .with_budgets(knife_runtime::budget::BudgetGuard::new(
+                self.store.clone(),
+                budgets,
+                Arc::new(PriceTable::defaults()),
+                HashMap::new(),
+            ))
     }
 
     /// A fresh execution service (a new "process") over the same store.

@@ -52,6 +52,7 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         parent_thread_id: None,
         worktree: None,
         queue: Default::default(),
+        budget_raise: None,
         archived_at: None,
         untitled: false,
         forked_from: None,

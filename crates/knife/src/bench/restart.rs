@@ -53,6 +53,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
             parent_thread_id: None,
             worktree: None,
             queue: Default::default(),
+            budget_raise: None,
             archived_at: None,
             untitled: false,
             forked_from: None,
