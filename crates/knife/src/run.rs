@@ -163,8 +163,23 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
             }
         }
     };
+    // TURN-06: what the run used and cost (priced by the server).
+    let spent = client
+        .get::<UsageReport>(&format!("/api/usage?thread_id={}", thread.id))
+        .await
+        .ok()
+        .and_then(|u| u.by_run.into_iter().find(|r| r.run_id == run.id))
+        .filter(|r| r.totals.total_tokens > 0)
+        .map(|r| {
+            let cost = match r.totals.unpriced_runs {
+                0 => format!(" · {}", format_usd(r.totals.cost_microdollars)),
+                _ => String::new(),
+            };
+            format!(" · {} tokens{cost}", r.totals.total_tokens)
+        })
+        .unwrap_or_default();
     eprintln!(
-        "thread {} · run {} · {}",
+        "thread {} · run {} · {}{spent}",
         thread.id,
         run.ordinal,
         serde_json::to_value(run.status)
