@@ -5,7 +5,8 @@
 //!   SIGKILL), exit watch, pgid recorded in the store.
 //! - [`jsonrpc`]: JSON-RPC 2.0 over those lines (requests with id correlation and a
 //!   timeout, notifications, server→client requests).
-//! - [`record`]: the event sink and turn recorder the drivers share.
+//! - turns are recorded through knife-runtime's one recorder
+//!   (`knife_runtime::recording`: event sink, text windows, items, settlement).
 //! - [`codex`]: the `codex` driver (Codex app-server).
 //! - [`acp`]: the `acp` driver (Agent Client Protocol agents over stdio).
 //!
@@ -16,8 +17,6 @@ pub mod acp;
 pub mod codex;
 pub mod jsonrpc;
 pub mod process;
-pub mod record;
-mod sink;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -9,7 +9,6 @@ use knife_process::group_alive;
 use knife_runtime::SystemClock;
 use knife_runtime::process_groups::ProcessGroups;
 use knife_runtime::scope::SessionScope;
-use knife_store::Store;
 
 fn sh(script: &str) -> ProcessSpec {
     let mut spec = ProcessSpec::new("sh", std::env::temp_dir(), "test: sh");
@@ -192,7 +191,9 @@ async fn a_spawn_failure_names_the_program() {
 #[tokio::test]
 async fn the_process_group_is_recorded_while_it_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let groups = ProcessGroups::new(store.clone(), Arc::new(SystemClock));
     let (child, _lines) = ChildProcess::spawn(sh("exec cat"), Some(groups))
         .await

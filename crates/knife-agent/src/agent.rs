@@ -64,7 +64,6 @@ pub(crate) async fn run_turn(
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<String>>>,
 ) {
-    recorder.start();
     // `biased`: an interrupt that is already requested wins over more model output,
     // so a tool call that arrives after the abort is never executed (PROC-13).
     let result = tokio::select! {

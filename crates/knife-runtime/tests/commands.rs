@@ -11,7 +11,9 @@ use knife_store::Store;
 
 async fn store() -> (tempfile::TempDir, Store, SharedClock) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     (dir, store, Arc::new(SystemClock))
 }
 

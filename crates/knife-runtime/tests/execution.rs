@@ -183,7 +183,9 @@ async fn harness_with(
     options: SessionManagerOptions,
 ) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
     let opens = Arc::new(Mutex::new(0));
     let instance = ProviderInstanceId::from("fake");

@@ -29,7 +29,9 @@ struct H {
 /// completes the turn.
 async fn harness(shared: bool) -> H {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
     let instance = ProviderInstanceId::from("fake");
     let root = dir.path().join("project");

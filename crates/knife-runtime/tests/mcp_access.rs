@@ -8,7 +8,6 @@ use knife_protocol::*;
 use knife_runtime::commands::create_project;
 use knife_runtime::mcp::*;
 use knife_runtime::{SharedClock, SystemClock};
-use knife_store::Store;
 
 fn project(root: &str) -> Project {
     let now = chrono::Utc::now();
@@ -96,7 +95,9 @@ fn mcp_04_browser_access_fails_closed_when_thread_or_project_is_missing() {
 #[tokio::test]
 async fn mcp_04_store_policy_fails_closed_for_an_unknown_thread() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let policy = StoreAccessPolicy {
         store: store.clone(),
         settings: settings(true, true, &[]),

@@ -228,6 +228,41 @@ async fn mgr_36_shutdown_releases_in_parallel_under_one_shared_time_box() {
     assert_eq!(h.adapter.state().close_count(), 3);
 }
 
+/// A second `shutdown` (the server calls it again after its HTTP side stopped) returns
+/// only once the first call's releases wrote their records: the process exits after
+/// it, and a release still in flight would be cut off (it was, on PostgreSQL).
+#[tokio::test(start_paused = true)]
+async fn mgr_35_a_second_shutdown_waits_for_the_release_records_of_the_first() {
+    let h = Harness::new(
+        FakeBehaviour {
+            close_hangs: true,
+            ..Default::default()
+        },
+        no_idle,
+    )
+    .await;
+    let t = h.thread().await;
+    h.open(&exclusive(&t), &t).await;
+    let manager = h.manager.clone();
+    let first = tokio::spawn(async move { manager.shutdown().await });
+    wait_until(ms(100), "the first shutdown took the session out", || {
+        h.manager.live_sessions().is_empty()
+    })
+    .await;
+    assert_ne!(
+        h.session_status(&exclusive(&t)).await,
+        Some(SessionStatus::Stopped),
+        "the release is still closing the runtime"
+    );
+    h.manager.shutdown().await;
+    assert_eq!(
+        h.session_status(&exclusive(&t)).await,
+        Some(SessionStatus::Stopped),
+        "the second shutdown returned before the release record was written"
+    );
+    first.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn mgr_37_subscriber_streams_end_normally_on_shutdown() {
     let h = Harness::new(FakeBehaviour::default(), no_idle).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use knife_process::signals::process_start_ticks;
 use knife_runtime::process_groups::kill_leftover_process_groups;
-use knife_store::{ProcessGroupRecord, Store};
+use knife_store::ProcessGroupRecord;
 
 fn record(pgid: i32, leader_start: Option<u64>) -> ProcessGroupRecord {
     ProcessGroupRecord {
@@ -34,7 +34,9 @@ fn spawn_group() -> std::process::Child {
 #[tokio::test]
 async fn leftover_groups_are_killed_and_forgotten_reused_pids_are_spared() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let mut leftover = spawn_group();
     let mut reused = spawn_group();
     let leftover_pgid = i32::try_from(leftover.id()).unwrap();

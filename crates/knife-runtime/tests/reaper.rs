@@ -70,7 +70,9 @@ struct H {
 impl H {
     async fn new() -> H {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+        let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+            .await
+            .unwrap();
         H {
             _dir: dir,
             store,

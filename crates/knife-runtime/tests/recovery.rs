@@ -6,7 +6,7 @@ use knife_protocol::*;
 use knife_runtime::boot::recovery::reconcile_after_restart;
 use knife_runtime::execution::terminal::TOOL_ABORTED;
 use knife_runtime::{Clock, SystemClock};
-use knife_store::{Store, StreamFilter};
+use knife_store::StreamFilter;
 
 fn item(
     thread: &ThreadId,
@@ -33,7 +33,9 @@ fn item(
 #[tokio::test]
 async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let now = SystemClock.now();
     let thread_id = ThreadId::new();
     let run_id = RunId::for_thread(&thread_id, 1);

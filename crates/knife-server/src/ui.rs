@@ -35,6 +35,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("thread.js", JS, include_str!("../ui/thread.js")),
     ("items.js", JS, include_str!("../ui/items.js")),
     ("approvals.js", JS, include_str!("../ui/approvals.js")),
+    ("changes.js", JS, include_str!("../ui/changes.js")),
     ("sessions.js", JS, include_str!("../ui/sessions.js")),
     ("events.js", JS, include_str!("../ui/events.js")),
 ];

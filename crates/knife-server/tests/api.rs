@@ -30,7 +30,9 @@ struct Server {
 /// Serves `knife_server::router` on 127.0.0.1:0 over a fresh store, with no adapters.
 async fn serve(token: Option<&str>) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
     let manager = SessionManager::new(
         Arc::new(store.clone()),

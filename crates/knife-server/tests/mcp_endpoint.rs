@@ -27,7 +27,9 @@ struct Server {
 
 async fn serve() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
     // A fake provider instance, so threads can be created and runs started.
     let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();

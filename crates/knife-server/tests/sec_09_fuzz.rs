@@ -119,7 +119,7 @@ fn shared() -> &'static (tokio::runtime::Runtime, axum::Router) {
             .unwrap();
         let dir = Box::leak(Box::new(tempfile::tempdir().unwrap()));
         let router = rt.block_on(async {
-            let store = knife_store::Store::open(dir.path().join("knife.db"))
+            let store = knife_store_sqlite::open(dir.path().join("knife.db"))
                 .await
                 .unwrap();
             knife_server::router(state(store))

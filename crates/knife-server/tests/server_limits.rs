@@ -25,7 +25,9 @@ struct Server {
 /// `knife_server::serve` on 127.0.0.1:0 with `limits`, over a fresh store.
 async fn serve(limits: ServerLimits) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
     let manager = SessionManager::new(
         Arc::new(store.clone()),

@@ -3,12 +3,16 @@
 
 const TOKEN_KEY = 'knife.apiToken';
 
-/** Thrown for a non-2xx answer; carries the API's `{error: {code, message}}`. */
+/**
+ * Thrown for a non-2xx answer; carries the API's `{error: {code, message, files?}}`
+ * (`files`: the paths a `revert_conflict` or `merge_conflict` is about, CHG-04/07).
+ */
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, files = []) {
     super(message);
     this.status = status;
     this.code = code;
+    this.files = files;
   }
 }
 
@@ -53,7 +57,7 @@ export async function api(path, { method = 'GET', body } = {}) {
   }
   if (!res.ok) {
     const err = json && json.error
-      ? new ApiError(res.status, json.error.code, json.error.message)
+      ? new ApiError(res.status, json.error.code, json.error.message, json.error.files || [])
       : new ApiError(res.status, 'http', `HTTP ${res.status}: ${text.slice(0, 200)}`);
     if (res.status === 401) onUnauthorized(err);
     throw err;

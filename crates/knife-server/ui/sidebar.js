@@ -208,7 +208,7 @@ export class Sidebar {
     // Redraw only what changed, and give the focus back: the lists are re-read every
     // few seconds and statuses change while someone types a thread title.
     const key = JSON.stringify([this.loaded, this.selected, order.map((pid) => [pid, this.projects.find((p) => p.id === pid)?.name,
-      byProject.get(pid).map((t) => [t.id, t.title, t.updated_at, t.provider_instance_id, threadStatus(t, this.pendingCount(t.id))])])]);
+      byProject.get(pid).map((t) => [t.id, t.title, t.updated_at, t.provider_instance_id, t.worktree && t.worktree.branch, threadStatus(t, this.pendingCount(t.id))])])]);
     if (key !== this.drawn) {
       this.drawn = key;
       const focus = document.activeElement;
@@ -243,7 +243,10 @@ export class Sidebar {
     const title = h('input', { class: 'thread-title', placeholder: 'thread title (optional)' });
     const button = h('button', { type: 'submit', class: 'new-thread-button' }, '+ New thread');
     const provider = h('select', { class: 'thread-provider', title: 'provider instance of the new thread', hidden: true });
-    const form = h('form', { class: 'new-thread', dataset: { project: pid } }, title, provider, button);
+    // Its own git worktree (CHG-07); unticked, the project's `worktree` setting applies.
+    const worktree = h('input', { type: 'checkbox', class: 'thread-worktree' });
+    const label = h('label', { class: 'thread-worktree-label', title: 'run the thread in a git worktree of its own, on branch knife/<id>' }, worktree, ' own worktree');
+    const form = h('form', { class: 'new-thread', dataset: { project: pid } }, title, provider, button, label);
     form.providerSelect = provider;
     this.fillProviders(provider);
     form.addEventListener('submit', async (e) => {
@@ -253,8 +256,10 @@ export class Sidebar {
       try {
         const body = { project_id: pid, title: title.value.trim() || null };
         if (!provider.hidden && provider.value) body.provider_instance_id = provider.value;
+        if (worktree.checked) body.worktree = true;
         const t = await api('/threads', { method: 'POST', body });
         title.value = '';
+        worktree.checked = false;
         this.showError(null);
         this.threads.set(t.id, t);
         this.follow(t); // (before the first refresh has a socket, that refresh follows it)
@@ -290,6 +295,7 @@ export class Sidebar {
         h('span', { class: 'title' }, t.title || t.id),
         h('span', { class: 'meta' },
           h('span', { class: `status status-${s.key}`, title: s.title || '' }, s.label),
-          h('span', { class: 'thread-instance muted', title: 'provider instance' }, t.provider_instance_id))));
+          h('span', { class: 'thread-instance muted', title: 'provider instance' }, t.provider_instance_id),
+          t.worktree ? h('span', { class: 'thread-branch muted', title: `worktree ${t.worktree.path}` }, `⎇ ${t.worktree.branch}`) : null)));
   }
 }

@@ -13,6 +13,7 @@ import { api, LiveSocket } from './api.js';
 import { renderItem, runNote } from './items.js';
 import { answerRequest } from './approvals.js';
 import { threadStatus } from './sidebar.js';
+import { ChangesPanel, confirmRevert, confirmUndo, sharedRootWarning } from './changes.js';
 
 /**
  * Carries what the reader opened in `old` over to its re-rendered copy `el`: open
@@ -63,6 +64,10 @@ export class ThreadView {
     this.nodes = new Map(); // id -> element
     this.requests = new Map(); // id -> RuntimeRequest
     this.runs = new Map(); // id -> Run
+    this.reverts = new Map(); // id -> Revert (CHG-04)
+    this.panels = new Map(); // run id -> ChangesPanel (CHG-03)
+    this.warning = h('div', { class: 'thread-warning' });
+    this.notice = h('p', { class: 'muted', id: 'thread-notice' });
     this.thread = null;
     this.title = h('h2', { class: 'thread-title' }, '…');
     this.statusLine = h('div', { class: 'status-line', id: 'thread-status' });
@@ -99,7 +104,7 @@ export class ThreadView {
       h('header', { class: 'thread-head' }, this.title,
         this.actions(),
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
-      this.statusLine, this.queueBox, this.scroller, this.error, composer);
+      this.statusLine, this.warning, this.notice, this.queueBox, this.scroller, this.error, composer);
     this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
@@ -127,7 +132,22 @@ export class ThreadView {
       this.thread = await api(path, { method: 'PATCH', body: { archived } });
       this.drawStatus();
     });
+    // A worktree thread's work goes back into the project's current branch (CHG-07).
+    this.mergeButton = act('thread-merge', 'Merge', async () => {
+      const wt = this.thread && this.thread.worktree;
+      if (!wt || !window.confirm(`Merge branch ${wt.branch} into the project's current branch?`)) return;
+      try {
+        const m = await api(`${path}/merge`, { method: 'POST', body: {} });
+        this.notice.textContent = m.status === 'up_to_date'
+          ? `${m.branch} is already merged${m.into ? ` into ${m.into}` : ''}.`
+          : `Merged ${m.branch}${m.into ? ` into ${m.into}` : ''}${m.commit ? ` (${m.commit.slice(0, 12)})` : ''}.`;
+      } catch (e) {
+        throw e.files && e.files.length ? new Error(`${e.message}: ${e.files.join(', ')}`) : e;
+      }
+    });
+    this.mergeButton.hidden = true;
     return h('span', { class: 'thread-actions' },
+      this.mergeButton,
       act('thread-rename', 'Rename', async () => {
         const title = window.prompt('New title (at most 200 characters)', this.thread ? this.thread.title : '');
         if (title === null || !title.trim()) return;
@@ -159,6 +179,8 @@ export class ThreadView {
       for (const r of p.runs) this.runs.set(r.id, r);
       for (const r of p.runtime_requests) this.requests.set(r.id, r);
       for (const item of p.turn_items) this.upsert(item);
+      await this.loadReverts();
+      if (this.destroyed) return;
       this.flush();
       this.drawRuns();
       this.drawStatus();
@@ -208,6 +230,10 @@ export class ThreadView {
         break;
       case 'thread.error':
         this.showError(`${p.error.name}: ${p.error.message}`);
+        break;
+      case 'revert.updated':
+        this.reverts.set(p.id, p);
+        this.drawRuns();
         break;
       case 'run.created':
       case 'run.updated':
@@ -321,20 +347,73 @@ export class ThreadView {
     if (stick) this.scrollDown();
   }
 
-  /** Run-end notes (interrupted / failed) after the run's last item. */
+  /** The thread's reverts (a failure leaves them out: the panels still work). */
+  async loadReverts() {
+    try {
+      for (const r of await api(`/threads/${encodeURIComponent(this.id)}/reverts`)) this.reverts.set(r.id, r);
+    } catch {
+      // Shown again by the next `revert.updated` event.
+    }
+  }
+
+  /** Inserts `el` after every item of run `ordinal` (ordinals of run N are N * 1e6 + n), at `offset` below the bound. */
+  placeAfterRun(el, ordinal, offset) {
+    const at = (ordinal + 1) * 1e6 - offset;
+    el.dataset.ordinal = at;
+    const after = [...this.transcript.children].find((c) => c !== el && c.dataset.ordinal !== undefined && Number(c.dataset.ordinal) > at);
+    this.transcript.insertBefore(el, after || null);
+  }
+
+  /** Each finished run's Changes panel (CHG-03/04), after its items and its end note. */
+  drawChanges() {
+    const reverts = [...this.reverts.values()].sort((a, b) => a.created_at.localeCompare(b.created_at));
+    for (const run of this.runs.values()) {
+      const mine = reverts.filter((r) => r.run_ordinal === run.ordinal);
+      let panel = this.panels.get(run.id);
+      if (!ChangesPanel.wanted(run, mine)) {
+        if (panel) panel.el.remove();
+        this.panels.delete(run.id);
+        continue;
+      }
+      if (!panel) {
+        panel = new ChangesPanel(this.id, run, {
+          revert: (r) => this.revertAction(() => confirmRevert(this.id, [...this.runs.values()], r)),
+          undo: (r) => this.revertAction(() => confirmUndo(this.id, r)),
+        });
+        this.panels.set(run.id, panel);
+      }
+      panel.update(run, mine);
+      this.placeAfterRun(panel.el, run.ordinal, 0.25);
+    }
+  }
+
+  /** Runs a revert or undo (`fn` asks first); shows its result in the panel, or the error. */
+  async revertAction(fn) {
+    try {
+      const r = await fn();
+      if (!r) return;
+      this.reverts.set(r.id, r);
+      this.showError(null);
+      this.drawRuns();
+      const line = this.transcript.querySelector(`.revert-result[data-revert="${CSS.escape(r.id)}"]`);
+      if (line) line.scrollIntoView({ block: 'nearest' });
+    } catch (e) {
+      this.showError(e.files && e.files.length ? `${e.message}: ${e.files.join(', ')}` : e.message);
+    }
+  }
+
+  /** Run-end notes (interrupted / failed) after the run's last item, then the Changes panels. */
   drawRuns() {
+    const stick = this.nearBottom();
     for (const n of this.transcript.querySelectorAll('.run-end')) n.remove();
     // A failed run whose error is already an item of the transcript needs no second note.
     const shown = new Set([...this.items.values()].filter((i) => i.type === 'error').map((i) => i.run_id));
     for (const run of this.runs.values()) {
       const note = shown.has(run.id) ? null : runNote(run);
-      if (!note) continue;
-      // After every item of this run: ordinals of run N are N * 1e6 + n.
-      const bound = (run.ordinal + 1) * 1e6;
-      note.dataset.ordinal = bound - 0.5;
-      const after = [...this.transcript.children].find((c) => c.dataset.ordinal !== undefined && Number(c.dataset.ordinal) > bound - 0.5);
-      this.transcript.insertBefore(note, after || null);
+      if (note) this.placeAfterRun(note, run.ordinal, 0.5);
     }
+    this.drawChanges();
+    if (stick) this.scrollDown();
   }
 
   drawStatus() {
@@ -342,6 +421,7 @@ export class ThreadView {
     if (!t) return;
     this.title.textContent = t.title || t.id;
     if (this.archiveButton) this.archiveButton.textContent = t.archived_at ? 'Unarchive' : 'Archive';
+    if (this.mergeButton) this.mergeButton.hidden = !t.worktree;
     const pending = [...this.requests.values()].filter((r) => r.status === 'pending').length;
     const s = threadStatus(t, pending);
     const parts = [h('span', { class: `status status-${s.key}`, id: 'thread-status-label', title: s.title || '' }, s.label)];
@@ -354,8 +434,14 @@ export class ThreadView {
     }
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
+    if (t.worktree) {
+      parts.push(h('span', { class: 'muted', id: 'thread-worktree', title: `git worktree of this thread, from ${t.worktree.base_commit.slice(0, 12)}` },
+        ` · worktree ${t.worktree.branch} at ${t.worktree.path}`));
+    }
     this.fillModels();
     replace(this.statusLine, parts);
+    const warning = sharedRootWarning(t, this.sidebar ? [...this.sidebar.threads.values()] : []);
+    if ((warning ? warning.textContent : '') !== this.warning.textContent) replace(this.warning, warning);
     const hide = !t.active_run_id;
     // A hidden button cannot keep the focus: hand it to the composer, not to <body>.
     if (hide && [this.interruptButton, this.steerButton].includes(document.activeElement)) this.input.focus();

@@ -1,33 +1,36 @@
-// StoreError: every way a knife-store call can fail, each message saying what
-// happened and what the user (or the calling code) can do about it.
+// StoreError: every way a store call can fail, on any backend, each message saying
+// what happened and what the user (or the calling code) can do about it.
 
 use knife_protocol::{EventId, ProjectId};
-use std::path::PathBuf;
 
-/// Errors of the event store.
+/// A backend's own error (a SQLite or PostgreSQL error), kept as the `source` of a
+/// [`StoreError`] without naming the driver's type.
+pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors of the event store, the same for every backend (SQLite, PostgreSQL).
 ///
 /// A failed write never leaves part of its batch behind: the transaction is rolled
 /// back and nothing is published to the live feed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database could not be opened or created at `path` (data directory not
-    /// creatable, file not writable, not a SQLite file, WAL unsupported, ...).
-    #[error("cannot open the knife database at {}: {message}", path.display())]
+    /// The database could not be opened or created at `location` (data directory not
+    /// creatable, file not writable, not a database, server unreachable, ...).
+    #[error("cannot open the knife database at {location}: {message}")]
     Open {
-        /// The SQLite file (or the data directory that could not be created).
-        path: PathBuf,
+        /// The SQLite file, or the database URL with its password hidden.
+        location: String,
         /// What failed and what to do, e.g. "cannot create the data directory /x:
         /// permission denied; choose a writable --data-dir".
         message: String,
     },
-    /// The file's schema was written by a newer knife (`PRAGMA user_version` above
+    /// The database's schema was written by a newer knife (its schema version is above
     /// the newest embedded migration).
     #[error(
         "the knife database schema is version {found}, newer than this knife build supports \
          ({supported}); upgrade knife or point --data-dir at another directory"
     )]
     SchemaTooNew {
-        /// `PRAGMA user_version` found in the file.
+        /// Schema version found in the database.
         found: i64,
         /// Newest migration embedded in this build.
         supported: i64,
@@ -42,9 +45,9 @@ pub enum StoreError {
         version: i64,
         /// Name of the failing migration.
         name: &'static str,
-        /// The SQLite error.
+        /// The backend's error.
         #[source]
-        source: rusqlite::Error,
+        source: BackendError,
     },
     /// An event with this id is already in the log; the whole batch was rolled back.
     #[error(
@@ -56,8 +59,7 @@ pub enum StoreError {
         event_id: EventId,
     },
     /// A `project.created` / `project.updated` names a root folder that another project
-    /// already has (one project per folder, migration 0002); the whole batch was
-    /// rolled back.
+    /// already has (one project per folder); the whole batch was rolled back.
     #[error(
         "the folder {root} is already project {project_id}, so the batch was not written; \
          use that project (GET /api/projects lists them)"
@@ -68,14 +70,19 @@ pub enum StoreError {
         /// The project that has this root.
         project_id: ProjectId,
     },
-    /// A SQLite error (I/O, lock timeout after 5 s, full disk, corrupt file, ...).
-    /// For writes the transaction was rolled back.
-    #[error(
-        "SQLite error: {0}; if the database is busy, another process is writing to the same \
-         --data-dir (only one knife server may use it); otherwise check disk space and the \
-         file's permissions"
-    )]
-    Sqlite(#[from] rusqlite::Error),
+    /// The database failed (I/O, lock timeout, full disk, corrupt file, lost
+    /// connection, ...). For writes the transaction was rolled back. `backend` is
+    /// `"SQLite"` or `"PostgreSQL"`; `hint` says what to do.
+    #[error("{backend} error: {source}; {hint}")]
+    Database {
+        /// Which backend failed (for the message only; never match on it).
+        backend: &'static str,
+        /// What the user can do, e.g. "check disk space and the file's permissions".
+        hint: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BackendError,
+    },
     /// A stored event or entity could not be (de)serialized as JSON.
     #[error(
         "cannot encode or decode stored JSON: {0}; the database may have been written by a \
@@ -83,14 +90,14 @@ pub enum StoreError {
          projections are affected"
     )]
     Serde(#[from] serde_json::Error),
-    /// The writer thread has stopped (it panicked, or the store is being dropped), so
+    /// The store's writer has stopped (it panicked, or the store is being dropped), so
     /// the write was not attempted or its outcome is unknown.
     #[error(
-        "the knife store's writer thread has stopped, so the write's outcome is unknown; \
+        "the knife store's writer has stopped, so the write's outcome is unknown; \
          restart knife (the event log on disk is consistent)"
     )]
     WriterGone,
-    /// A blocking read task failed (panicked or was cancelled at runtime shutdown).
+    /// A read task failed (panicked or was cancelled at runtime shutdown).
     #[error("a knife store read failed: {0}; retry, or restart knife if it keeps failing")]
     ReadTask(String),
 }

@@ -1,17 +1,39 @@
-// `Store::stream`: replay-then-live event streams with no gap and no duplicate,
-// including recovery from the table when a subscriber lags behind the live feed.
+// Replay-then-live event streams with no gap and no duplicate, over any backend's
+// table reads and in-process live feed, including recovery when a subscriber lags.
 
-use crate::Store;
 use crate::error::StoreError;
 use crate::types::StreamFilter;
 use futures::stream::BoxStream;
 use knife_protocol::StoredEvent;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
+/// What a backend gives [`replay_then_live`]: its live feed and two table reads.
+///
+/// The live feed must carry every committed event in sequence order, each after its
+/// COMMIT (the SQLite writer publishes after commit; a multi-node backend publishes the
+/// rows it read from the table after a wake-up). It may drop events only by
+/// reporting `Lagged`.
+#[async_trait::async_trait]
+pub trait StreamSource: Send + Sync + 'static {
+    /// A new subscription to the live feed of committed events.
+    fn subscribe_live(&self) -> broadcast::Receiver<StoredEvent>;
+    /// The highest committed sequence of the whole log (0 when empty).
+    async fn high_water_mark(&self) -> Result<u64, StoreError>;
+    /// Events matching `filter` (thread, type) in `(filter.after, through]`, in
+    /// sequence order, at most `limit`.
+    async fn read_range(
+        &self,
+        filter: StreamFilter,
+        through: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
+}
+
 /// Events read from the table per replay query.
-pub(crate) const REPLAY_PAGE: usize = 256;
+pub const REPLAY_PAGE: usize = 256;
 
 /// Where a stream is in its replay-then-live protocol.
 #[derive(Debug)]
@@ -30,7 +52,7 @@ enum Phase {
 /// yielded (if it matched the filter) or deliberately skipped (if it did not), and
 /// no event with `sequence > cursor` has been yielded.
 struct StreamState {
-    store: Store,
+    store: Arc<dyn StreamSource>,
     filter: StreamFilter,
     live: broadcast::Receiver<StoredEvent>,
     cursor: u64,
@@ -38,16 +60,21 @@ struct StreamState {
     page: VecDeque<StoredEvent>,
 }
 
-/// Builds the stream. The live subscription is taken here, synchronously, before any
-/// read of the table — so every event committed after this call is either in the
-/// table when the high-water mark is read or arrives on the subscription.
-pub(crate) fn stream(
-    store: &Store,
+/// The stream behind every backend's [`crate::EventFeed::stream`].
+///
+/// The live subscription is taken here, synchronously, before any read of the table —
+/// so every event committed after this call is either in the table when the
+/// high-water mark `H` is read or arrives on the subscription. On first poll it reads
+/// `H`, replays `(after, H]` in pages of 256, then yields live events with
+/// `sequence > max(H, after)`. On `Lagged` it resubscribes and replays the hole from
+/// the table. Ends only when the feed closes; a failed read yields one `Err` and ends.
+pub fn replay_then_live(
+    store: Arc<dyn StreamSource>,
     filter: StreamFilter,
 ) -> BoxStream<'static, Result<StoredEvent, StoreError>> {
     let state = StreamState {
         live: store.subscribe_live(),
-        store: store.clone(),
+        store,
         cursor: filter.after,
         filter,
         phase: Phase::Start,
@@ -70,7 +97,7 @@ impl StreamState {
                 Phase::Start => {
                     // High-water mark H, read after subscribing: events <= H come from
                     // the table, events > H from the subscription.
-                    match self.store.latest_sequence(None).await {
+                    match self.store.high_water_mark().await {
                         Ok(h) => self.phase = Phase::Replay { through: h },
                         Err(e) => return Some(self.fail(e)),
                     }

@@ -1,10 +1,10 @@
-// Plain value types of the store API: stream filters, projection row kinds and
-// compare-and-set guards, rebuild statistics and open options.
+// Plain, backend-neutral value types of the store contract: stream filters, projection
+// row kinds and compare-and-set guards, rebuild statistics, process groups, activity.
 
-use knife_protocol::{StoredEvent, ThreadId};
+use knife_protocol::{ProviderSession, StoredEvent, ThreadId, Timestamp};
 use std::time::Duration;
 
-/// Which events [`crate::Store::stream`] and [`crate::Store::read_events`] return.
+/// Which events [`crate::EventFeed::stream`] and [`crate::EventFeed::read_events`] return.
 ///
 /// All conditions are ANDed; `Default` is "every event from the start".
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -85,7 +85,7 @@ impl EntityKind {
         EntityKind::TurnItem,
     ];
 
-    /// The SQLite table of this kind (`threads`, `provider_sessions`, ...).
+    /// The projection table of this kind (the same name on every backend) (`threads`, `provider_sessions`, ...).
     pub fn table(self) -> &'static str {
         match self {
             EntityKind::Project => "projects",
@@ -101,7 +101,7 @@ impl EntityKind {
     }
 }
 
-/// The condition of a compare-and-set write ([`crate::Store::write_if`], MGR-47):
+/// The condition of a compare-and-set write ([`crate::EventLog::write_if`], MGR-47):
 /// the row `(kind, id)` must be at `expected_version` when the write transaction
 /// re-reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,7 +110,7 @@ pub struct RowGuard {
     pub kind: EntityKind,
     /// The row's entity id (e.g. a `ProviderThreadId` as a string).
     pub id: String,
-    /// The version read earlier with [`crate::Store::row_version`]; `None` means
+    /// The version read earlier with [`crate::EventLog::row_version`]; `None` means
     /// "the row must not exist yet".
     pub expected_version: Option<i64>,
 }
@@ -126,7 +126,7 @@ impl RowGuard {
     }
 }
 
-/// What [`crate::Store::rebuild`] did.
+/// What [`crate::Maintenance::rebuild`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RebuildStats {
     /// Number of events folded into the fresh projections.
@@ -135,22 +135,52 @@ pub struct RebuildStats {
     pub elapsed: Duration,
 }
 
-/// Tuning knobs of [`crate::Store::open_with`]; `Default` is what `open` uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StoreOptions {
-    /// Read-only connections in the read pool (default 4, at least 1).
-    pub readers: usize,
-    /// Capacity of the live feed, in events (default 4096). A stream that falls
-    /// further behind recovers from the table (see [`crate::Store::stream`]); this only
-    /// bounds memory, never correctness.
-    pub live_capacity: usize,
+/// A process group a knife server spawned (a tool command, an adapter process).
+///
+/// Recorded when spawned ([`crate::ProcessGroups::register_process_group`]), removed
+/// when it ended ([`crate::ProcessGroups::unregister_process_group`]). Rows whose owner
+/// is dead are leftovers of a crash: the next server kills those groups at boot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessGroupRecord {
+    /// Process group id (= pid of its leader).
+    pub pgid: i32,
+    /// pid of the knife server that spawned it.
+    pub owner_pid: u32,
+    /// Start time of the leader in clock ticks since boot (`/proc/<pid>/stat` field
+    /// 22), to tell the original leader from a process that reused its pid; `None`
+    /// when unknown.
+    pub leader_start: Option<u64>,
+    /// Thread the group works for, if any.
+    pub thread_id: Option<ThreadId>,
+    /// What it is, for logs (`bash: cargo test`, `codex app-server`).
+    pub label: String,
+    /// When it was recorded (microsecond precision is kept).
+    pub registered_at: Timestamp,
 }
 
-impl Default for StoreOptions {
-    fn default() -> Self {
-        Self {
-            readers: 4,
-            live_capacity: 4096,
-        }
-    }
+/// One provider session bound to one thread, as the stale-session reaper sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionActivity {
+    /// The session's projection row.
+    pub session: ProviderSession,
+    /// The thread the session is bound to.
+    pub thread_id: ThreadId,
+    /// When the session was last seen: the later of its last event's `updated_at`
+    /// and the last [`crate::Activity::touch_provider_session`].
+    pub last_seen_at: Timestamp,
+    /// Whether that thread has an active run (an active turn).
+    pub thread_has_active_run: bool,
+}
+
+/// What [`crate::Maintenance::purge_deleted_threads`] removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PurgeStats {
+    /// Deleted threads whose events were removed (their ids, sorted).
+    pub threads: Vec<String>,
+    /// Events removed from the log (tombstones included).
+    pub events: u64,
+    /// Events left in the log, refolded into the projections.
+    pub events_kept: u64,
+    /// Wall time of the purge, vacuum included (`tokio::time::Instant`).
+    pub elapsed: Duration,
 }

@@ -127,9 +127,13 @@ impl App {
         // Before touching the database: two processes on one data directory would
         // each take the other's runs for leftovers of a crash.
         let lock = DataDirLock::acquire(data_dir).await?;
-        let store = Store::open(data_dir.join(DB_FILE))
-            .await
-            .with_context(|| format!("cannot open the knife database in {}", data_dir.display()))?;
+        let location = crate::store_url::StoreLocation::parse(config.store.url.as_deref())?;
+        let store = location.open(data_dir).await.with_context(|| {
+            format!(
+                "cannot open the knife database at {}",
+                location.describe(data_dir)
+            )
+        })?;
         let clock: SharedClock = Arc::new(SystemClock);
         // Installed before the boot's own work so its counters (resumes) are kept.
         let metrics = metrics_handle();

@@ -18,7 +18,7 @@ use crate::config::Config;
 #[derive(Args)]
 #[command(group(ArgGroup::new("decision").args(["allow", "always", "deny"])))]
 pub struct ApproveArgs {
-    /// The thread whose run asks.
+    /// The thread whose run asks: its id or a unique prefix of one.
     pub thread: String,
     /// The request to answer; without it, the thread's pending requests are listed.
     pub request: Option<String>,
@@ -125,7 +125,8 @@ pub async fn approve(config_path: Option<&Path>, args: ApproveArgs) -> anyhow::R
              run asked (start `knife serve`, or pass --server URL)"
         );
     };
-    let thread = ThreadId::from(args.thread.as_str());
+    let threads: Vec<Thread> = client.get("/api/threads?archived=true").await?;
+    let thread = crate::thread_ids::pick(&threads, &args.thread)?;
     let Some(request) = args.request.as_deref() else {
         let requests: Vec<RuntimeRequest> = client
             .get(&format!("/api/threads/{thread}/requests"))

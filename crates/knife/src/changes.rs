@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use clap::Args;
 use knife_protocol::*;
-use knife_store::Store;
 
 use crate::app::DB_FILE;
 use crate::client::find_server;
@@ -16,7 +15,7 @@ use crate::config::Config;
 /// `knife diff`.
 #[derive(Args)]
 pub struct DiffArgs {
-    /// The thread.
+    /// The thread: its id or a unique prefix of one.
     thread: String,
     /// The run's ordinal (1, 2, …); default: the thread's last run.
     run: Option<u32>,
@@ -37,7 +36,7 @@ pub struct DiffArgs {
 /// `knife revert`.
 #[derive(Args)]
 pub struct RevertArgs {
-    /// The thread.
+    /// The thread: its id or a unique prefix of one.
     thread: String,
     /// The first run to revert: its files and those of every later run go back to
     /// their state before it.
@@ -56,10 +55,10 @@ pub struct RevertArgs {
 
 pub async fn diff(config_path: Option<&Path>, args: DiffArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
-    let thread = ThreadId::from(args.thread.as_str());
     let client = find_server(&config, args.server.as_deref(), args.data_dir.as_deref()).await?;
     let diff: RunDiff = match client {
         Some(client) => {
+            let thread = crate::thread_ids::resolve(&client, &args.thread).await?;
             let ordinal = match args.run {
                 Some(n) => n,
                 None => {
@@ -71,7 +70,7 @@ pub async fn diff(config_path: Option<&Path>, args: DiffArgs) -> anyhow::Result<
                 .get(&format!("/api/threads/{thread}/runs/{ordinal}/diff"))
                 .await?
         }
-        None => offline_diff(&config, args.data_dir.as_deref(), &thread, args.run).await?,
+        None => offline_diff(&config, args.data_dir.as_deref(), &args.thread, args.run).await?,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&diff)?);
@@ -91,22 +90,17 @@ pub async fn revert(config_path: Option<&Path>, args: RevertArgs) -> anyhow::Res
             "no knife server is running; start it with `knife serve` (a revert runs in the server, which owns the thread's files while it works)"
         );
     };
+    let thread = crate::thread_ids::resolve(&client, &args.thread).await?;
     let body = RevertRequest { force: args.force };
     let revert: Revert = match (&args.undo, args.run) {
         (Some(id), _) => {
             client
-                .post(
-                    &format!("/api/threads/{}/reverts/{id}/undo", args.thread),
-                    &body,
-                )
+                .post(&format!("/api/threads/{thread}/reverts/{id}/undo"), &body)
                 .await?
         }
         (None, Some(run)) => {
             client
-                .post(
-                    &format!("/api/threads/{}/runs/{run}/revert", args.thread),
-                    &body,
-                )
+                .post(&format!("/api/threads/{thread}/runs/{run}/revert"), &body)
                 .await?
         }
         (None, None) => {
@@ -147,7 +141,7 @@ fn last_run(thread: &Thread) -> anyhow::Result<u32> {
 async fn offline_diff(
     config: &Config,
     data_dir: Option<&Path>,
-    thread: &ThreadId,
+    given: &str,
     run: Option<u32>,
 ) -> anyhow::Result<RunDiff> {
     let dir = config.data_dir(data_dir)?;
@@ -158,7 +152,8 @@ async fn offline_diff(
             db.display()
         );
     }
-    let store = Store::open(&db).await?;
+    let store = knife_store_sqlite::open(&db).await?;
+    let thread = &crate::thread_ids::pick(&store.list_threads(None).await?, given)?;
     let t = store
         .get_thread(thread)
         .await?

@@ -110,6 +110,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
         project: Some(project.clone()),
         thread: None,
         worktree: false,
+        last: false,
         model: None,
         mode: crate::run::ModeArg::Queue,
         provider: None,

@@ -3,6 +3,7 @@
 
 mod app;
 mod approve;
+mod attach;
 mod bench;
 mod changes;
 mod checkpoints;
@@ -10,6 +11,7 @@ mod client;
 mod config;
 mod demo;
 mod doctor;
+mod human;
 mod lock;
 mod pipe;
 mod providers;
@@ -19,6 +21,8 @@ mod run;
 mod sandbox;
 mod serve;
 mod sessions;
+mod store_url;
+mod thread_ids;
 mod thread_lifecycle;
 mod threads;
 mod token;
@@ -48,6 +52,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Send one prompt to an agent in a project and stream the answer.
     Run(run::RunArgs),
+    /// Follow a thread's run in progress live (started anywhere, or resumed after a
+    /// restart); Ctrl-C detaches and leaves it running.
+    Attach(attach::AttachArgs),
     /// Answer a tool approval of a running turn from another terminal (or list a
     /// thread's pending approvals).
     Approve(approve::ApproveArgs),
@@ -128,6 +135,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::serve(config, args).await,
             Command::Run(args) => run::run(config, args).await,
             Command::Approve(args) => approve::approve(config, args).await,
+            Command::Attach(args) => attach::attach(config, args).await,
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::Usage(args) => usage::usage(config, args).await,

@@ -24,9 +24,47 @@ pub async fn follow_run(
     after: u64,
     prompter: Option<&Prompter>,
 ) -> anyhow::Result<Run> {
+    follow_run_from(client, thread, run, after, prompter, None).await
+}
+
+/// [`follow_run`] for a run already under way (`knife attach`, UX-04): what `seed` (a
+/// projection read at sequence `after`) holds of `run` is rendered first (its turn
+/// items and pending requests), then the live events after it.
+pub async fn follow_run_from(
+    client: &ApiClient,
+    thread: &ThreadId,
+    run: &RunId,
+    after: u64,
+    prompter: Option<&Prompter>,
+    seed: Option<&ThreadProjection>,
+) -> anyhow::Result<Run> {
     let mut events = Box::pin(client.events(thread, after).await?);
     let mut view = RunView::new();
     view.prompter = prompter;
+    if let Some(seed) = seed {
+        for item in seed
+            .turn_items
+            .iter()
+            .filter(|i| i.run_id.as_ref() == Some(run))
+        {
+            view.item(item);
+        }
+        for request in seed
+            .runtime_requests
+            .iter()
+            .filter(|r| r.run_id.as_ref() == Some(run))
+        {
+            view.request(request);
+        }
+        if let Some(done) = seed
+            .runs
+            .iter()
+            .find(|r| &r.id == run && r.status.is_terminal())
+        {
+            view.finish();
+            return Ok(done.clone());
+        }
+    }
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,

@@ -43,11 +43,14 @@ pub struct RunArgs {
     /// Run the new thread in its own git worktree on branch `knife/<short id>`
     /// (SPEC.md CHG-07; the project must be a git repository). Bring the work back
     /// with `knife threads merge THREAD`.
-    #[arg(long, conflicts_with = "thread")]
+    #[arg(long, conflicts_with_all = ["thread", "last"])]
     pub worktree: bool,
-    /// Continue this thread instead of starting a new one.
+    /// Continue this thread instead of starting a new one (its id or a unique prefix).
     #[arg(long)]
     pub thread: Option<String>,
+    /// Continue the project's most recently active thread.
+    #[arg(long, conflicts_with = "thread")]
+    pub last: bool,
     /// Model of this run (default: the thread's, else the provider instance's).
     /// With `--thread` it applies to this run only (recorded on the run).
     #[arg(long)]
@@ -98,7 +101,23 @@ pub async fn run(config_path: Option<&Path>, args: RunArgs) -> anyhow::Result<Ex
 /// Ctrl-C exits at once); exit code 0 when the run completed, 1 otherwise, 130 when
 /// interrupted from the keyboard.
 pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let (thread, after) = match &args.thread {
+    let continued = match (&args.thread, args.last) {
+        (Some(given), _) => {
+            let threads: Vec<Thread> = client.get("/api/threads?archived=true").await?;
+            Some(crate::thread_ids::pick(&threads, given)?)
+        }
+        (None, true) => {
+            let project = project(client, args).await?;
+            let threads: Vec<Thread> = client.get("/api/threads?archived=true").await?;
+            Some(crate::thread_ids::last(
+                &threads,
+                project.id.as_str(),
+                &project.root,
+            )?)
+        }
+        (None, false) => None,
+    };
+    let (thread, after) = match continued {
         Some(id) => {
             let p: ThreadProjection = client.get(&format!("/api/threads/{id}")).await?;
             (p.thread, p.latest_sequence)
@@ -123,7 +142,10 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
         anyhow::bail!("the server answered without a run id; this is a bug in knife");
     };
     match posted.status {
-        MessageDelivery::Started => eprintln!("thread {} · {run_id}", thread.id),
+        MessageDelivery::Started => match crate::thread_ids::run_ordinal(&run_id) {
+            Some(n) => eprintln!("thread {} · run {n}", thread.id),
+            None => eprintln!("thread {} · {run_id}", thread.id),
+        },
         MessageDelivery::Queued => {
             // Queued: it starts when the active run ends (TURN-01); nothing to follow yet.
             let entry = posted.queued.as_ref().map(|e| e.id.to_string());
@@ -208,6 +230,21 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
 /// Registers the project folder (the server returns the existing project for a
 /// known root) and creates a thread titled after the prompt.
 async fn new_thread(client: &ApiClient, args: &RunArgs) -> anyhow::Result<Thread> {
+    let project = project(client, args).await?;
+    let title: String = args.prompt.chars().take(60).collect();
+    let req = CreateThreadRequest {
+        project_id: project.id.clone(),
+        title: Some(title),
+        provider_instance_id: args.provider.as_deref().map(ProviderInstanceId::from),
+        model: args.model.clone(),
+        parent_thread_id: None,
+        worktree: args.worktree.then_some(true),
+    };
+    client.post("/api/threads", &req).await
+}
+
+/// The project of `--project` (default: the current directory), registered if new.
+async fn project(client: &ApiClient, args: &RunArgs) -> anyhow::Result<Project> {
     let dir = match &args.project {
         Some(p) => p.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -222,15 +259,5 @@ async fn new_thread(client: &ApiClient, args: &RunArgs) -> anyhow::Result<Thread
         root: root.display().to_string(),
         name: None,
     };
-    let project: Project = client.post("/api/projects", &req).await?;
-    let title: String = args.prompt.chars().take(60).collect();
-    let req = CreateThreadRequest {
-        project_id: project.id.clone(),
-        title: Some(title),
-        provider_instance_id: args.provider.as_deref().map(ProviderInstanceId::from),
-        model: args.model.clone(),
-        parent_thread_id: None,
-        worktree: args.worktree.then_some(true),
-    };
-    client.post("/api/threads", &req).await
+    client.post("/api/projects", &req).await
 }

@@ -19,10 +19,17 @@ pub struct ServeArgs {
     /// Data directory (default $XDG_DATA_HOME/knife).
     #[arg(long, env = "KNIFE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Database URL (overrides `[store] url`): `postgres://user:password@host:port/db`
+    /// runs knife on PostgreSQL; unset: SQLite in the data directory.
+    #[arg(long, env = "KNIFE_DATABASE_URL")]
+    pub database: Option<String>,
 }
 
 pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = Config::load(config_path)?;
+    let mut config = Config::load(config_path)?;
+    if let Some(url) = args.database {
+        config.store.url = Some(url);
+    }
     let addr = config.listen(args.listen.as_deref())?;
     let data_dir = config.data_dir(args.data_dir.as_deref())?;
     let token_env = config

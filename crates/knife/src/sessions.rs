@@ -96,6 +96,7 @@ fn render_list(sessions: &[LiveSession]) -> String {
         return "no live provider sessions\n".into();
     }
     let mut out = String::new();
+    let now = chrono::Utc::now();
     for s in sessions {
         let _ = writeln!(out, "{}", s.provider_session_id);
         let _ = writeln!(
@@ -120,10 +121,18 @@ fn render_list(sessions: &[LiveSession]) -> String {
         let _ = writeln!(out, "  running  {}", join_or_none(&turns));
         match (&s.idle_deadline, &s.pinned_since) {
             (_, Some(pin)) => {
-                let _ = writeln!(out, "  idle     pinned by background work since {pin}");
+                let _ = writeln!(
+                    out,
+                    "  idle     kept by background work since {}",
+                    crate::human::when(*pin, now)
+                );
             }
             (Some(deadline), None) => {
-                let _ = writeln!(out, "  idle     released at {deadline} unless used");
+                let _ = writeln!(
+                    out,
+                    "  idle     released at {} unless used",
+                    crate::human::when(*deadline, now)
+                );
             }
             (None, None) => {
                 let _ = writeln!(out, "  idle     busy");

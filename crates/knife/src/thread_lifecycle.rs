@@ -37,7 +37,7 @@ pub enum Change {
     },
 }
 
-/// Applies `change` to thread `id` and prints what happened.
+/// Applies `change` to thread `id` (its id or a unique prefix) and prints what happened.
 pub async fn apply(
     config_path: Option<&Path>,
     id: &str,
@@ -45,7 +45,6 @@ pub async fn apply(
     target: &Target,
 ) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
-    let thread = ThreadId::from(id);
     if let Some(client) = find_server(
         &config,
         target.server.as_deref(),
@@ -53,11 +52,16 @@ pub async fn apply(
     )
     .await?
     {
+        let thread = crate::thread_ids::resolve(&client, id).await?;
         return send(&client, &thread, change).await;
     }
     let data_dir = config.data_dir(target.data_dir.as_deref())?;
     let server = InProcessServer::start(&config, &data_dir).await?;
-    let result = send(&server.client()?, &thread, change).await;
+    let client = server.client()?;
+    let result = match crate::thread_ids::resolve(&client, id).await {
+        Ok(thread) => send(&client, &thread, change).await,
+        Err(e) => Err(e),
+    };
     server.stop().await?;
     result
 }

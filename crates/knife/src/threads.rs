@@ -25,6 +25,7 @@ pub enum ThreadsCommand {
     },
     /// One thread's state and transcript.
     Show {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         #[command(flatten)]
         source: Source,
@@ -34,6 +35,7 @@ pub enum ThreadsCommand {
     },
     /// Rename a thread (at most 200 characters).
     Rename {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         title: String,
         #[command(flatten)]
@@ -42,12 +44,14 @@ pub enum ThreadsCommand {
     /// Archive a thread: hidden from `threads list`, its provider session released,
     /// nothing deleted. Refused while a run is active.
     Archive {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         #[command(flatten)]
         target: crate::thread_lifecycle::Target,
     },
     /// Bring an archived thread back into the lists.
     Unarchive {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         #[command(flatten)]
         target: crate::thread_lifecycle::Target,
@@ -56,6 +60,7 @@ pub enum ThreadsCommand {
     /// tombstone and drops it from every list (`knife db purge` removes its events).
     /// Refused while a run is active unless `--force`, which stops the run first.
     Delete {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         /// Stop an active run first (and drop a worktree holding work).
         #[arg(long)]
@@ -66,6 +71,7 @@ pub enum ThreadsCommand {
     /// Fork a thread after one of its runs: a new thread whose history is the
     /// source's up to that run (prints the new thread's id).
     Fork {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         /// Last run (ordinal) the fork keeps; default: the last finished run.
         #[arg(long = "after")]
@@ -79,6 +85,7 @@ pub enum ThreadsCommand {
     /// Stop the run in progress of a thread (started from any terminal or client),
     /// through the running server; the run ends `interrupted`.
     Interrupt {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         /// Server to use (default: the one holding the data directory, else the
         /// configured listen address).
@@ -98,6 +105,7 @@ pub enum ThreadsCommand {
     /// project's current branch; refused with the conflicting files on conflict
     /// (nothing changed). Needs the running server.
     Merge {
+        /// The thread: its id or a unique prefix of one.
         id: String,
         #[arg(long, env = "KNIFE_SERVER")]
         server: Option<String>,
@@ -159,7 +167,7 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
         );
     }
     let _lock = crate::lock::DataDirLock::acquire(dir).await?;
-    let store = Store::open(&db).await?;
+    let store = knife_store_sqlite::open(&db).await?;
     match cmd {
         DbCommand::Rebuild { .. } => {
             let stats = store.rebuild().await?;
@@ -222,7 +230,7 @@ impl Reader {
                 db.display()
             );
         }
-        Ok(Reader::Db(Store::open(db).await?))
+        Ok(Reader::Db(knife_store_sqlite::open(db).await?))
     }
 
     async fn threads(&self, archived: bool) -> anyhow::Result<Vec<Thread>> {
@@ -291,6 +299,11 @@ impl Reader {
         report
     }
 
+    /// The thread `given` names: its id or a unique prefix of one (UX-04).
+    async fn resolve(&self, given: &str) -> anyhow::Result<ThreadId> {
+        Ok(crate::thread_ids::pick(&self.threads(true).await?, given)?)
+    }
+
     async fn thread(&self, id: &ThreadId) -> anyhow::Result<ThreadProjection> {
         match self {
             Reader::Api(c) => c.get(&format!("/api/threads/{id}")).await,
@@ -355,22 +368,26 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             let status_w = rows.iter().map(|(_, s)| s.len()).max().unwrap_or(6).max(6);
             if !rows.is_empty() {
                 println!(
-                    "{:<id_w$}  {:<status_w$}  {:>4}  {:<19}  TITLE",
+                    "{:<id_w$}  {:<status_w$}  {:>4}  {:<28}  TITLE",
                     "THREAD", "STATUS", "RUNS", "UPDATED"
                 );
             }
+            let now = chrono::Utc::now();
             for (t, status) in rows {
-                // `claimed`: work a restart would resume (SPEC.md EXEC-04).
+                // A claim on a thread that is not running: work a restart resumes (EXEC-04).
                 let claim = match (t.is_claimed(), t.is_archived()) {
-                    (true, _) => " (claimed)",
+                    (true, _) if t.status != ThreadStatus::Running => {
+                        " (unfinished: resumes when the server restarts)"
+                    }
+                    (true, _) => "",
                     (false, true) => " (archived)",
                     (false, false) => "",
                 };
                 println!(
-                    "{:<id_w$}  {status:<status_w$}  {:>4}  {}  {}{claim}",
+                    "{:<id_w$}  {status:<status_w$}  {:>4}  {:<28}  {}{claim}",
                     t.id.as_str(),
                     t.run_count,
-                    t.updated_at.format("%Y-%m-%d %H:%M:%S"),
+                    crate::human::when(t.updated_at, now),
                     t.title
                 );
             }
@@ -390,7 +407,7 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                      a stopped server resumes when `knife serve` starts; interrupt it then)"
                 );
             };
-            let thread = ThreadId::from(id);
+            let thread = crate::thread_ids::resolve(&client, &id).await?;
             let stopped: InterruptResponse = client
                 .post(
                     &format!("/api/threads/{thread}/interrupt"),
@@ -398,7 +415,10 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                 )
                 .await?;
             match stopped.run_id {
-                Some(run) => println!("asked run {run} of thread {thread} to stop"),
+                Some(run) => match crate::thread_ids::run_ordinal(&run) {
+                    Some(n) => println!("asked run {n} of thread {thread} to stop"),
+                    None => println!("asked run {run} of thread {thread} to stop"),
+                },
                 None => println!("thread {thread} has no run in progress; nothing to interrupt"),
             }
         }
@@ -415,6 +435,7 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                     "no knife server is running; start it with `knife serve`, then merge"
                 );
             };
+            let id = crate::thread_ids::resolve(&client, &id).await?;
             let merged: MergeResponse = client
                 .post(&format!("/api/threads/{id}/merge"), &serde_json::json!({}))
                 .await?;
@@ -427,7 +448,8 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
         }
         ThreadsCommand::Show { id, source, json } => {
             let reader = Reader::open(&config, &source).await?;
-            let p = reader.thread(&ThreadId::from(id)).await?;
+            let id = reader.resolve(&id).await?;
+            let p = reader.thread(&id).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&p)?);
             } else {

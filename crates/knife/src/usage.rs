@@ -17,7 +17,7 @@ pub struct UsageArgs {
     /// Only this project: its id, or its folder.
     #[arg(long)]
     pub project: Option<String>,
-    /// Only this thread.
+    /// Only this thread (its id or a unique prefix of one).
     #[arg(long)]
     pub thread: Option<String>,
     /// Only runs since this date (`YYYY-MM-DD`, UTC) or RFC 3339 time.
@@ -65,6 +65,7 @@ pub async fn usage(config_path: Option<&Path>, args: UsageArgs) -> anyhow::Resul
         query.push(format!("project_id={id}"));
     }
     if let Some(thread) = &args.thread {
+        let thread = crate::thread_ids::resolve(&api, thread).await?;
         query.push(format!("thread_id={thread}"));
     }
     if let Some(since) = &args.since {

@@ -545,7 +545,8 @@ async fn e2e_approvals_threads_list_shows_waiting_and_threads_interrupt_stops_th
     assert!(
         stop.stdout.contains(&format!(
             "asked run {} of thread {} to stop",
-            s.run, s.thread
+            s.run.rsplit(':').next().unwrap(),
+            s.thread
         )),
         "{}",
         stop.stdout

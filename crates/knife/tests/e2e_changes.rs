@@ -375,7 +375,7 @@ async fn chg_10_a_revert_cut_short_by_a_crash_is_finished_at_boot() {
     // The state a SIGKILL between two renames of `revert` of run 2 leaves: the
     // journal says `applying`, todo.md is back, hello.txt not yet, its temp file half written.
     let dir = server.project_dir();
-    let store = knife_store::Store::open(server.data_dir().join("knife.db"))
+    let store = knife_store_sqlite::open(server.data_dir().join("knife.db"))
         .await
         .unwrap();
     let t = store

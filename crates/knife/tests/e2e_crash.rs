@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use knife_protocol::*;
-use knife_store::{ProcessGroupRecord, Store, StreamFilter};
+use knife_store::{ProcessGroupRecord, StreamFilter};
 use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, MockLlmHandle, Script, ScriptResponse};
 
 const CONTINUE: &str = "The server restarted while you were working. Continue from where you \
@@ -68,7 +68,7 @@ async fn wait_settled(server: &Server, thread: &str, runs: usize) -> ThreadProje
 
 /// Every event of the data dir's log (the server must be stopped).
 async fn event_log(server: &Server) -> Vec<StoredEvent> {
-    let store = Store::open(server.data_dir().join("knife.db"))
+    let store = knife_store_sqlite::open(server.data_dir().join("knife.db"))
         .await
         .unwrap();
     store
@@ -264,7 +264,7 @@ async fn e2e_crash_sigterm_mid_turn_exits_0_and_the_restart_resumes() {
     );
     // The shutdown interrupt kept the claim.
     {
-        let store = Store::open(server.data_dir().join("knife.db"))
+        let store = knife_store_sqlite::open(server.data_dir().join("knife.db"))
             .await
             .unwrap();
         let t = store
@@ -354,7 +354,7 @@ async fn e2e_crash_process_groups_left_by_a_killed_server_are_killed_at_boot() {
     server.proc.kill_hard().await;
     // The killed server had recorded the group (what the bash tool's spawn hook does).
     {
-        let store = Store::open(server.data_dir().join("knife.db"))
+        let store = knife_store_sqlite::open(server.data_dir().join("knife.db"))
             .await
             .unwrap();
         store
@@ -383,7 +383,7 @@ async fn e2e_crash_process_groups_left_by_a_killed_server_are_killed_at_boot() {
         server.proc.stderr()
     );
     server.proc.terminate().await;
-    let store = Store::open(server.data_dir().join("knife.db"))
+    let store = knife_store_sqlite::open(server.data_dir().join("knife.db"))
         .await
         .unwrap();
     assert!(store.list_process_groups().await.unwrap().is_empty());

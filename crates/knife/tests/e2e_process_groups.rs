@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use knife_store::Store;
 
 // `$$` is the shell, the group's leader; `exec` keeps that pid for the sleep.
 const SCRIPT: &str = r#"
@@ -59,7 +58,7 @@ async fn e2e_process_groups_a_killed_servers_bash_command_is_killed_at_the_next_
     server.proc.kill_hard().await;
     assert!(alive(leader), "the command died with its server");
     {
-        let store = Store::open(server.data_dir().join("knife.db"))
+        let store = knife_store_sqlite::open(server.data_dir().join("knife.db"))
             .await
             .unwrap();
         let rows = store.list_process_groups().await.unwrap();
@@ -122,7 +121,7 @@ text = "done"
         .unwrap();
     let status = server.proc.terminate().await;
     assert!(status.success());
-    let store = Store::open(server.data_dir().join("knife.db"))
+    let store = knife_store_sqlite::open(server.data_dir().join("knife.db"))
         .await
         .unwrap();
     let rows = store.list_process_groups().await.unwrap();

@@ -78,6 +78,20 @@ fn words(prefix: &str, n: usize) -> String {
         .join(" ")
 }
 
+/// The files of the "changes" scenario's project before its run (name, content);
+/// tests.mjs checks them on disk after the revert.
+const CHANGES_FILES: [(&str, &str); 3] = [
+    ("keep.txt", "alpha\nbeta\ngamma\n"),
+    ("gone.txt", "bye\nbye again\n"),
+    (
+        "old-name.txt",
+        "a file that the run renames\nline two\nline three\n",
+    ),
+];
+
+/// What the "changes" run writes to `page.html`: markup that must stay text on the page.
+const CHANGED_HTML: &str = "<img src=x onerror=\"window.__pwned = 1\">\n<b>bold</b>\n";
+
 /// Where screenshots go: `<workspace>/target/ui-screenshots` (or $KNIFE_UI_SCREENSHOTS).
 fn screenshot_dir() -> PathBuf {
     std::env::var_os("KNIFE_UI_SCREENSHOTS")
@@ -184,6 +198,22 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
              [[response]]\ntext = \"Written.\"\n"
                 .into(),
             "",
+            None,
+        ),
+        (
+            // A run edits files with `write` and `bash` (no approvals): its Changes
+            // panel, a revert and its undo (CHG-03/04); then a second thread in the
+            // same folder answers (the shared-folder warning).
+            "changes",
+            format!(
+                "[[response]]\ntool_calls = [\n  {{ name = \"write\", arguments = {{ path = \"page.html\", content = {html:?} }} }},\n  \
+                 {{ name = \"bash\", arguments = {{ command = {bash:?} }} }},\n]\n\n\
+                 [[response]]\ntext = \"Changed four files.\"\n\n\
+                 [[response]]\ntext = \"The second thread answers.\"\n",
+                html = CHANGED_HTML,
+                bash = "sed -i 's/^beta$/BETA/' keep.txt && rm gone.txt && mv old-name.txt new-name.txt",
+            ),
+            "\n[[permissions]]\ntool = \"*\"\naction = \"allow\"\n",
             None,
         ),
         (
@@ -296,6 +326,11 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
     // the new process (the page must show the "continuing after restart" marker).
     let restart = scenarios.iter().position(|s| s.0 == "restart").unwrap();
     stop_mid_stream_and_restart(&mut started[restart].server).await;
+    // "changes": the files its run edits, deletes and renames.
+    let changes = scenarios.iter().position(|s| s.0 == "changes").unwrap();
+    for (name, content) in CHANGES_FILES {
+        std::fs::write(started[changes].server.project_dir().join(name), content).unwrap();
+    }
     let mut servers = serde_json::Map::new();
     for ((name, ..), p) in scenarios.iter().zip(&started) {
         let project = std::fs::canonicalize(p.server.project_dir()).unwrap();

@@ -29,7 +29,7 @@ use knife_runtime::SharedClock;
 use serde_json::Value;
 
 use super::types::*;
-use crate::record::{
+use knife_runtime::recording::{
     ApprovalAsk, EventReceiver, EventSink, RecorderStyle, TextKind, ToolState, TurnRecorder,
 };
 
@@ -38,7 +38,7 @@ pub const MESSAGE_ABORTED: &str = "MessageAbortedError";
 
 /// Which turn the events belong to (the provider thread is the ACP session's,
 /// `provider-thread:acp:<sessionId>`).
-pub type TurnIdentity = crate::record::TurnIds;
+pub type TurnIdentity = knife_runtime::recording::TurnIds;
 
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,8 +160,9 @@ pub struct AcpTurn {
 fn acp_style() -> RecorderStyle {
     RecorderStyle {
         flush_interval: Duration::ZERO,
-        tool_after_approval: TurnItemStatus::Pending,
+        tool_after_approval: Some(TurnItemStatus::Pending),
         unfinished_tool_error: "the turn ended before the agent reported this tool call finished",
+        ..RecorderStyle::default()
     }
 }
 

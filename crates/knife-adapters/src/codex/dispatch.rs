@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use super::session::{ApprovalShape, Inner, PendingRequest, State, lock};
 use super::wire::{self, ThreadItem, method};
 use crate::jsonrpc::{Incoming, METHOD_NOT_FOUND};
-use crate::record::{ApprovalAsk, TextKind};
+use knife_runtime::recording::{ApprovalAsk, TextKind};
 
 /// Item types mapped to a generic tool item named after the type.
 const GENERIC_TOOL_ITEMS: &[&str] = &[

@@ -22,7 +22,7 @@ use super::wire::{self, method};
 use super::{CodexConfig, DRIVER};
 use crate::jsonrpc::{Incoming, RpcConnection, RpcError, RpcOptions};
 use crate::process::{ChildProcess, ProcessSpec};
-use crate::record::{EventReceiver, EventSink, FLUSH_INTERVAL, TurnIds, TurnRecorder};
+use knife_runtime::recording::{EventReceiver, EventSink, FLUSH_INTERVAL, TurnIds, TurnRecorder};
 
 /// How long the driver waits for the exit status once codex closed its output.
 const EXIT_WAIT: Duration = Duration::from_secs(5);

@@ -64,20 +64,9 @@ impl SessionManager {
                 }
             }
         }
-        let was_attached = entry.as_ref().is_some_and(|entry| {
-            let mut st = entry.state();
-            let was = st.attached.remove(thread);
-            st.loaded_keys.remove(thread);
-            if let Some(mut unload) = st.thread_unloads.remove(thread)
-                && let Some(task) = unload.task.take()
-            {
-                task.abort();
-            }
-            if revoke_mcp_credential {
-                st.credentials.remove(thread);
-            }
-            was
-        });
+        let was_attached = entry
+            .as_ref()
+            .is_some_and(|entry| entry.state().detach(thread, revoke_mcp_credential));
         if revoke_mcp_credential && let Some((registry, slots)) = &inner.options.mcp {
             registry.revoke_thread(thread);
             slots.clear(thread);
@@ -96,7 +85,7 @@ impl SessionManager {
         .with_thread(thread);
         inner.store.write(WriteKind::Detach, vec![event]).await?;
 
-        let remaining = entry.state().attached.len();
+        let remaining = entry.state().attached_count();
         if !entry.shared() {
             if remaining == 0 {
                 release::release_entry(
@@ -115,7 +104,7 @@ impl SessionManager {
                 .attach_locks
                 .lock(&(entry.id.clone(), thread.clone()))
                 .await;
-            let reattached = entry.state().attached.contains(thread);
+            let reattached = entry.state().is_attached(thread);
             if inner.is_current(&entry) && !reattached {
                 for native in &native_ids {
                     idle::unload_now(inner, &entry, thread, native).await;

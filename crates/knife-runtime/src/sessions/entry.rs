@@ -1,7 +1,7 @@
-//! Live entry state: one [`Entry`] per live provider session (its runtime, attached
-//! threads, busy turns, idle generation, pins, subscribers), plus the keyed async locks.
+//! One [`Entry`] per live provider session (its runtime, record, state and
+//! subscribers), plus the keyed async locks. The state itself lives in `state.rs`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,11 +11,9 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use knife_protocol::*;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
-use tokio::time::Instant;
 
+use super::state::EntryState;
 use crate::adapter::SessionRuntime;
-use crate::mcp::CredentialId;
 use crate::scope::SessionScope;
 
 /// One live provider session. Compared by `Arc` identity: a replacement opened under
@@ -31,6 +29,7 @@ pub(crate) struct Entry {
     pub scope: SessionScope,
     /// The session record as last persisted (status updates from the adapter replace it).
     pub record: Mutex<ProviderSession>,
+    /// Attached threads, busy turns, generations, timers (private; see `state.rs`).
     pub state: Mutex<EntryState>,
     pub subscribers: Mutex<Subscribers>,
     /// Orders the pump's persistence of session-scoped requests against the release
@@ -66,81 +65,6 @@ impl Entry {
     pub fn shared(&self) -> bool {
         self.capabilities.shared_sessions
     }
-}
-
-/// Per-thread idle-unload bookkeeping on a shared runtime (MGR-14).
-pub(crate) struct ThreadUnload {
-    pub generation: u64,
-    pub task: Option<AbortHandle>,
-}
-
-/// Mutable state of an entry; guarded by a std mutex never held across `.await`.
-#[derive(Default)]
-pub(crate) struct EntryState {
-    /// Set once the entry left the map; every later decision on it is dropped.
-    pub removed: bool,
-    pub attached: HashSet<ThreadId>,
-    /// Every thread that ever attached (their requests and rosters are settled on release).
-    pub threads_seen: HashSet<ThreadId>,
-    /// Resume de-dup key of each loaded thread (MGR-10).
-    pub loaded_keys: HashMap<ThreadId, String>,
-    /// Native thread id of each thread, learned from resumes and provider-thread updates.
-    pub native_ids: HashMap<ThreadId, String>,
-    /// MCP credentials this session recorded per thread (kept on plain detach).
-    pub credentials: HashMap<ThreadId, CredentialId>,
-    /// Running turns by provider turn id; busy while non-empty.
-    pub busy: HashMap<ProviderTurnId, BusyTurn>,
-    /// When the runtime last showed life for a running turn (start or any event).
-    pub last_event: Option<Instant>,
-    /// The stuck-turn watchdog while busy.
-    pub stall_task: Option<AbortHandle>,
-    /// Bumped by every busy/activity change; a background idle decision acts only if
-    /// the generation it captured is still current (MGR-27).
-    pub idle_generation: u64,
-    pub idle_task: Option<AbortHandle>,
-    /// When the current pin began (pending background work deferring release, MGR-24).
-    pub pinned_since: Option<Instant>,
-    /// When the session last went idle or saw activity.
-    pub idle_since: Option<Instant>,
-    pub thread_unloads: HashMap<ThreadId, ThreadUnload>,
-    /// Background task ids this runtime listed per provider thread (MGR-46).
-    pub listed_tasks: HashMap<ProviderThreadId, HashSet<String>>,
-    /// When the pump last raised the row's last-seen time (throttled, REAP-01).
-    pub last_touch: Option<Instant>,
-}
-
-impl EntryState {
-    /// True while some turn runs.
-    pub fn is_busy(&self) -> bool {
-        !self.busy.is_empty()
-    }
-
-    /// True while some turn of `thread` runs.
-    pub fn thread_busy(&self, thread: &ThreadId) -> bool {
-        self.busy.values().any(|t| &t.thread == thread)
-    }
-
-    /// Aborts the idle task and every thread-unload task.
-    pub fn abort_tasks(&mut self) {
-        if let Some(task) = self.idle_task.take() {
-            task.abort();
-        }
-        if let Some(task) = self.stall_task.take() {
-            task.abort();
-        }
-        for unload in self.thread_unloads.values_mut() {
-            if let Some(task) = unload.task.take() {
-                task.abort();
-            }
-        }
-    }
-}
-
-/// A running turn: its thread and run (for the watchdog's synthetic terminal).
-#[derive(Clone, Debug)]
-pub(crate) struct BusyTurn {
-    pub thread: ThreadId,
-    pub run: RunId,
 }
 
 /// What a subscriber queue carries.

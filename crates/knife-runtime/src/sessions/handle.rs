@@ -79,9 +79,7 @@ impl SessionHandle {
 
     /// Threads attached to the session now, sorted.
     pub fn attached_threads(&self) -> Vec<ThreadId> {
-        let mut v: Vec<_> = self.entry.state().attached.iter().cloned().collect();
-        v.sort();
-        v
+        self.entry.state().attached_sorted()
     }
 
     /// Starts a turn: attaches the thread if needed, marks the session busy under the
@@ -106,7 +104,7 @@ impl SessionHandle {
             registry.touch(&input.thread_id);
         }
         idle::hold_thread_loaded(&self.entry, &input.thread_id);
-        if self.entry.state().removed {
+        if self.entry.state().is_removed() {
             return Err(SessionError::SessionGone(self.entry.id.clone()));
         }
         idle::mark_busy(
@@ -204,18 +202,16 @@ impl SessionHandle {
             .attach_locks
             .lock(&(self.entry.id.clone(), thread.clone()))
             .await;
-        if self.entry.state().loaded_keys.get(thread) == Some(&key) {
+        if self.entry.state().is_loaded(thread, &key) {
             return Ok(());
         }
         self.entry
             .runtime
             .resume_thread(thread, native_thread_id.clone())
             .await?;
-        let mut st = self.entry.state();
-        st.loaded_keys.insert(thread.clone(), key);
-        if let Some(native) = native_thread_id {
-            st.native_ids.insert(thread.clone(), native);
-        }
+        self.entry
+            .state()
+            .mark_loaded(thread, key, native_thread_id);
         Ok(())
     }
 

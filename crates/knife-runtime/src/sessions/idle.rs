@@ -6,48 +6,39 @@ use std::sync::Arc;
 use knife_protocol::*;
 use tokio::time::Instant;
 
-use super::entry::{BusyTurn, Entry, ThreadUnload};
+use super::entry::Entry;
+use super::state::BusyTurn;
 use super::{Inner, ReleaseReason, release, watchdog};
 
 /// Provider activity: restarts the idle window (no-op while busy) and ends a pin,
 /// since progress shows the pinned work is alive (MGR-26).
 pub(crate) fn touch(inner: &Arc<Inner>, entry: &Arc<Entry>) {
-    entry.state().pinned_since = None;
+    entry.state().end_pin();
     schedule_idle_release(inner, entry);
 }
 
 /// (Re)arms the idle timer of `entry` unless it is busy or removed: a new generation
 /// invalidates every decision of the previous timer (MGR-27).
 pub(crate) fn schedule_idle_release(inner: &Arc<Inner>, entry: &Arc<Entry>) {
-    let mut st = entry.state();
-    if st.removed || st.is_busy() {
-        return;
-    }
-    if let Some(task) = st.idle_task.take() {
-        task.abort();
-    }
-    st.idle_generation += 1;
-    st.idle_since = Some(Instant::now());
-    let generation = st.idle_generation;
-    let task = inner.tasks.spawn(release_if_still_idle(
-        Arc::clone(inner),
-        Arc::clone(entry),
-        generation,
-    ));
-    st.idle_task = Some(task.abort_handle());
+    entry.state().arm_idle(|generation| {
+        inner
+            .tasks
+            .spawn(release_if_still_idle(
+                Arc::clone(inner),
+                Arc::clone(entry),
+                generation,
+            ))
+            .abort_handle()
+    });
 }
 
 /// Sleeps one idle window, then releases the session unless it turned busy, saw
 /// activity (generation moved) or was replaced. Pending background work pins it one
 /// more window at a time, at most `max_idle_pin` past idleness (MGR-24, MGR-25).
 async fn release_if_still_idle(inner: Arc<Inner>, entry: Arc<Entry>, generation: u64) {
-    let still_idle = |entry: &Entry| {
-        let st = entry.state();
-        !st.removed && !st.is_busy() && st.idle_generation == generation
-    };
     loop {
         tokio::time::sleep(inner.options.idle_timeout).await;
-        if !still_idle(&entry) {
+        if !entry.state().still_idle_at(generation) {
             return;
         }
         // Probe failures count as "no pending work".
@@ -58,24 +49,21 @@ async fn release_if_still_idle(inner: Arc<Inner>, entry: Arc<Entry>, generation:
             .unwrap_or(false);
         // The session may have turned busy (or been replaced) while the probe ran:
         // that decision is stale and dropped (MGR-27, MGR-28).
-        {
-            let mut st = entry.state();
-            if st.removed || st.is_busy() || st.idle_generation != generation {
+        if pending {
+            let Some(pinned_for) = entry.state().pin(generation) else {
                 return;
+            };
+            if pinned_for < inner.options.max_idle_pin {
+                tracing::debug!(
+                    session = %entry.id,
+                    pinned_for_ms = pinned_for.as_millis() as u64,
+                    "idle release deferred: background work pending"
+                );
+                continue;
             }
-            if pending {
-                let now = Instant::now();
-                let since = *st.pinned_since.get_or_insert(now);
-                if now.duration_since(since) < inner.options.max_idle_pin {
-                    tracing::debug!(
-                        session = %entry.id,
-                        pinned_for_ms = now.duration_since(since).as_millis() as u64,
-                        "idle release deferred: background work pending"
-                    );
-                    continue;
-                }
-                tracing::warn!(session = %entry.id, "idle pin expired; releasing despite pending background work");
-            }
+            tracing::warn!(session = %entry.id, "idle pin expired; releasing despite pending background work");
+        } else if !entry.state().still_idle_at(generation) {
+            return;
         }
         let options = release::ReleaseOptions {
             only_if_generation: Some(generation),
@@ -105,39 +93,25 @@ pub(crate) fn mark_busy(
     thread: &ThreadId,
     run: &RunId,
 ) {
-    let mut st = entry.state();
-    st.busy.insert(
-        turn.clone(),
-        BusyTurn {
-            thread: thread.clone(),
-            run: run.clone(),
-        },
-    );
-    st.last_event = Some(Instant::now());
-    if st.stall_task.is_none() && !inner.options.turn_stall_timeout.is_zero() {
-        let task = inner
-            .tasks
-            .spawn(watchdog::watch(Arc::clone(inner), Arc::clone(entry)));
-        st.stall_task = Some(task.abort_handle());
-    }
-    if let Some(task) = st.idle_task.take() {
-        task.abort();
-    }
-    st.idle_generation += 1;
-    st.pinned_since = None;
-    if let Some(unload) = st.thread_unloads.get_mut(thread) {
-        unload.generation += 1;
-        if let Some(task) = unload.task.take() {
-            task.abort();
-        }
-    }
+    let busy = BusyTurn {
+        thread: thread.clone(),
+        run: run.clone(),
+    };
+    entry.state().mark_busy(turn, busy, || {
+        (!inner.options.turn_stall_timeout.is_zero()).then(|| {
+            inner
+                .tasks
+                .spawn(watchdog::watch(Arc::clone(inner), Arc::clone(entry)))
+                .abort_handle()
+        })
+    });
 }
 
 /// Marks turn `turn` ended (its `turn.terminal`, or a start that failed or was
 /// cancelled, MGR-22). Clearing twice is harmless and never clears another turn
 /// (MGR-23). Re-arms the idle timer and the thread's unload timer.
 pub(crate) fn mark_idle(inner: &Arc<Inner>, entry: &Arc<Entry>, turn: &ProviderTurnId) {
-    let thread = entry.state().busy.remove(turn).map(|t| t.thread);
+    let thread = entry.state().mark_idle(turn);
     schedule_idle_release(inner, entry);
     if let Some(thread) = thread {
         schedule_thread_unload(inner, entry, &thread);
@@ -146,18 +120,7 @@ pub(crate) fn mark_idle(inner: &Arc<Inner>, entry: &Arc<Entry>, turn: &ProviderT
 
 /// Before a resume or a turn: the thread is in use, cancel its pending unload.
 pub(crate) fn hold_thread_loaded(entry: &Arc<Entry>, thread: &ThreadId) {
-    let mut st = entry.state();
-    let unload = st
-        .thread_unloads
-        .entry(thread.clone())
-        .or_insert(ThreadUnload {
-            generation: 0,
-            task: None,
-        });
-    unload.generation += 1;
-    if let Some(task) = unload.task.take() {
-        task.abort();
-    }
+    entry.state().hold_thread_loaded(thread);
 }
 
 /// Arms the idle unload of `thread` on a shared runtime that can unload threads and
@@ -167,33 +130,17 @@ pub(crate) fn schedule_thread_unload(inner: &Arc<Inner>, entry: &Arc<Entry>, thr
     if !entry.shared() || !entry.runtime.can_unload_threads() {
         return;
     }
-    let mut st = entry.state();
-    if st.removed
-        || st.thread_busy(thread)
-        || !st.attached.contains(thread)
-        || !st.native_ids.contains_key(thread)
-    {
-        return;
-    }
-    let unload = st
-        .thread_unloads
-        .entry(thread.clone())
-        .or_insert(ThreadUnload {
-            generation: 0,
-            task: None,
-        });
-    unload.generation += 1;
-    if let Some(task) = unload.task.take() {
-        task.abort();
-    }
-    let generation = unload.generation;
-    let task = inner.tasks.spawn(unload_idle_thread(
-        Arc::clone(inner),
-        Arc::clone(entry),
-        thread.clone(),
-        generation,
-    ));
-    unload.task = Some(task.abort_handle());
+    entry.state().arm_thread_unload(thread, |generation| {
+        inner
+            .tasks
+            .spawn(unload_idle_thread(
+                Arc::clone(inner),
+                Arc::clone(entry),
+                thread.clone(),
+                generation,
+            ))
+            .abort_handle()
+    });
 }
 
 /// After one idle window, unloads `thread` unless it was used meanwhile; a thread
@@ -215,19 +162,8 @@ async fn unload_idle_thread(
             .attach_locks
             .lock(&(entry.id.clone(), thread.clone()))
             .await;
-        let native = {
-            let st = entry.state();
-            let current = st
-                .thread_unloads
-                .get(&thread)
-                .is_some_and(|u| u.generation == generation);
-            if st.removed || !current || st.thread_busy(&thread) || !st.attached.contains(&thread) {
-                return;
-            }
-            match st.native_ids.get(&thread) {
-                Some(native) => native.clone(),
-                None => return,
-            }
+        let Some(native) = entry.state().unload_target(&thread, generation) else {
+            return;
         };
         let pending = entry
             .runtime
@@ -243,17 +179,8 @@ async fn unload_idle_thread(
             }
             tracing::warn!(session = %entry.id, %thread, "thread unload deferral expired; unloading despite pending work");
         }
-        {
-            let mut st = entry.state();
-            let current = st
-                .thread_unloads
-                .get(&thread)
-                .is_some_and(|u| u.generation == generation);
-            if st.removed || !current || st.thread_busy(&thread) {
-                return;
-            }
-            st.loaded_keys.remove(&thread);
-            st.thread_unloads.remove(&thread);
+        if !entry.state().take_for_unload(&thread, generation) {
+            return;
         }
         unload_now(&inner, &entry, &thread, &native).await;
         return;

@@ -57,18 +57,7 @@ impl SessionManager {
             .map(|entry| {
                 // Read before the state lock (never hold both).
                 let record = entry.record();
-                let st = entry.state();
-                let mut threads: Vec<_> = st.attached.iter().cloned().collect();
-                threads.sort();
-                let mut busy_turns: Vec<_> = st.busy.keys().cloned().collect();
-                busy_turns.sort();
-                let mut mcp_threads: Vec<_> = st
-                    .credentials
-                    .keys()
-                    .filter(|t| st.attached.contains(*t))
-                    .cloned()
-                    .collect();
-                mcp_threads.sort();
+                let st = entry.state().view();
                 LiveSessionInfo {
                     provider_session_id: entry.id.clone(),
                     driver: entry.driver.clone(),
@@ -77,16 +66,13 @@ impl SessionManager {
                     model: record.model,
                     cwd: entry.cwd.display().to_string(),
                     capabilities: entry.capabilities.clone(),
-                    mcp_threads,
-                    threads,
-                    busy_turns,
-                    idle_deadline: if st.is_busy() {
-                        None
-                    } else {
-                        st.idle_since
-                            .and_then(|since| since.checked_add(idle_timeout))
-                            .and_then(to_wall)
-                    },
+                    mcp_threads: st.mcp_threads,
+                    threads: st.threads,
+                    busy_turns: st.busy_turns,
+                    idle_deadline: st
+                        .idle_since
+                        .and_then(|since| since.checked_add(idle_timeout))
+                        .and_then(to_wall),
                     pinned_since: st.pinned_since.and_then(to_wall),
                 }
             })

@@ -28,6 +28,7 @@ mod pump;
 mod release;
 pub mod requests;
 mod roster;
+mod state;
 mod stopper;
 mod store;
 mod watchdog;
@@ -149,6 +150,9 @@ pub(crate) struct Inner {
     pub open_locks: KeyedLocks<ProviderSessionId>,
     pub attach_locks: KeyedLocks<(ProviderSessionId, ThreadId)>,
     pub tasks: TaskTracker,
+    /// The release tasks in flight (also on `tasks`): shutdown waits for them, also
+    /// those another caller started.
+    pub releases: TaskTracker,
     pub shutdown: CancellationToken,
     pub health: AgentHealth,
 }
@@ -204,6 +208,7 @@ impl SessionManager {
                 open_locks: KeyedLocks::default(),
                 attach_locks: KeyedLocks::default(),
                 tasks: TaskTracker::new(),
+                releases: TaskTracker::new(),
                 shutdown: CancellationToken::new(),
                 health: AgentHealth::default(),
             }),
@@ -311,9 +316,13 @@ impl SessionManager {
     /// Stops the manager (MGR-35..37): refuses new opens, stops opens in flight
     /// (their scopes are closed), and releases every live session with
     /// `server_shutdown` in parallel under one shared [`CLOSE_TIMEOUT`] box; subscriber
-    /// streams end empty, without error. Failures are logged. Idempotent.
+    /// streams end empty, without error. Failures are logged. Idempotent; every call
+    /// returns only once the releases in flight (also those of an earlier call, or of
+    /// the idle timer) have written their records or the box ran out, so a process
+    /// that exits after it loses no release record.
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
+        let deadline = tokio::time::Instant::now() + self.inner.options.close_timeout;
         let entries = self.inner.snapshot();
         let releases = futures::future::join_all(entries.into_iter().map(|entry| {
             release::release_entry(
@@ -324,7 +333,7 @@ impl SessionManager {
                 release::ReleaseOptions::default(),
             )
         }));
-        match tokio::time::timeout(self.inner.options.close_timeout, releases).await {
+        match tokio::time::timeout_at(deadline, releases).await {
             Ok(results) => {
                 for result in results {
                     if let Err(e) = result {
@@ -336,6 +345,18 @@ impl SessionManager {
                 timeout_s = self.inner.options.close_timeout.as_secs(),
                 "provider sessions did not release within the shutdown time box"
             ),
+        }
+        // Releases started elsewhere (an earlier shutdown call took their entries out
+        // of the map, so the snapshot above did not see them).
+        self.inner.releases.close();
+        if tokio::time::timeout_at(deadline, self.inner.releases.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = self.inner.releases.len(),
+                "provider session releases still running at the end of the shutdown time box"
+            );
         }
         self.inner.tasks.close();
     }

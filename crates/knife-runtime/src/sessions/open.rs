@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use knife_protocol::*;
 
-use super::entry::{Entry, EntryState};
+use super::entry::Entry;
 use super::metrics;
+use super::state::EntryState;
 use super::store::WriteKind;
 use super::{Inner, SessionError, SessionHandle, SessionManager, idle, pump, release};
 use crate::adapter::{AdapterError, OpenSessionInput, OpenSessionOptions};
@@ -110,7 +111,7 @@ impl SessionManager {
                     // either the release saw the new generation and backs off, or
                     // the entry is gone and a fresh session is opened (we still hold
                     // the open lock, so no other open races this one).
-                    if !entry.state().removed {
+                    if !entry.state().is_removed() {
                         return Ok(SessionHandle::new(Arc::clone(inner), entry));
                     }
                     tracing::debug!(session = %id, %thread, "the session was released while it was being opened; opening a fresh one");
@@ -194,17 +195,11 @@ impl SessionManager {
             updated_at: now,
             last_error: None,
         };
-        let mut state = EntryState::default();
-        state.attached.insert(thread.clone());
-        state.threads_seen.insert(thread.clone());
-        if let Some(native) = &request.native_thread_id {
-            state.native_ids.insert(thread.clone(), native.clone());
-        }
-        if let Some(p) = &prepared {
-            state
-                .credentials
-                .insert(thread.clone(), p.config.credential_id.clone());
-        }
+        let state = EntryState::opened(
+            &thread,
+            request.native_thread_id.clone(),
+            prepared.as_ref().map(|p| p.config.credential_id.clone()),
+        );
         let entry = Arc::new(Entry {
             id: id.clone(),
             instance: request.provider_instance_id.clone(),
@@ -403,12 +398,10 @@ pub(crate) fn revoke_unless_held(
     if registry.is_reserved(id) {
         return;
     }
-    let held = inner.entries().values().any(|e| {
-        !Arc::ptr_eq(e, except) && {
-            let st = e.state();
-            st.attached.contains(thread) || st.credentials.values().any(|c| c == id)
-        }
-    });
+    let held = inner
+        .entries()
+        .values()
+        .any(|e| !Arc::ptr_eq(e, except) && e.state().holds_credential(thread, id));
     if !held {
         registry.revoke(id);
         slots.clear_if(thread, id);
@@ -431,13 +424,13 @@ pub(crate) async fn ensure_attached(
         .await;
     {
         let mut st = entry.state();
-        if st.removed {
+        if st.is_removed() {
             return Err(SessionError::SessionGone(entry.id.clone()));
         }
-        if st.attached.contains(thread) {
+        if st.is_attached(thread) {
             return Ok(false);
         }
-        if !entry.shared() && !st.attached.is_empty() {
+        if !entry.shared() && st.attached_count() > 0 {
             return Err(ProviderSessionOpenError {
                 provider_session_id: entry.id.clone(),
                 message: format!(
@@ -448,8 +441,7 @@ pub(crate) async fn ensure_attached(
             }
             .into());
         }
-        st.attached.insert(thread.clone());
-        st.threads_seen.insert(thread.clone());
+        st.attach(thread);
     }
     inner.health.clear(thread);
     let mut guard = AttachGuard {
@@ -463,8 +455,7 @@ pub(crate) async fn ensure_attached(
     if let Some(p) = &prepared {
         entry
             .state()
-            .credentials
-            .insert(thread.clone(), p.config.credential_id.clone());
+            .record_credential(thread, p.config.credential_id.clone());
         guard.credential = Some((p.config.credential_id.clone(), p.issued));
     }
     // Stamped now: the attach is activity, and the record's last-seen time must not
@@ -495,16 +486,9 @@ impl Drop for AttachGuard {
         if !self.armed {
             return;
         }
-        {
-            let mut st = self.entry.state();
-            st.attached.remove(&self.thread);
-            st.loaded_keys.remove(&self.thread);
-            if let Some((id, _)) = &self.credential
-                && st.credentials.get(&self.thread) == Some(id)
-            {
-                st.credentials.remove(&self.thread);
-            }
-        }
+        self.entry
+            .state()
+            .undo_attach(&self.thread, self.credential.as_ref().map(|(id, _)| id));
         if let Some((id, true)) = &self.credential {
             revoke_unless_held(&self.inner, &self.thread, id, &self.entry);
         }

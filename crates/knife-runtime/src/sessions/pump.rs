@@ -247,11 +247,10 @@ async fn handle_batch(
 ) -> Result<Vec<StoredEvent>, String> {
     let now = inner.clock.now();
     // Any event is a sign of life for the stuck-turn watchdog.
-    entry.state().last_event = Some(tokio::time::Instant::now());
     let attached: Vec<ThreadId> = {
-        let mut v: Vec<_> = entry.state().attached.iter().cloned().collect();
-        v.sort();
-        v
+        let mut st = entry.state();
+        st.saw_event();
+        st.attached_sorted()
     };
     let mut batch = Vec::new();
     let mut requests = Vec::new();
@@ -335,16 +334,8 @@ async fn handle_batch(
 /// Raises the session row's last-seen time, at most once per [`TOUCH_INTERVAL`]
 /// (REAP-01: a session with a live runtime is not stale). Failures are logged only.
 async fn touch_row(inner: &Arc<Inner>, entry: &Arc<Entry>, now: Timestamp) {
-    {
-        let mut st = entry.state();
-        let at = tokio::time::Instant::now();
-        if st
-            .last_touch
-            .is_some_and(|last| at.duration_since(last) < TOUCH_INTERVAL)
-        {
-            return;
-        }
-        st.last_touch = Some(at);
+    if !entry.state().touch_due(TOUCH_INTERVAL) {
+        return;
     }
     if let Err(e) = inner.store.touch_session(&entry.id, now).await {
         tracing::warn!(session = %entry.id, error = %e, "could not record the provider session's activity");
@@ -358,9 +349,10 @@ fn observe(entry: &Entry, event: &AdapterEvent) {
     {
         let mut st = entry.state();
         if let (Some(thread), Some(native)) = (&pt.app_thread_id, &pt.native_id) {
-            st.native_ids.insert(thread.clone(), native.clone());
+            st.learn_native_id(thread, native.clone());
         }
-        st.listed_tasks.entry(pt.id.clone()).or_default().extend(
+        st.list_tasks(
+            &pt.id,
             pt.pending_background_tasks
                 .iter()
                 .map(|t| t.task_id.clone()),

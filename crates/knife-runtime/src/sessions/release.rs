@@ -47,13 +47,13 @@ pub(crate) async fn release_entry(
     detail: Option<String>,
     options: ReleaseOptions,
 ) -> Result<bool, SessionError> {
-    let task = inner.tasks.spawn(release_task(
+    let task = inner.tasks.spawn(inner.releases.track_future(release_task(
         Arc::clone(inner),
         entry,
         reason,
         detail,
         options,
-    ));
+    )));
     match task.await {
         Ok(result) => result,
         Err(e) => Err(SessionError::Close(ProviderSessionCloseError {
@@ -83,15 +83,8 @@ async fn release_task(
         {
             return Ok(false);
         }
-        {
-            let mut st = entry.state();
-            if let Some(generation) = options.only_if_generation
-                && (st.is_busy() || st.idle_generation != generation)
-            {
-                return Ok(false);
-            }
-            st.removed = true;
-            st.abort_tasks();
+        if !entry.state().take_for_release(options.only_if_generation) {
+            return Ok(false);
         }
         entries.remove(&entry.id);
         inner.clock.now()
@@ -125,7 +118,7 @@ async fn release_task(
     };
 
     // Credentials are revoked whatever happens next (MGR-38).
-    let credentials: Vec<_> = entry.state().credentials.drain().collect();
+    let credentials = entry.state().take_credentials();
     for (thread, id) in &credentials {
         open::revoke_unless_held(&inner, thread, id, &entry);
     }
@@ -139,8 +132,7 @@ async fn release_task(
         session.status = SessionStatus::Stopped;
         session.last_error = None;
     }
-    let mut threads: Vec<ThreadId> = entry.state().threads_seen.iter().cloned().collect();
-    threads.sort();
+    let threads = entry.state().threads_seen_sorted();
     let records = ReleaseRecords {
         entry: Arc::clone(&entry),
         session,

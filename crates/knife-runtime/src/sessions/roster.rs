@@ -39,12 +39,7 @@ pub(crate) async fn clear_roster(inner: &Inner, entry: &Arc<Entry>, threads: &[T
 }
 
 async fn clear_one(inner: &Inner, entry: &Arc<Entry>, id: &ProviderThreadId) {
-    let listed: HashSet<String> = entry
-        .state()
-        .listed_tasks
-        .get(id)
-        .cloned()
-        .unwrap_or_default();
+    let listed: HashSet<String> = entry.state().listed_tasks(id);
     for _ in 0..ROSTER_CLEAR_ATTEMPTS {
         let (mut row, version) = match inner.store.provider_thread_versioned(id).await {
             Ok(Some(found)) => found,

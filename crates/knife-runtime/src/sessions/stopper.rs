@@ -69,18 +69,18 @@ impl SessionStopper for ManagerStopper {
         if let Some(entry) = inner.entry(session) {
             let plan = {
                 let st = entry.state();
-                if !st.attached.contains(thread) {
+                if !st.is_attached(thread) {
                     Plan::Settle
-                } else if st.attached.len() > 1 {
+                } else if st.attached_count() > 1 {
                     if st.thread_busy(thread) {
                         Plan::Skip
                     } else {
                         Plan::Detach
                     }
-                } else if st.is_busy() || st.pinned_since.is_some() {
+                } else if st.is_busy() || st.is_pinned() {
                     Plan::Skip
                 } else {
-                    Plan::Release(st.idle_generation)
+                    Plan::Release(st.idle_generation())
                 }
             };
             return match plan {

@@ -73,7 +73,8 @@ pub trait SessionStore: Send + Sync + 'static {
 #[async_trait::async_trait]
 impl SessionStore for Store {
     async fn latest_sequence(&self, thread: &ThreadId) -> Result<u64, StoreError> {
-        Store::latest_sequence(self, Some(thread)).await
+        // Through the backend: `Store::latest_sequence` would name this trait method.
+        knife_store::EventFeed::latest_sequence(&**self, Some(thread)).await
     }
 
     async fn write(

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use knife_protocol::*;
-use tokio::time::Instant;
 
 use super::entry::Entry;
+use super::state::Stall;
 use super::{INTERRUPT_TIMEOUT, Inner, ReleaseReason, idle, release};
 use crate::adapter::InterruptReason;
 
@@ -20,42 +20,15 @@ pub const STALLED_ERROR_TYPE: &str = "provider.stalled";
 pub(crate) async fn watch(inner: Arc<Inner>, entry: Arc<Entry>) {
     let limit = inner.options.turn_stall_timeout;
     loop {
-        let deadline = {
-            let mut st = entry.state();
-            if st.removed || !st.is_busy() {
-                st.stall_task = None;
-                return;
-            }
-            // A limit too large to represent never fires.
-            match st
-                .last_event
-                .unwrap_or_else(Instant::now)
-                .checked_add(limit)
-            {
-                Some(deadline) => deadline,
-                None => {
-                    st.stall_task = None;
-                    return;
-                }
-            }
+        // A limit too large to represent never fires.
+        let Some(deadline) = entry.state().stall_deadline(limit) else {
+            return;
         };
         tokio::time::sleep_until(deadline).await;
-        let stalled: Vec<_> = {
-            let mut st = entry.state();
-            if st.removed || !st.is_busy() {
-                st.stall_task = None;
-                return;
-            }
-            if st
-                .last_event
-                .is_some_and(|at| at.checked_add(limit).is_none_or(|d| d > Instant::now()))
-            {
-                continue;
-            }
-            st.busy
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
+        let stalled = match entry.state().stalled_turns(limit) {
+            Stall::Over => return,
+            Stall::Alive => continue,
+            Stall::Stalled(turns) => turns,
         };
         let minutes = limit.as_secs() / 60;
         let message = if minutes > 0 {

@@ -344,7 +344,9 @@ pub struct Harness {
 impl Harness {
     pub async fn new(default: Drain) -> Harness {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+        let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+            .await
+            .unwrap();
         let clock: SharedClock = Arc::new(SystemClock);
         let root = dir.path().join("project");
         std::fs::create_dir(&root).unwrap();

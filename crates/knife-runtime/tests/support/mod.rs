@@ -49,7 +49,9 @@ impl Harness {
         tune: impl FnOnce(&mut SessionManagerOptions),
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+        let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+            .await
+            .unwrap();
         let flaky = FlakyStore::new(store.clone());
         let clock: SharedClock = Arc::new(SystemClock);
         let workspace = dir.path().join("project");

@@ -43,7 +43,9 @@ pub fn session_id() -> ProviderSessionId {
 /// A harness on a fresh temp dir; `idle` is the session idle timeout.
 pub async fn harness(idle: Duration) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("knife.db")).await.unwrap();
+    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
+        .await
+        .unwrap();
     let root = dir.path().join("project");
     std::fs::create_dir(&root).unwrap();
     let codex_home = dir.path().join("codex-home");

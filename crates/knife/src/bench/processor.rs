@@ -154,7 +154,7 @@ pub async fn run(deltas: usize) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().join("project");
     std::fs::create_dir_all(&root)?;
-    let store = Store::open(tmp.path().join("bench.db")).await?;
+    let store = knife_store_sqlite::open(tmp.path().join("bench.db")).await?;
     println!(
         "knife bench processor: one text part of {deltas} deltas ({} bytes each) through the built-in agent",
         DELTA.len()

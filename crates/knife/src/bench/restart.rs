@@ -11,12 +11,11 @@ use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::commands::create_project;
 use knife_runtime::*;
-use knife_store::Store;
 use tokio::sync::{mpsc, watch};
 
 pub async fn run(threads: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path().join("bench.db")).await?;
+    let store = knife_store_sqlite::open(dir.path().join("bench.db")).await?;
     let clock: SharedClock = Arc::new(SystemClock);
     let root = dir.path().join("project");
     std::fs::create_dir(&root)?;

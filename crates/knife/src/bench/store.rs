@@ -4,11 +4,10 @@
 use std::time::Instant;
 
 use knife_protocol::*;
-use knife_store::Store;
 
 pub async fn run(events: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path().join("bench.db")).await?;
+    let store = knife_store_sqlite::open(dir.path().join("bench.db")).await?;
     let now = chrono::Utc::now();
     let thread_id = ThreadId::new();
     let run_id = RunId::for_thread(&thread_id, 1);

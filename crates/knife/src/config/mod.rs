@@ -29,6 +29,9 @@ pub struct Config {
     /// `[sessions]`: provider session lifetimes and the stale-session reaper.
     #[serde(default)]
     pub sessions: SessionsConfig,
+    /// `[store]`: where the event log lives (default SQLite in the data dir).
+    #[serde(default)]
+    pub store: StoreConfig,
     /// Provider instances by id (`[providers.openai]`, `[providers.local-ollama]`, …).
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
@@ -218,6 +221,17 @@ impl Config {
                 .collect(),
         }
     }
+}
+
+/// `[store]` (SPEC.md SCALE-01).
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `postgres://user:password@host:port/database` runs knife on PostgreSQL;
+    /// `sqlite:/path/knife.db` a SQLite file elsewhere; unset (the default): SQLite
+    /// `knife.db` in the data dir. `knife serve --database` / `KNIFE_DATABASE_URL`
+    /// override it.
+    pub url: Option<String>,
 }
 
 /// `[server]`.

@@ -405,7 +405,7 @@ async fn database(cx: &Context) -> Vec<Finding> {
             )];
         }
     };
-    let opened = tokio::time::timeout(cx.timeout * 4, knife_store::Store::open(&path)).await;
+    let opened = tokio::time::timeout(cx.timeout * 4, knife_store_sqlite::open(&path)).await;
     let finding = match opened {
         Err(_) => Finding::fail(
             "database",

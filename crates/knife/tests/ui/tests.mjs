@@ -2,6 +2,8 @@
 // against; each server has its own mock-llm script, so tests do not share state.
 
 import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 
 /** Adds the server's project folder and a thread from the page; opens the thread. */
 async function newThread(page, server, title) {
@@ -326,6 +328,92 @@ export const tests = {
       await eventually('the deleted fork to leave the sidebar',
         async () => (await page.locator('.thread-link', { hasText: 'Renamed thread (fork)' }).count()) === 0);
       await page.locator('.thread-link', { hasText: 'Renamed thread' }).waitFor();
+    },
+  },
+
+  // A run that edits files (CHG-03/04): its Changes panel lists every file with its
+  // kind and +/- lines, each file opens to its diff (text only: the written markup
+  // stays text); a second thread answering in the same folder brings the
+  // shared-folder warning; "Revert to before this run" (confirmed) puts the files back
+  // on disk and says so; "Undo revert" brings the run's version back.
+  changes_panel_revert_and_undo: {
+    server: 'changes',
+    async run({ page, server, shot }) {
+      const file = (name) => path.join(server.project, name);
+      const read = (name) => readFileSync(file(name), 'utf8');
+      await newThread(page, server, 'Changes thread');
+      await send(page, 'change the files');
+      await assistant(page).locator('.md', { hasText: 'Changed four files.' }).waitFor();
+      const panel = page.locator('.transcript .run-changes[data-run-ordinal="1"]');
+      await panel.waitFor();
+      assert.equal(await panel.locator('.changes-summary').innerText(), '· 4 files, +3 −3');
+      const row = (p) => panel.locator(`.change-file[data-path="${p}"]`);
+      const rows = await panel.locator('.change-file').evaluateAll((rs) => rs.map((r) => [
+        r.dataset.path, r.dataset.kind, r.querySelector('.change-path').textContent,
+        r.querySelector('.change-added').textContent, r.querySelector('.change-removed').textContent]));
+      assert.deepEqual(rows.sort(), [
+        ['gone.txt', 'deleted', 'gone.txt', '+0', '−2'],
+        ['keep.txt', 'modified', 'keep.txt', '+1', '−1'],
+        ['new-name.txt', 'renamed', 'old-name.txt → new-name.txt', '+0', '−0'],
+        ['page.html', 'added', 'page.html', '+2', '−0'],
+      ]);
+      // Each file's diff, on demand.
+      await row('keep.txt').locator('summary').click();
+      await row('keep.txt').locator('.diff').waitFor();
+      assert.deepEqual(await row('keep.txt').locator('.diff-del').allTextContents(), ['-beta\n']);
+      assert.deepEqual(await row('keep.txt').locator('.diff-add').allTextContents(), ['+BETA\n']);
+      await row('page.html').locator('summary').click();
+      await row('page.html').locator('.diff').waitFor();
+      assert.deepEqual(await row('page.html').locator('.diff-add').allTextContents(),
+        ['+<img src=x onerror="window.__pwned = 1">\n', '+<b>bold</b>\n']);
+      assert.equal(await panel.locator('img, b').count(), 0, 'diff text was parsed as HTML');
+      assert.equal(await page.evaluate(() => window.__pwned), undefined);
+      await row('gone.txt').locator('summary').click();
+      await row('gone.txt').locator('.diff').waitFor();
+      assert.deepEqual(await row('gone.txt').locator('.diff-del').allTextContents(), ['-bye\n', '-bye again\n']);
+      await page.locator('#thread-status-label', { hasText: 'idle' }).waitFor();
+      await page.screenshot({ path: shot.replace(/\.png$/, '-panel.png') });
+
+      // A second thread in the same folder, no worktree: both threads warn.
+      const project = page.locator('section.project').first();
+      await project.locator('.thread-title').fill('Second thread');
+      await project.locator('.new-thread-button').click();
+      await page.locator('.thread-view .thread-title', { hasText: 'Second thread' }).waitFor();
+      await send(page, 'say something');
+      await assistant(page).locator('.md', { hasText: 'The second thread answers.' }).waitFor();
+      const warning = page.locator('#shared-root-warning');
+      await warning.waitFor();
+      assert.match(await warning.innerText(), /Also working in this folder without a worktree: “Changes thread”\./);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-shared-folder.png') });
+      await page.locator('.thread-link', { hasText: 'Changes thread' }).click();
+      await page.locator('#shared-root-warning', { hasText: '“Second thread”' }).waitFor();
+
+      // Revert run 1, confirmed: the files are back on disk, the panel says so.
+      let asked = '';
+      page.once('dialog', async (d) => { asked = d.message(); await d.accept(); });
+      await panel.locator('button.revert-run').click();
+      const applied = panel.locator('.revert-result.revert-applied');
+      await applied.waitFor();
+      assert.match(asked, /^Revert to before run 1\?/);
+      for (const p of ['gone.txt', 'keep.txt', 'new-name.txt', 'old-name.txt', 'page.html']) assert.ok(asked.includes(`  ${p}\n`), `${p} not in: ${asked}`);
+      assert.match(await applied.locator('.revert-text').innerText(), /^Reverted 5 files to before run 1 at /);
+      assert.equal(read('keep.txt'), 'alpha\nbeta\ngamma\n');
+      assert.equal(read('gone.txt'), 'bye\nbye again\n');
+      assert.equal(read('old-name.txt'), 'a file that the run renames\nline two\nline three\n');
+      assert.equal(existsSync(file('new-name.txt')), false, 'the renamed file stayed');
+      assert.equal(existsSync(file('page.html')), false, 'the added file stayed');
+      assert.equal(await page.locator('#thread-error').isHidden(), true);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-reverted.png') });
+
+      // Undo: the run's version again.
+      page.once('dialog', (d) => d.accept());
+      await applied.locator('button.undo-revert').click();
+      await panel.locator('.revert-result.revert-undone').waitFor();
+      assert.equal(read('keep.txt'), 'alpha\nBETA\ngamma\n');
+      assert.equal(existsSync(file('gone.txt')), false);
+      assert.equal(existsSync(file('old-name.txt')), false);
+      assert.equal(read('new-name.txt'), 'a file that the run renames\nline two\nline three\n');
+      assert.equal(read('page.html'), '<img src=x onerror="window.__pwned = 1">\n<b>bold</b>\n');
     },
   },
 

@@ -1,0 +1,133 @@
+// The live feed on PostgreSQL: one LISTEN connection per node wakes a pump that reads the
+// newly committed rows from `events` in sequence order and publishes them in-process.
+
+use crate::error::PgResult;
+use crate::read::read_events;
+use crate::write::CHANNEL;
+use futures::StreamExt;
+use knife_protocol::StoredEvent;
+use knife_store::StreamFilter;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, broadcast};
+
+/// Rows read per query while catching up.
+const PAGE: usize = 512;
+
+/// Pause before reconnecting a lost LISTEN connection.
+const RECONNECT: Duration = Duration::from_secs(1);
+
+/// The pump's inputs.
+pub(crate) struct Pump {
+    pub pool: deadpool_postgres::Pool,
+    pub config: tokio_postgres::Config,
+    pub live: broadcast::Sender<StoredEvent>,
+    pub wake: Arc<Notify>,
+    /// The last sequence already in the table when the store opened: published from
+    /// there on.
+    pub after: u64,
+    /// Longest wait between table reads without a wake-up (a missed NOTIFY, a lost
+    /// LISTEN connection); never a correctness matter, only latency.
+    pub poll_fallback: Duration,
+}
+
+impl Pump {
+    /// Runs until aborted (the store's last handle dropped). Publishes every committed
+    /// event exactly once, in sequence order: sequences are assigned in commit order
+    /// (crate::write::APPEND_LOCK), so the rows visible after a wake-up are always a
+    /// gap-free continuation of what was published.
+    pub(crate) async fn run(self) {
+        let mut last = self.after;
+        let mut listener: Option<Listener> = None;
+        loop {
+            if listener
+                .as_ref()
+                .is_none_or(|l| l.closed.load(Ordering::Acquire))
+            {
+                listener = match Listener::connect(&self.config, self.wake.clone()).await {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        tracing::warn!(error = %knife_store::StoreError::from(e),
+                            "cannot LISTEN for knife events; polling the table meanwhile");
+                        None
+                    }
+                };
+            }
+            let wait = if listener.is_some() {
+                self.poll_fallback
+            } else {
+                RECONNECT.min(self.poll_fallback)
+            };
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+            last = self.drain(last).await;
+        }
+    }
+
+    /// Publishes every event after `last`; returns the new last sequence.
+    async fn drain(&self, mut last: u64) -> u64 {
+        loop {
+            let page = match self.read_page(last).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %knife_store::StoreError::from(e),
+                        "cannot read new knife events; retrying");
+                    return last;
+                }
+            };
+            let full = page.len() == PAGE;
+            for ev in page {
+                last = ev.sequence;
+                // An error only means nobody is subscribed right now.
+                let _ = self.live.send(ev);
+            }
+            if !full {
+                return last;
+            }
+        }
+    }
+
+    async fn read_page(&self, after: u64) -> PgResult<Vec<StoredEvent>> {
+        let client = self.pool.get().await?;
+        read_events(&**client, &StreamFilter::after(after), None, PAGE).await
+    }
+}
+
+/// The LISTEN connection: its driver task turns notifications into wake-ups.
+struct Listener {
+    /// Kept alive: dropping it closes the connection (and ends the driver task).
+    _client: tokio_postgres::Client,
+    /// Set when the connection ended; the pump reconnects.
+    closed: Arc<AtomicBool>,
+}
+
+impl Listener {
+    async fn connect(config: &tokio_postgres::Config, wake: Arc<Notify>) -> PgResult<Listener> {
+        let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let flag = closed.clone();
+        tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(_)) => wake.notify_one(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the knife LISTEN connection failed");
+                        break;
+                    }
+                }
+            }
+            flag.store(true, Ordering::Release);
+            wake.notify_one();
+        });
+        client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        Ok(Listener {
+            _client: client,
+            closed,
+        })
+    }
+}

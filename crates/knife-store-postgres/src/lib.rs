@@ -1,0 +1,475 @@
+// knife-store-postgres: the several-node backend of the knife store contract — one
+// PostgreSQL database shared by every node, commit-ordered sequences, LISTEN/NOTIFY.
+
+//! knife-store-postgres: implements the `knife-store` contract on PostgreSQL
+//! (ARCHITECTURE.md "Scale-out", SPEC SCALE-01..03; docs/2026-12-01-store-postgres.md).
+//!
+//! * **Driver**: `tokio-postgres` with a `deadpool-postgres` pool; no TLS yet.
+//! * **Appends** take a transaction-scoped advisory lock, then `MAX(sequence) + 1`: all
+//!   appends of all nodes are serialised, so sequences are in commit order and every
+//!   reader sees a gap-free prefix of the log (SCALE-02).
+//! * **Live feed**: each node LISTENs on `knife_events`; a NOTIFY (sent inside the
+//!   append transaction, so delivered at COMMIT) only wakes the node's pump, which
+//!   reads the new rows from `events` and publishes them to the in-process feed that
+//!   `knife_store::replay_then_live` streams follow (SCALE-03).
+//! * **Fold**: `knife_store::fold::plan`, shared with SQLite.
+//! * **Migrations**: embedded, numbered, tracked in `knife_migrations`, applied under an
+//!   advisory lock.
+
+mod claims;
+mod error;
+mod feed;
+mod read;
+mod schema;
+mod write;
+
+#[cfg(feature = "test-cluster")]
+pub mod testing;
+
+use error::{PgError, PgResult};
+use futures::stream::BoxStream;
+use knife_protocol::{
+    DomainEvent, Project, ProjectId, ProviderSession, ProviderSessionId, ProviderThread,
+    ProviderThreadId, Run, RunId, RuntimeRequest, RuntimeRequestId, StoredEvent, Thread, ThreadId,
+    ThreadProjection, TurnItem, TurnItemId,
+};
+use knife_store::{
+    EntityKind, EventFeed, EventLog, Maintenance, ProjectionReads, PurgeStats, RebuildStats,
+    RowGuard, Store, StoreError, StreamFilter, StreamSource,
+};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, broadcast};
+
+/// Tuning knobs of [`PgStore::open_with`]; `Default` is what [`open`] uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgOptions {
+    /// Pooled connections of this node (default 8, at least 1), plus one LISTEN
+    /// connection.
+    pub max_connections: usize,
+    /// Capacity of the in-process live feed, in events (default 4096); a stream that
+    /// falls further behind recovers from the table.
+    pub live_capacity: usize,
+    /// Longest wait between table reads of the live feed when no NOTIFY arrives
+    /// (default 1 s): bounds latency after a lost notification, never correctness.
+    pub poll_fallback: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 8,
+            live_capacity: 4096,
+            poll_fallback: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Connects to the PostgreSQL database at `url` (`postgres://user:pw@host:port/db` or
+/// `host=… dbname=…`), applies the migrations and wraps it in a [`Store`].
+pub async fn open(url: &str) -> Result<Store, StoreError> {
+    PgStore::open_with(url, PgOptions::default())
+        .await
+        .map(Store::new)
+}
+
+/// [`open`] with explicit [`PgOptions`].
+pub async fn open_with(url: &str, options: PgOptions) -> Result<Store, StoreError> {
+    PgStore::open_with(url, options).await.map(Store::new)
+}
+
+/// One knife database on PostgreSQL, shared with the other nodes. Cheap to clone.
+/// The pool, the LISTEN connection and the pump stop when the last clone (including
+/// those held by live streams) is dropped.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    location: String,
+    pool: deadpool_postgres::Pool,
+    live: broadcast::Sender<StoredEvent>,
+    wake: Arc<Notify>,
+    pump: tokio::task::AbortHandle,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
+}
+
+impl PgStore {
+    /// Connects, applies pending migrations, starts the LISTEN pump.
+    ///
+    /// Errors: [`StoreError::Open`] with the URL (password hidden) and what to do,
+    /// [`StoreError::SchemaTooNew`], [`StoreError::Migration`].
+    pub async fn open_with(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
+        let location = redact(url);
+        let open_err = |message: String| StoreError::Open {
+            location: location.clone(),
+            message,
+        };
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            open_err(format!(
+                "not a PostgreSQL URL ({e}); use postgres://user:password@host:port/database"
+            ))
+        })?;
+        let manager = deadpool_postgres::Manager::from_config(
+            config.clone(),
+            tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(options.max_connections.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(10)))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| open_err(format!("cannot build the connection pool: {e}")))?;
+        let mut client = pool.get().await.map_err(|e| {
+            open_err(format!(
+                "cannot connect ({e}); check that PostgreSQL runs, that this node can reach \
+                 it and that the user, password and database in the URL are right"
+            ))
+        })?;
+        schema::migrate(&mut client).await?;
+        let after = read::latest_sequence(&**client, None).await?;
+        drop(client);
+        let (live, _) = broadcast::channel(options.live_capacity.max(1));
+        let wake = Arc::new(Notify::new());
+        let pump = tokio::spawn(
+            feed::Pump {
+                pool: pool.clone(),
+                config,
+                live: live.clone(),
+                wake: wake.clone(),
+                after,
+                poll_fallback: options.poll_fallback,
+            }
+            .run(),
+        )
+        .abort_handle();
+        tracing::debug!(%location, "knife store open on PostgreSQL");
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                location,
+                pool,
+                live,
+                wake,
+                pump,
+            }),
+        })
+    }
+
+    /// The database URL, password hidden.
+    pub fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    pub(crate) async fn client(&self) -> PgResult<deadpool_postgres::Object> {
+        Ok(self.inner.pool.get().await?)
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: EntityKind,
+        id: &str,
+    ) -> Result<Option<T>, StoreError> {
+        let client = self.client().await?;
+        Ok(read::get_entity(&**client, kind.table(), id).await?)
+    }
+
+    async fn list<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<T>, StoreError> {
+        let client = self.client().await?;
+        Ok(read::list_entities(&**client, sql, params).await?)
+    }
+
+    /// Runs the write in its own task, so dropping the caller's future does not
+    /// cancel a transaction half-way (the contract: a write once polled may still
+    /// commit), as the SQLite writer thread does.
+    async fn write_batch(
+        &self,
+        guard: Option<RowGuard>,
+        events: Vec<DomainEvent>,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+        let pool = self.inner.pool.clone();
+        let wake = self.inner.wake.clone();
+        tokio::spawn(async move {
+            let mut client = pool.get().await.map_err(PgError::from)?;
+            let written = write::write_batch(&mut client, guard.as_ref(), events).await?;
+            if written.as_ref().is_some_and(|w| !w.is_empty()) {
+                // Our own commit: wake the pump now instead of waiting for the NOTIFY.
+                wake.notify_one();
+            }
+            Ok(written)
+        })
+        .await
+        .map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+/// `url` with its password replaced by `***` (URL and key=value forms).
+pub fn redact(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((userinfo, host)) = rest.rsplit_once('@')
+            && let Some((user, _)) = userinfo.split_once(':')
+        {
+            return format!("{scheme}://{user}:***@{host}");
+        }
+        return url.to_owned();
+    }
+    url.split_whitespace()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => "password=***".to_owned(),
+            _ => kv.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[async_trait::async_trait]
+impl EventLog for PgStore {
+    async fn write(&self, events: Vec<DomainEvent>) -> Result<Vec<StoredEvent>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write_batch(None, events)
+            .await
+            .map(Option::unwrap_or_default)
+    }
+
+    async fn write_if(
+        &self,
+        guard: RowGuard,
+        events: Vec<DomainEvent>,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+        self.write_batch(Some(guard), events).await
+    }
+
+    async fn row_version(&self, kind: EntityKind, id: &str) -> Result<Option<i64>, StoreError> {
+        let client = self.client().await?;
+        Ok(write::read_version(&**client, kind.table(), id).await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl StreamSource for PgStore {
+    fn subscribe_live(&self) -> broadcast::Receiver<StoredEvent> {
+        self.inner.live.subscribe()
+    }
+
+    async fn high_water_mark(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        Ok(read::latest_sequence(&**client, None).await?)
+    }
+
+    async fn read_range(
+        &self,
+        filter: StreamFilter,
+        through: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let client = self.client().await?;
+        Ok(read::read_events(&**client, &filter, Some(through), limit).await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl EventFeed for PgStore {
+    fn stream(&self, filter: StreamFilter) -> BoxStream<'static, Result<StoredEvent, StoreError>> {
+        knife_store::replay_then_live(Arc::new(self.clone()), filter)
+    }
+
+    async fn latest_sequence(&self, thread: Option<&ThreadId>) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        Ok(read::latest_sequence(&**client, thread.map(|t| t.as_str())).await?)
+    }
+
+    async fn read_events(
+        &self,
+        filter: &StreamFilter,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let client = self.client().await?;
+        Ok(read::read_events(&**client, filter, None, limit).await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl Maintenance for PgStore {
+    async fn rebuild(&self) -> Result<RebuildStats, StoreError> {
+        let start = tokio::time::Instant::now();
+        let mut client = self.client().await?;
+        let events = write::rebuild(&mut client).await?;
+        let elapsed = start.elapsed();
+        tracing::info!(events, ?elapsed, "rebuilt the knife projections");
+        Ok(RebuildStats { events, elapsed })
+    }
+
+    /// The highest migration recorded in `knife_migrations`.
+    async fn schema_version(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        Ok(schema::current_version(&**client).await?)
+    }
+
+    /// In one transaction under the append lock; PostgreSQL's autovacuum reclaims the
+    /// space of the removed rows later.
+    async fn purge_deleted_threads(&self) -> Result<PurgeStats, StoreError> {
+        let start = tokio::time::Instant::now();
+        let mut client = self.client().await?;
+        let (threads, events, events_kept) = write::purge_deleted_threads(&mut client).await?;
+        let elapsed = start.elapsed();
+        tracing::info!(
+            threads = threads.len(),
+            events,
+            ?elapsed,
+            "purged deleted threads"
+        );
+        Ok(PurgeStats {
+            threads,
+            events,
+            events_kept,
+            elapsed,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl ProjectionReads for PgStore {
+    async fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
+        self.list(
+            "SELECT payload_json FROM projects ORDER BY id COLLATE \"C\"",
+            &[],
+        )
+        .await
+    }
+
+    async fn get_project(&self, id: &ProjectId) -> Result<Option<Project>, StoreError> {
+        self.get(EntityKind::Project, id.as_str()).await
+    }
+
+    async fn project_by_root(&self, root: &str) -> Result<Option<Project>, StoreError> {
+        self.list(
+            "SELECT payload_json FROM projects WHERE root = $1",
+            &[&root],
+        )
+        .await
+        .map(|mut found: Vec<Project>| found.pop())
+    }
+
+    async fn list_threads(&self, project: Option<&ProjectId>) -> Result<Vec<Thread>, StoreError> {
+        match project {
+            None => {
+                self.list(
+                    "SELECT payload_json FROM threads \
+                     ORDER BY updated_at_us DESC, last_sequence DESC",
+                    &[],
+                )
+                .await
+            }
+            Some(p) => {
+                self.list(
+                    "SELECT payload_json FROM threads WHERE project_id = $1 \
+                     ORDER BY updated_at_us DESC, last_sequence DESC",
+                    &[&p.as_str()],
+                )
+                .await
+            }
+        }
+    }
+
+    async fn get_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StoreError> {
+        self.get(EntityKind::Thread, id.as_str()).await
+    }
+
+    async fn get_run(&self, id: &RunId) -> Result<Option<Run>, StoreError> {
+        self.get(EntityKind::Run, id.as_str()).await
+    }
+
+    async fn thread_projection(
+        &self,
+        id: &ThreadId,
+    ) -> Result<Option<ThreadProjection>, StoreError> {
+        let mut client = self.client().await?;
+        Ok(read::thread_projection(&mut client, id.as_str()).await?)
+    }
+
+    async fn get_provider_session(
+        &self,
+        id: &ProviderSessionId,
+    ) -> Result<Option<ProviderSession>, StoreError> {
+        self.get(EntityKind::ProviderSession, id.as_str()).await
+    }
+
+    async fn list_provider_sessions(&self) -> Result<Vec<ProviderSession>, StoreError> {
+        self.list(
+            "SELECT payload_json FROM provider_sessions ORDER BY created_sequence",
+            &[],
+        )
+        .await
+    }
+
+    async fn get_provider_thread(
+        &self,
+        id: &ProviderThreadId,
+    ) -> Result<Option<ProviderThread>, StoreError> {
+        self.get(EntityKind::ProviderThread, id.as_str()).await
+    }
+
+    async fn get_runtime_request(
+        &self,
+        id: &RuntimeRequestId,
+    ) -> Result<Option<RuntimeRequest>, StoreError> {
+        self.get(EntityKind::RuntimeRequest, id.as_str()).await
+    }
+
+    async fn get_turn_item(&self, id: &TurnItemId) -> Result<Option<TurnItem>, StoreError> {
+        self.get(EntityKind::TurnItem, id.as_str()).await
+    }
+
+    async fn dump_projections(
+        &self,
+    ) -> Result<BTreeMap<String, Vec<serde_json::Value>>, StoreError> {
+        let mut client = self.client().await?;
+        Ok(read::dump_projections(&mut client).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_the_password_in_both_url_forms() {
+        assert_eq!(
+            redact("postgres://knife:s3cret@db:5432/knife"),
+            "postgres://knife:***@db:5432/knife"
+        );
+        assert_eq!(
+            redact("postgres://knife@db/knife"),
+            "postgres://knife@db/knife"
+        );
+        assert_eq!(
+            redact("host=/tmp port=5 user=k password=s3cret dbname=x"),
+            "host=/tmp port=5 user=k password=*** dbname=x"
+        );
+    }
+}

@@ -1,0 +1,221 @@
+// Read side on PostgreSQL: events by filter, entities by id or list, the thread
+// projection from one snapshot, and the dump of every projection table.
+
+use crate::error::PgResult;
+use knife_protocol::{DomainEvent, StoredEvent, ThreadProjection};
+use knife_store::StreamFilter;
+use knife_store::fold::PROJECTION_TABLES;
+use postgres_types::{ToSql, Type};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use tokio_postgres::GenericClient;
+
+fn seq_i64(sequence: u64) -> i64 {
+    i64::try_from(sequence).unwrap_or(i64::MAX)
+}
+
+fn seq_u64(sequence: i64) -> u64 {
+    u64::try_from(sequence).unwrap_or(0)
+}
+
+/// Events matching `filter` with `filter.after < sequence <= through` (no upper bound
+/// when `through` is None), in sequence order, at most `limit`.
+pub(crate) async fn read_events(
+    client: &impl GenericClient,
+    filter: &StreamFilter,
+    through: Option<u64>,
+    limit: usize,
+) -> PgResult<Vec<StoredEvent>> {
+    let after = seq_i64(filter.after);
+    let through = through.map(seq_i64);
+    let thread = filter.thread_id.as_ref().map(|t| t.as_str().to_owned());
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut sql = String::from("SELECT sequence, payload_json FROM events WHERE sequence > $1");
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after];
+    if let Some(through) = &through {
+        params.push(through);
+        sql.push_str(&format!(" AND sequence <= ${}", params.len()));
+    }
+    if let Some(thread) = &thread {
+        params.push(thread);
+        sql.push_str(&format!(" AND thread_id = ${}", params.len()));
+    }
+    if let Some(ty) = &filter.event_type {
+        params.push(ty);
+        sql.push_str(&format!(" AND type = ${}", params.len()));
+    }
+    params.push(&limit);
+    sql.push_str(&format!(" ORDER BY sequence LIMIT ${}", params.len()));
+    let rows = client.query(&sql, &params).await?;
+    rows.iter()
+        .map(|row| {
+            let event: DomainEvent = serde_json::from_str(row.get::<_, &str>(1))?;
+            Ok(StoredEvent {
+                sequence: seq_u64(row.get(0)),
+                event,
+            })
+        })
+        .collect()
+}
+
+/// Highest sequence in the log (or of one thread's events); 0 when there is none.
+pub(crate) async fn latest_sequence(
+    client: &impl GenericClient,
+    thread: Option<&str>,
+) -> PgResult<u64> {
+    let row = match thread {
+        None => {
+            client
+                .query_one("SELECT COALESCE(MAX(sequence), 0) FROM events", &[])
+                .await?
+        }
+        Some(t) => {
+            client
+                .query_one(
+                    "SELECT COALESCE(MAX(sequence), 0) FROM events WHERE thread_id = $1",
+                    &[&t],
+                )
+                .await?
+        }
+    };
+    Ok(seq_u64(row.get(0)))
+}
+
+/// The entity stored in row `id` of `table`, if any.
+pub(crate) async fn get_entity<T: DeserializeOwned>(
+    client: &impl GenericClient,
+    table: &str,
+    id: &str,
+) -> PgResult<Option<T>> {
+    let row = client
+        .query_opt(
+            &format!("SELECT payload_json FROM {table} WHERE id = $1"),
+            &[&id],
+        )
+        .await?;
+    Ok(row
+        .map(|r| serde_json::from_str(r.get::<_, &str>(0)))
+        .transpose()?)
+}
+
+/// The entities selected by `sql` (whose only column is `payload_json`).
+pub(crate) async fn list_entities<T: DeserializeOwned>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> PgResult<Vec<T>> {
+    let rows = client.query(sql, params).await?;
+    Ok(rows
+        .iter()
+        .map(|r| serde_json::from_str(r.get::<_, &str>(0)))
+        .collect::<Result<_, _>>()?)
+}
+
+/// The whole projection of one thread from one snapshot (`REPEATABLE READ`, read
+/// only). `None` when the thread row does not exist.
+pub(crate) async fn thread_projection(
+    client: &mut tokio_postgres::Client,
+    thread_id: &str,
+) -> PgResult<Option<ThreadProjection>> {
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let Some(thread) = get_entity(&tx, "threads", thread_id).await? else {
+        return Ok(None);
+    };
+    let by_thread = |table: &str, order: &str| {
+        format!("SELECT payload_json FROM {table} WHERE thread_id = $1 ORDER BY {order}")
+    };
+    let t: &(dyn ToSql + Sync) = &thread_id;
+    let projection = ThreadProjection {
+        thread,
+        runs: list_entities(&tx, &by_thread("runs", "ordinal, id"), &[t]).await?,
+        turn_items: list_entities(&tx, &by_thread("turn_items", "ordinal, id"), &[t]).await?,
+        nodes: list_entities(&tx, &by_thread("nodes", "created_sequence"), &[t]).await?,
+        provider_sessions: list_entities(
+            &tx,
+            "SELECT s.payload_json FROM provider_session_bindings b \
+             JOIN provider_sessions s ON s.id = b.provider_session_id \
+             WHERE b.thread_id = $1 ORDER BY b.bound_sequence",
+            &[t],
+        )
+        .await?,
+        provider_threads: list_entities(
+            &tx,
+            &by_thread("provider_threads", "created_sequence"),
+            &[t],
+        )
+        .await?,
+        provider_turns: list_entities(&tx, &by_thread("provider_turns", "created_sequence"), &[t])
+            .await?,
+        runtime_requests: list_entities(
+            &tx,
+            &by_thread("runtime_requests", "created_sequence"),
+            &[t],
+        )
+        .await?,
+        latest_sequence: latest_sequence(&tx, Some(thread_id)).await?,
+        mcp: None,
+    };
+    tx.commit().await?;
+    Ok(Some(projection))
+}
+
+/// Every row of every projection table as JSON objects (column → value,
+/// `payload_json` parsed), each table ordered by its primary key, from one snapshot.
+pub(crate) async fn dump_projections(
+    client: &mut tokio_postgres::Client,
+) -> PgResult<BTreeMap<String, Vec<serde_json::Value>>> {
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let mut out = BTreeMap::new();
+    for table in PROJECTION_TABLES {
+        let order = if table == "provider_session_bindings" {
+            "provider_session_id, thread_id"
+        } else {
+            "id"
+        };
+        // `COLLATE "C"`: byte order, as SQLite sorts TEXT.
+        let order = order
+            .split(", ")
+            .map(|c| format!("{c} COLLATE \"C\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows = tx
+            .query(&format!("SELECT * FROM {table} ORDER BY {order}"), &[])
+            .await?;
+        let mut dumped = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut obj = serde_json::Map::new();
+            for (i, column) in row.columns().iter().enumerate() {
+                let value = match *column.type_() {
+                    Type::INT8 => row
+                        .get::<_, Option<i64>>(i)
+                        .map_or(serde_json::Value::Null, Into::into),
+                    Type::INT4 => row
+                        .get::<_, Option<i32>>(i)
+                        .map_or(serde_json::Value::Null, Into::into),
+                    _ => match row.get::<_, Option<String>>(i) {
+                        None => serde_json::Value::Null,
+                        Some(s) if column.name() == "payload_json" => {
+                            serde_json::from_str(&s).unwrap_or(serde_json::Value::String(s))
+                        }
+                        Some(s) => s.into(),
+                    },
+                };
+                obj.insert(column.name().to_owned(), value);
+            }
+            dumped.push(serde_json::Value::Object(obj));
+        }
+        out.insert(table.to_owned(), dumped);
+    }
+    tx.commit().await?;
+    Ok(out)
+}

@@ -1,0 +1,251 @@
+// Read side: the pool of read-only connections (used on tokio's blocking pool) and
+// the SQL of every query — events by filter, entities by id, the thread projection.
+
+use crate::error::DbError;
+use crate::fold::{PROJECTION_TABLES, seq_i64, seq_u64};
+use crate::schema::open_reader;
+use knife_protocol::{DomainEvent, StoredEvent, ThreadProjection};
+use knife_store::StoreError;
+use knife_store::StreamFilter;
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Semaphore;
+
+/// A small pool of read-only connections. Each read takes a permit (async), then
+/// borrows a connection inside `spawn_blocking`; the std mutex guarding the idle list
+/// is only held for a push or pop, never across an `.await`.
+#[derive(Debug)]
+pub(crate) struct ReadPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    permits: Arc<Semaphore>,
+}
+
+impl ReadPool {
+    /// Opens `size` (at least 1) read-only connections to `path`.
+    pub(crate) fn open(path: PathBuf, size: usize) -> Result<ReadPool, DbError> {
+        let size = size.max(1);
+        let idle = (0..size)
+            .map(|_| open_reader(&path))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ReadPool {
+            path,
+            idle: Mutex::new(idle),
+            permits: Arc::new(Semaphore::new(size)),
+        })
+    }
+
+    /// Runs `f` with a read-only connection on the blocking pool.
+    pub(crate) async fn read<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, DbError> + Send + 'static,
+    {
+        // The permit bounds concurrent readers to the pool size; it moves into the
+        // blocking task so it is held exactly as long as the connection is in use.
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StoreError::ReadTask(e.to_string()))?;
+        let pool = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let conn = match pool.lock_idle().pop() {
+                Some(conn) => conn,
+                // Only after a reader panicked and its connection was lost.
+                None => open_reader(&pool.path)?,
+            };
+            let result = f(&conn);
+            pool.lock_idle().push(conn);
+            result.map_err(StoreError::from)
+        })
+        .await
+        .map_err(|e| StoreError::ReadTask(e.to_string()))?
+    }
+
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        // A poisoned list is still a valid list of connections.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Events matching `filter` with `filter.after < sequence <= through` (no upper bound
+/// when `through` is None), in sequence order, at most `limit`.
+pub(crate) fn read_events(
+    conn: &Connection,
+    filter: &StreamFilter,
+    through: Option<u64>,
+    limit: usize,
+) -> Result<Vec<StoredEvent>, DbError> {
+    let mut sql = String::from("SELECT sequence, payload_json FROM events WHERE sequence > ?1");
+    let mut args: Vec<Value> = vec![Value::Integer(seq_i64(filter.after))];
+    if let Some(through) = through {
+        args.push(Value::Integer(seq_i64(through)));
+        sql.push_str(&format!(" AND sequence <= ?{}", args.len()));
+    }
+    if let Some(thread) = &filter.thread_id {
+        args.push(Value::Text(thread.as_str().to_owned()));
+        sql.push_str(&format!(" AND thread_id = ?{}", args.len()));
+    }
+    if let Some(ty) = &filter.event_type {
+        args.push(Value::Text(ty.clone()));
+        sql.push_str(&format!(" AND type = ?{}", args.len()));
+    }
+    args.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+    sql.push_str(&format!(" ORDER BY sequence LIMIT ?{}", args.len()));
+    let rows: Vec<(i64, String)> = conn
+        .prepare_cached(&sql)?
+        .query_map(rusqlite::params_from_iter(args), |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(sequence, payload)| {
+            let event: DomainEvent = serde_json::from_str(&payload)?;
+            Ok(StoredEvent {
+                sequence: seq_u64(sequence),
+                event,
+            })
+        })
+        .collect()
+}
+
+/// Highest sequence in the log (or of one thread's events); 0 when there is none.
+pub(crate) fn latest_sequence(conn: &Connection, thread: Option<&str>) -> Result<u64, DbError> {
+    let max: Option<i64> = match thread {
+        None => conn
+            .prepare_cached("SELECT MAX(sequence) FROM events")?
+            .query_row([], |row| row.get(0))?,
+        Some(t) => conn
+            .prepare_cached("SELECT MAX(sequence) FROM events WHERE thread_id = ?1")?
+            .query_row([t], |row| row.get(0))?,
+    };
+    Ok(max.map_or(0, seq_u64))
+}
+
+/// The entity stored in row `id` of `table`, if any.
+pub(crate) fn get_entity<T: DeserializeOwned>(
+    conn: &Connection,
+    table: &str,
+    id: &str,
+) -> Result<Option<T>, DbError> {
+    let payload: Option<String> = conn
+        .prepare_cached(&format!("SELECT payload_json FROM {table} WHERE id = ?1"))?
+        .query_row([id], |row| row.get(0))
+        .optional()?;
+    payload
+        .map(|p| serde_json::from_str(&p).map_err(DbError::from))
+        .transpose()
+}
+
+/// The entities selected by `sql` (whose only column is `payload_json`).
+pub(crate) fn list_entities<T: DeserializeOwned>(
+    conn: &Connection,
+    sql: &str,
+    args: &[&str],
+) -> Result<Vec<T>, DbError> {
+    let payloads: Vec<String> = conn
+        .prepare_cached(sql)?
+        .query_map(rusqlite::params_from_iter(args), |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    payloads
+        .iter()
+        .map(|p| serde_json::from_str(p).map_err(DbError::from))
+        .collect()
+}
+
+/// The whole projection of one thread, read in one read transaction (a consistent
+/// snapshot). `None` when the thread row does not exist.
+pub(crate) fn thread_projection(
+    conn: &Connection,
+    thread_id: &str,
+) -> Result<Option<ThreadProjection>, DbError> {
+    let tx = conn.unchecked_transaction()?;
+    let Some(thread) = get_entity(&tx, "threads", thread_id)? else {
+        return Ok(None);
+    };
+    let by_thread = |table: &str, order: &str| {
+        format!("SELECT payload_json FROM {table} WHERE thread_id = ?1 ORDER BY {order}")
+    };
+    let projection = ThreadProjection {
+        thread,
+        runs: list_entities(&tx, &by_thread("runs", "ordinal, id"), &[thread_id])?,
+        turn_items: list_entities(&tx, &by_thread("turn_items", "ordinal, id"), &[thread_id])?,
+        nodes: list_entities(&tx, &by_thread("nodes", "created_sequence"), &[thread_id])?,
+        provider_sessions: list_entities(
+            &tx,
+            "SELECT s.payload_json FROM provider_session_bindings b \
+             JOIN provider_sessions s ON s.id = b.provider_session_id \
+             WHERE b.thread_id = ?1 ORDER BY b.bound_sequence",
+            &[thread_id],
+        )?,
+        provider_threads: list_entities(
+            &tx,
+            &by_thread("provider_threads", "created_sequence"),
+            &[thread_id],
+        )?,
+        provider_turns: list_entities(
+            &tx,
+            &by_thread("provider_turns", "created_sequence"),
+            &[thread_id],
+        )?,
+        runtime_requests: list_entities(
+            &tx,
+            &by_thread("runtime_requests", "created_sequence"),
+            &[thread_id],
+        )?,
+        latest_sequence: latest_sequence(&tx, Some(thread_id))?,
+        mcp: None,
+    };
+    tx.finish()?;
+    Ok(Some(projection))
+}
+
+/// Every row of every projection table as JSON objects (column name → value,
+/// `payload_json` parsed), each table ordered by its primary key.
+pub(crate) fn dump_projections(
+    conn: &Connection,
+) -> Result<BTreeMap<String, Vec<serde_json::Value>>, DbError> {
+    let tx = conn.unchecked_transaction()?;
+    let mut out = BTreeMap::new();
+    for table in PROJECTION_TABLES {
+        let order = if table == "provider_session_bindings" {
+            "provider_session_id, thread_id"
+        } else {
+            "id"
+        };
+        let mut stmt = tx.prepare(&format!("SELECT * FROM {table} ORDER BY {order}"))?;
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        let rows = stmt
+            .query_map([], |row| {
+                let mut obj = serde_json::Map::new();
+                for (i, name) in names.iter().enumerate() {
+                    obj.insert(name.clone(), sql_to_json(name, row.get(i)?));
+                }
+                Ok(serde_json::Value::Object(obj))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        out.insert(table.to_owned(), rows);
+    }
+    tx.finish()?;
+    Ok(out)
+}
+
+fn sql_to_json(column: &str, v: Value) -> serde_json::Value {
+    match v {
+        Value::Null => serde_json::Value::Null,
+        Value::Integer(i) => i.into(),
+        Value::Real(f) => f.into(),
+        Value::Text(s) if column == "payload_json" => {
+            serde_json::from_str(&s).unwrap_or(serde_json::Value::String(s))
+        }
+        Value::Text(s) => s.into(),
+        Value::Blob(b) => b.into(),
+    }
+}
