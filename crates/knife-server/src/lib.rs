@@ -32,6 +32,7 @@ mod live;
 pub mod mcp;
 mod origin;
 mod routes;
+mod search;
 mod sessions;
 mod threads;
 pub mod ui;

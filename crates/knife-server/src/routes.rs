@@ -75,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/events/latest", get(latest_sequence))
         .route("/providers", get(list_providers))
         .route("/usage", get(crate::usage::usage))
+        .route("/search", get(crate::search::search))
         .route(
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),

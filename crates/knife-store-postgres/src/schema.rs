@@ -14,11 +14,18 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, in order; versions unique and strictly increasing (unit test).
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("../migrations/0001_init.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "search",
+        sql: include_str!("../migrations/0002_search.sql"),
+    },
+];
 
 /// Advisory lock key that serialises migrations of one database across nodes.
 const MIGRATION_LOCK: i64 = 0x6b6e_6966_6501; // "knife" + 1

@@ -291,6 +291,17 @@ impl Maintenance for SqliteStore {
 }
 
 #[async_trait::async_trait]
+impl knife_store::Search for SqliteStore {
+    async fn search(
+        &self,
+        query: &knife_store::SearchQuery,
+    ) -> Result<Vec<knife_protocol::SearchHit>, StoreError> {
+        let query = query.clone();
+        self.read(move |c| queries::search(c, &query)).await
+    }
+}
+
+#[async_trait::async_trait]
 impl ProjectionReads for SqliteStore {
     async fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
         self.read(|c| {

@@ -37,6 +37,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "execution_claims",
         sql: include_str!("../migrations/0003_execution_claims.sql"),
     },
+    Migration {
+        version: 30,
+        name: "search",
+        sql: include_str!("../migrations/0030_search.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

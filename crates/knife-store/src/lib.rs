@@ -31,6 +31,7 @@
 
 mod error;
 pub mod fold;
+pub mod search;
 mod stream;
 mod traits;
 mod types;
@@ -39,9 +40,10 @@ mod types;
 pub mod contract;
 
 pub use error::{BackendError, StoreError};
+pub use search::SearchQuery;
 pub use stream::{REPLAY_PAGE, StreamSource, replay_then_live};
 pub use traits::{
-    Activity, Claims, EventFeed, EventLog, Maintenance, ProcessGroups, ProjectionReads,
+    Activity, Claims, EventFeed, EventLog, Maintenance, ProcessGroups, ProjectionReads, Search,
     StoreBackend,
 };
 pub use types::{

@@ -30,6 +30,7 @@ pub mod fixtures;
 pub mod log;
 pub mod project_root;
 pub mod rebuild;
+pub mod search;
 pub mod streams;
 
 /// Re-exported so the macro's property test resolves `proptest` in the caller.
@@ -82,6 +83,7 @@ macro_rules! store_contract_tests {
             claims::claimed_threads_are_listed_by_kind_and_survive_a_rebuild,
             claims::process_groups_round_trip_and_are_not_touched_by_rebuild,
             claims::session_activity_follows_bindings_and_touches_only_move_forward,
+            search::turn_08_search_finds_settled_items_and_titles_ranked_with_snippets,
         );
 
         $crate::contract::proptest::proptest! {

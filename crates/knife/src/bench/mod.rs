@@ -4,6 +4,7 @@
 mod checkpoint;
 mod processor;
 mod restart;
+mod search;
 mod store;
 mod stream;
 
@@ -51,6 +52,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10)]
         rounds: usize,
     },
+    /// Full-text search (SPEC.md TURN-08): N completed turn items over many threads
+    /// in a temp SQLite file, then timed searches: p50/p99 (target p99 <= 50 ms).
+    Search {
+        /// Completed turn items indexed.
+        #[arg(long, default_value_t = 100_000)]
+        items: usize,
+        /// Searches timed.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+    },
     /// N claimed threads and a restart sweep over no-op drains: time from boot to the
     /// first drain of the last thread, and memory.
     Restart {
@@ -66,6 +77,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Processor { deltas } => processor::run(deltas).await?,
         BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
         BenchCommand::Restart { threads } => restart::run(threads).await?,
+        BenchCommand::Search { items, queries } => search::run(items, queries).await?,
         BenchCommand::Checkpoint {
             files,
             changed,

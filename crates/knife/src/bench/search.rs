@@ -7,10 +7,38 @@ use knife_protocol::*;
 
 /// Words the generated items are made of; the first ones are common, the last rare.
 const WORDS: &[&str] = &[
-    "the", "retry", "config", "server", "thread", "error", "build", "test", "cache",
-    "index", "parser", "token", "stream", "socket", "branch", "commit", "deploy", "queue",
-    "budget", "schema", "migration", "lease", "fence", "snapshot", "checkpoint", "sandbox",
-    "bubblewrap", "landlock", "compaction", "tokenizer", "zeppelin", "quixotic",
+    "the",
+    "retry",
+    "config",
+    "server",
+    "thread",
+    "error",
+    "build",
+    "test",
+    "cache",
+    "index",
+    "parser",
+    "token",
+    "stream",
+    "socket",
+    "branch",
+    "commit",
+    "deploy",
+    "queue",
+    "budget",
+    "schema",
+    "migration",
+    "lease",
+    "fence",
+    "snapshot",
+    "checkpoint",
+    "sandbox",
+    "bubblewrap",
+    "landlock",
+    "compaction",
+    "tokenizer",
+    "zeppelin",
+    "quixotic",
 ];
 
 pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
@@ -25,7 +53,10 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
         updated_at: now,
     };
     store
-        .write(vec![DomainEvent::new(now, EventBody::ProjectCreated(project.clone()))])
+        .write(vec![DomainEvent::new(
+            now,
+            EventBody::ProjectCreated(project.clone()),
+        )])
         .await?;
     let per_thread = 1000usize;
     let threads = items.div_ceil(per_thread).max(1);
@@ -66,7 +97,10 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
             budget_raise: None,
         };
         let run = RunId::for_thread(&thread.id, 1);
-        let mut batch = vec![DomainEvent::new(now, EventBody::ThreadCreated(thread.clone()))];
+        let mut batch = vec![DomainEvent::new(
+            now,
+            EventBody::ThreadCreated(thread.clone()),
+        )];
         for n in 0..per_thread.min(items - written) {
             // Zipf-ish: word k appears with probability ~ 1/(k+1).
             let text: Vec<&str> = (0..24)
@@ -117,9 +151,18 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
         "indexed while writing: {written} items in {secs:.1} s ({:.0} items/s)",
         written as f64 / secs.max(1e-9)
     );
-    println!("{:<22} {:>8} {:>10} {:>10} {:>10}", "query", "hits", "p50 ms", "p99 ms", "max ms");
+    println!(
+        "{:<22} {:>8} {:>10} {:>10} {:>10}",
+        "query", "hits", "p50 ms", "p99 ms", "max ms"
+    );
     let mut all = Vec::with_capacity(queries);
-    for words in [&["retry"][..], &["zeppelin"], &["retry", "budget"], &["the"], &["quixotic", "lease"]] {
+    for words in [
+        &["retry"][..],
+        &["zeppelin"],
+        &["retry", "budget"],
+        &["the"],
+        &["quixotic", "lease"],
+    ] {
         let q = words.join(" ");
         let mut times = Vec::with_capacity(queries);
         let mut hits = 0;
