@@ -250,8 +250,14 @@ fn sql_to_json(column: &str, v: Value) -> serde_json::Value {
     }
 }
 
+/// Matches ranked per search (TURN-08): bm25 is computed for the most recently indexed
+/// this many matches only, so a word found in every document costs the same as a rare
+/// one (a whole-index bm25 sort of 100,000 matches takes hundreds of ms).
+const RANK_WINDOW: i64 = 2000;
+
 /// Full-text search (TURN-08): every word of `q.text` must match (each quoted, so FTS5
-/// syntax never reaches the engine); ranked by bm25, snippets from FTS5 `snippet`.
+/// syntax never reaches the engine); ranked by bm25 among the [`RANK_WINDOW`] most
+/// recently indexed matches, snippets from FTS5 `snippet`.
 pub(crate) fn search(
     conn: &Connection,
     q: &knife_store::SearchQuery,
@@ -271,9 +277,15 @@ pub(crate) fn search(
          JOIN search_docs d ON d.rowid = search_fts.rowid \
          JOIN threads t ON t.id = d.thread_id \
          WHERE search_fts MATCH ?1 AND (?2 IS NULL OR t.project_id = ?2) \
+           AND search_fts.rowid >= coalesce((SELECT min(r) FROM ( \
+               SELECT f.rowid AS r FROM search_fts f \
+               JOIN search_docs wd ON wd.rowid = f.rowid \
+               JOIN threads wt ON wt.id = wd.thread_id \
+               WHERE f.search_fts MATCH ?1 AND (?2 IS NULL OR wt.project_id = ?2) \
+               ORDER BY f.rowid DESC LIMIT ?4)), 0) \
          ORDER BY bm25(search_fts) LIMIT ?3",
     )?;
-    let rows = stmt.query_map(rusqlite::params![fts, project, limit], |row| {
+    let rows = stmt.query_map(rusqlite::params![fts, project, limit, RANK_WINDOW], |row| {
         Ok((
             row.get::<_, String>(0)?,
             row.get::<_, String>(1)?,

@@ -84,6 +84,7 @@ macro_rules! store_contract_tests {
             claims::process_groups_round_trip_and_are_not_touched_by_rebuild,
             claims::session_activity_follows_bindings_and_touches_only_move_forward,
             search::turn_08_search_finds_settled_items_and_titles_ranked_with_snippets,
+            search::turn_08_a_project_filter_finds_old_matches_behind_many_newer_ones,
         );
 
         $crate::contract::proptest::proptest! {

@@ -172,3 +172,39 @@ pub async fn turn_08_search_finds_settled_items_and_titles_ranked_with_snippets(
             .is_empty()
     );
 }
+
+pub async fn turn_08_a_project_filter_finds_old_matches_behind_many_newer_ones(
+    factory: &dyn StoreFactory,
+) {
+    let (_guard, store) = temp_store(factory).await;
+    let mut events = vec![
+        ev(EventBody::ProjectCreated(project("p1", 1))),
+        ev(EventBody::ProjectCreated(project("p2", 1))),
+        ev(EventBody::ThreadCreated(thread("old", "p1", 1))),
+        ev(EventBody::ThreadCreated(thread("busy", "p2", 1))),
+        ev(EventBody::TurnItemUpdated(turn_item(
+            "old",
+            1,
+            1,
+            "the first zeppelin",
+        ))),
+    ];
+    // More newer matches in another project than a backend may rank at once.
+    for n in 0..2100 {
+        events.push(ev(EventBody::TurnItemUpdated(turn_item(
+            "busy",
+            1,
+            n + 1,
+            "another zeppelin",
+        ))));
+    }
+    store.write(events).await.unwrap();
+    let hits = store.search(&query("zeppelin", Some("p1"))).await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].thread_id.as_str(), "old");
+    assert_eq!(
+        store.search(&query("zeppelin", None)).await.unwrap().len(),
+        20,
+        "the limit"
+    );
+}
