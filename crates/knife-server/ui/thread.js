@@ -56,6 +56,12 @@ function keepOpen(old, el) {
   }
 }
 
+/** Micro-dollars as `$0.0123` (below a dollar) or `$4.57`. */
+function usd(micro) {
+  const v = micro / 1e6;
+  return `$${v < 1 ? v.toFixed(4) : v.toFixed(2)}`;
+}
+
 export class ThreadView {
   constructor(id, sidebar) {
     this.id = id;
@@ -176,6 +182,7 @@ export class ThreadView {
       const p = await api(`/threads/${encodeURIComponent(this.id)}`);
       if (this.destroyed) return;
       this.thread = p.thread;
+      this.loadUsage();
       for (const r of p.runs) this.runs.set(r.id, r);
       for (const r of p.runtime_requests) this.requests.set(r.id, r);
       for (const item of p.turn_items) this.upsert(item);
@@ -238,6 +245,7 @@ export class ThreadView {
       case 'run.created':
       case 'run.updated':
         this.runs.set(p.id, p);
+        if (p.status !== 'running' && p.status !== 'queued') this.loadUsage();
         this.drawRuns();
         if (p.status === 'running' || p.status === 'queued') this.showError(null);
         break;
@@ -402,15 +410,32 @@ export class ThreadView {
     }
   }
 
-  /** Run-end notes (interrupted / failed) after the run's last item, then the Changes panels. */
+  /** Tokens and cost per run and for the thread (TURN-06), priced by the server. */
+  async loadUsage() {
+    try {
+      this.usage = await api(`/usage?thread_id=${encodeURIComponent(this.id)}`);
+      this.drawStatus();
+      this.drawRuns();
+    } catch {
+      // Usage is an extra: the transcript works without it.
+    }
+  }
+
+  /** Run-end notes (interrupted / failed), per-run usage (TURN-06) after the run's last item, then the Changes panels. */
   drawRuns() {
     const stick = this.nearBottom();
-    for (const n of this.transcript.querySelectorAll('.run-end')) n.remove();
-    // A failed run whose error is already an item of the transcript needs no second note.
+    for (const n of this.transcript.querySelectorAll('.run-end, .run-usage')) n.remove();
+    // A failed run whose error is already an item of the transcript needs no second note;
+    // a spent budget keeps its note: it carries "Raise and continue" (TURN-07).
     const shown = new Set([...this.items.values()].filter((i) => i.type === 'error').map((i) => i.run_id));
     for (const run of this.runs.values()) {
-      const note = shown.has(run.id) ? null : runNote(run);
+      const note = shown.has(run.id) && run.status !== 'budget_exceeded' ? null : runNote(run);
       if (note) this.placeAfterRun(note, run.ordinal, 0.5);
+    }
+    for (const r of (this.usage && this.usage.by_run) || []) {
+      if (!r.totals.total_tokens) continue;
+      const cost = r.totals.unpriced_runs ? '' : ` · ${usd(r.totals.cost_microdollars)}`;
+      this.placeAfterRun(h('div', { class: 'marker run-usage muted', dataset: { run: r.run_id } }, `run ${r.ordinal}: ${r.totals.total_tokens} tokens${cost}`), r.ordinal, 0.4);
     }
     this.drawChanges();
     if (stick) this.scrollDown();
@@ -434,6 +459,10 @@ export class ThreadView {
     }
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
+    const total = this.usage && this.usage.total;
+    if (total && total.total_tokens) {
+      parts.push(h('span', { class: 'muted', id: 'thread-usage' }, ` · ${total.total_tokens} tokens${total.unpriced_runs ? '' : ` · ${usd(total.cost_microdollars)}`}`));
+    }
     if (t.worktree) {
       parts.push(h('span', { class: 'muted', id: 'thread-worktree', title: `git worktree of this thread, from ${t.worktree.base_commit.slice(0, 12)}` },
         ` · worktree ${t.worktree.branch} at ${t.worktree.path}`));
