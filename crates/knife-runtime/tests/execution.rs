@@ -1,18 +1,17 @@
-//! Execution service against a scripted in-process adapter and a real SQLite
+//! Execution service against knife-testkit's scripted fake adapter and a real SQLite
 //! store on disk: run lifecycle, one run per thread, interrupts, failures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::*;
 use knife_store::Store;
-use tokio::sync::mpsc;
+use knife_testkit::sessions::{FakeAdapter, FakeBehaviour, TurnPlan, TurnScript};
 
 /// What the fake runtime does on `start_turn`.
 #[derive(Clone, Default)]
@@ -29,135 +28,28 @@ struct Behaviour {
     drop_stream: bool,
 }
 
-struct FakeAdapter {
-    behaviour: Behaviour,
-    opens: Arc<Mutex<u32>>,
-}
-
-struct FakeSession {
-    behaviour: Behaviour,
-    tx: Mutex<Option<mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>>>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
-    turn: Mutex<Option<StartTurnInput>>,
-}
-
-#[async_trait::async_trait]
-impl ProviderAdapter for FakeAdapter {
-    fn driver(&self) -> &str {
-        "fake"
-    }
-    fn capabilities(&self) -> ProviderCapabilities {
-        ProviderCapabilities::default()
-    }
-    async fn open(
-        &self,
-        _input: OpenSessionInput,
-    ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        *self.opens.lock().unwrap() += 1;
-        if self.behaviour.fail_open {
-            return Err(AdapterError::Open("fake refuses to open".into()));
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        Ok(Arc::new(FakeSession {
-            behaviour: self.behaviour.clone(),
-            tx: Mutex::new(Some(tx)),
-            rx: Mutex::new(Some(rx)),
-            turn: Mutex::new(None),
-        }))
-    }
-}
-
-fn terminal(input: &StartTurnInput, outcome: TurnOutcome) -> AdapterEvent {
-    AdapterEvent::TurnTerminal {
-        thread_id: input.thread_id.clone(),
-        run_id: input.run_id.clone(),
-        provider_turn_id: input.provider_turn_id.clone(),
-        outcome,
-        usage: Some(TokenUsage {
+impl Behaviour {
+    /// knife-testkit's fake adapter behaving like this.
+    fn adapter(self) -> FakeAdapter {
+        let usage = TokenUsage {
             input_tokens: 3,
             output_tokens: 2,
             total_tokens: 5,
             ..Default::default()
-        }),
+        };
+        FakeAdapter::new(FakeBehaviour {
+            turns: TurnPlan::Script(TurnScript {
+                snapshots: self.snapshots,
+                outcome: self.outcome,
+                usage: Some(usage),
+                end_stream: self.drop_stream,
+                ..Default::default()
+            }),
+            interrupt_ends_turn: self.honour_interrupt,
+            open_error: self.fail_open.then(|| "fake refuses to open".to_owned()),
+            ..Default::default()
+        })
     }
-}
-
-#[async_trait::async_trait]
-impl SessionRuntime for FakeSession {
-    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
-        let tx = self
-            .tx
-            .lock()
-            .unwrap()
-            .clone()
-            .ok_or(AdapterError::Closed)?;
-        let now = chrono::Utc::now();
-        let id = TurnItemId::of_turn(&input.provider_turn_id, 1);
-        for text in &self.behaviour.snapshots {
-            let item = TurnItem {
-                id: id.clone(),
-                thread_id: input.thread_id.clone(),
-                run_id: Some(input.run_id.clone()),
-                provider_turn_id: Some(input.provider_turn_id.clone()),
-                ordinal: TurnItem::ordinal_in_run(input.run_ordinal, 1),
-                status: TurnItemStatus::Running,
-                started_at: Some(now),
-                completed_at: None,
-                updated_at: now,
-                kind: TurnItemKind::AssistantMessage {
-                    text: text.clone(),
-                    streaming: true,
-                },
-            };
-            let _ = tx.send(Ok(AdapterEvent::TurnItemUpdated(item)));
-        }
-        if self.behaviour.drop_stream {
-            self.tx.lock().unwrap().take();
-        } else if let Some(outcome) = self.behaviour.outcome.clone() {
-            let _ = tx.send(Ok(terminal(&input, outcome)));
-        }
-        *self.turn.lock().unwrap() = Some(input);
-        Ok(())
-    }
-    async fn interrupt_turn(
-        &self,
-        _thread: &ThreadId,
-        reason: InterruptReason,
-    ) -> Result<(), AdapterError> {
-        if self.behaviour.honour_interrupt {
-            let input = self.turn.lock().unwrap().clone();
-            if let (Some(input), Some(tx)) = (input, self.tx.lock().unwrap().clone()) {
-                let _ = tx.send(Ok(terminal(
-                    &input,
-                    TurnOutcome::Interrupted {
-                        reason: reason.as_str().into(),
-                    },
-                )));
-            }
-        }
-        Ok(())
-    }
-    async fn resume_thread(
-        &self,
-        _thread: &ThreadId,
-        _native: Option<String>,
-    ) -> Result<(), AdapterError> {
-        Ok(())
-    }
-    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {
-        let rx = self.rx.lock().unwrap().take()?;
-        Some(tokio_stream_from(rx))
-    }
-    async fn close(&self) -> Result<(), AdapterError> {
-        self.tx.lock().unwrap().take();
-        Ok(())
-    }
-}
-
-fn tokio_stream_from<T: Send + 'static>(
-    mut rx: mpsc::UnboundedReceiver<T>,
-) -> BoxStream<'static, T> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }
 
 struct Harness {
@@ -165,8 +57,15 @@ struct Harness {
     store: Store,
     exec: ExecutionService,
     thread: Thread,
-    opens: Arc<Mutex<u32>>,
+    adapter: FakeAdapter,
     project_root: std::path::PathBuf,
+}
+
+impl Harness {
+    /// Opens that reached the adapter (failed ones included).
+    fn opens(&self) -> usize {
+        self.adapter.state().opens_started_count()
+    }
 }
 
 async fn harness(behaviour: Behaviour) -> Harness {
@@ -187,16 +86,10 @@ async fn harness_with(
         .await
         .unwrap();
     let clock: SharedClock = Arc::new(SystemClock);
-    let opens = Arc::new(Mutex::new(0));
     let instance = ProviderInstanceId::from("fake");
+    let adapter = behaviour.adapter();
     let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
-    adapters.insert(
-        instance.clone(),
-        Arc::new(FakeAdapter {
-            behaviour,
-            opens: opens.clone(),
-        }),
-    );
+    adapters.insert(instance.clone(), Arc::new(adapter.clone()));
     let manager = SessionManager::new(Arc::new(store.clone()), clock.clone(), adapters, options);
     let exec =
         ExecutionService::new(store.clone(), clock.clone(), manager).with_interrupt_grace(grace);
@@ -233,7 +126,7 @@ async fn harness_with(
         store,
         exec,
         thread,
-        opens,
+        adapter,
         project_root: root,
     }
 }
@@ -298,7 +191,7 @@ async fn a_run_streams_items_completes_and_its_session_is_released_when_idle() {
     })
     .await;
     assert!(!h.exec.manager().is_live(&p.provider_sessions[0].id));
-    assert_eq!(*h.opens.lock().unwrap(), 1);
+    assert_eq!(h.opens(), 1);
 }
 
 #[tokio::test]
@@ -313,7 +206,7 @@ async fn a_second_run_reuses_the_live_session_of_its_thread() {
         let (run, _) = finished(&h, &run.id).await;
         assert_eq!(run.status, RunStatus::Completed);
     }
-    assert_eq!(*h.opens.lock().unwrap(), 1, "one open for both runs");
+    assert_eq!(h.opens(), 1, "one open for both runs");
     let live = h.exec.manager().describe();
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].threads, vec![h.thread.id.clone()]);
@@ -486,7 +379,7 @@ async fn a_missing_workspace_fails_the_run_and_opens_nothing() {
         "{}",
         error.message
     );
-    assert_eq!(*h.opens.lock().unwrap(), 0);
+    assert_eq!(h.opens(), 0);
     assert!(p.provider_sessions.is_empty());
 }
 
@@ -536,7 +429,7 @@ async fn mgr_07_open_with_missing_workspace_fails_and_projects_nothing() {
             "{message}"
         );
     }
-    assert_eq!(*h.opens.lock().unwrap(), 0);
+    assert_eq!(h.opens(), 0);
     assert!(h.store.list_provider_sessions().await.unwrap().is_empty());
 }
 

@@ -116,6 +116,10 @@ impl From<RuntimeError> for ApiErr {
             RuntimeError::Store(knife_store::StoreError::ProjectRootTaken { .. }) => {
                 (StatusCode::CONFLICT, "conflict")
             }
+            // SEC-07: nothing was written; the message says to free space.
+            RuntimeError::Store(knife_store::StoreError::Full { .. }) => {
+                (StatusCode::INSUFFICIENT_STORAGE, "disk_full")
+            }
             RuntimeError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             RuntimeError::RequestNotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             RuntimeError::RequestNotPending { .. } => (StatusCode::CONFLICT, "request_not_pending"),

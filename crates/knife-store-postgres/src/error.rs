@@ -48,6 +48,12 @@ impl From<serde_json::Error> for PgError {
 impl From<PgError> for StoreError {
     fn from(e: PgError) -> Self {
         match e {
+            PgError::Driver(e) if e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL) => {
+                StoreError::Full {
+                    backend: "PostgreSQL",
+                    source: Box::new(e),
+                }
+            }
             PgError::Driver(e) => database(Box::new(e)),
             PgError::Pool(e) => database(Box::new(e)),
             PgError::Store(e) => e,

@@ -46,8 +46,15 @@ impl From<DbError> for StoreError {
     }
 }
 
-/// A rusqlite error as [`StoreError::Database`].
+/// A rusqlite error as [`StoreError::Full`] when SQLite says the disk (or the
+/// `max_page_count` cap) is full, else as [`StoreError::Database`].
 pub(crate) fn sqlite_error(e: rusqlite::Error) -> StoreError {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+        return StoreError::Full {
+            backend: "SQLite",
+            source: Box::new(e),
+        };
+    }
     StoreError::Database {
         backend: "SQLite",
         hint: SQLITE_HINT,

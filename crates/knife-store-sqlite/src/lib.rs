@@ -60,6 +60,9 @@ pub struct StoreOptions {
     /// further behind recovers from the table; this only bounds memory, never
     /// correctness.
     pub live_capacity: usize,
+    /// How long the writer waits with no write before it checkpoints the WAL into the
+    /// database file and truncates it (default 2 s; SPEC.md SEC-07).
+    pub idle_checkpoint: std::time::Duration,
 }
 
 impl Default for StoreOptions {
@@ -67,6 +70,7 @@ impl Default for StoreOptions {
         Self {
             readers: 4,
             live_capacity: 4096,
+            idle_checkpoint: std::time::Duration::from_secs(2),
         }
     }
 }
@@ -130,12 +134,13 @@ impl SqliteStore {
             .await
             .map_err(|e| StoreError::ReadTask(e.to_string()))??
         };
-        let writer = Writer::spawn(conn).map_err(|e| StoreError::Open {
-            location: path.display().to_string(),
-            message: format!(
-                "cannot start the writer thread: {e}; the system is out of threads or memory"
-            ),
-        })?;
+        let writer =
+            Writer::spawn(conn, options.idle_checkpoint).map_err(|e| StoreError::Open {
+                location: path.display().to_string(),
+                message: format!(
+                    "cannot start the writer thread: {e}; the system is out of threads or memory"
+                ),
+            })?;
         let (live, _) = broadcast::channel(options.live_capacity.max(1));
         tracing::debug!(path = %path.display(), "knife store open");
         Ok(SqliteStore {
@@ -151,6 +156,27 @@ impl SqliteStore {
     /// The SQLite file this store was opened on.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Caps the database file at `pages` pages (`PRAGMA max_page_count`; a page is
+    /// `PRAGMA page_size` bytes, 4096 by default) for this connection, or lifts the cap
+    /// with `None`. A write that would grow the file past the cap fails with
+    /// [`StoreError::Full`] exactly like a full disk, so this both reserves disk for
+    /// other data and lets tests fill the database without filling a filesystem
+    /// (SPEC.md SEC-07). Returns the cap now in force, in pages.
+    pub async fn set_max_page_count(&self, pages: Option<u64>) -> Result<u64, StoreError> {
+        // SQLite's own upper limit (4294967294 pages) stands for "no cap".
+        let pages = pages.unwrap_or(4_294_967_294);
+        self.inner
+            .writer
+            .run(move |conn| {
+                let now: i64 =
+                    conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                        row.get(0)
+                    })?;
+                Ok(u64::try_from(now).unwrap_or(0))
+            })
+            .await
     }
 
     // ---- internals ----

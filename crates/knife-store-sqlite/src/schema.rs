@@ -10,6 +10,9 @@ use std::time::Duration;
 /// How long a connection waits for a lock held by another connection (5 s).
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Bytes a checkpointed WAL is cut back to (`PRAGMA journal_size_limit`, 64 MiB).
+pub(crate) const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
 /// One embedded migration: `migrations/<version padded to 4>_<name>.sql`.
 #[derive(Debug)]
 pub(crate) struct Migration {
@@ -95,6 +98,13 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, DbError> {
         .map_err(open_err)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(open_err)?;
+    // A WAL left large by a crash (or by readers that kept checkpoints from finishing)
+    // is folded into the file and cut to zero bytes before anything else; SQLite then
+    // keeps it at most JOURNAL_SIZE_LIMIT after each checkpoint (SPEC.md SEC-07). On a
+    // full disk the checkpoint may fail: knife still starts (it is only logged).
+    conn.pragma_update(None, "journal_size_limit", JOURNAL_SIZE_LIMIT)
+        .map_err(open_err)?;
+    crate::writer::checkpoint_truncate(&conn);
     migrate(&mut conn)?;
     Ok(conn)
 }

@@ -70,7 +70,23 @@ pub enum StoreError {
         /// The project that has this root.
         project_id: ProjectId,
     },
-    /// The database failed (I/O, lock timeout, full disk, corrupt file, lost
+    /// The disk (or the database's quota) is full, so the write was not committed; the
+    /// transaction was rolled back and the event log is intact (SPEC.md SEC-07).
+    /// Retryable: once space is freed the same write succeeds, and knife retries the
+    /// write that ends a run until it commits.
+    #[error(
+        "the disk holding the knife database is full ({backend}: {source}), so nothing of this \
+         write was committed; free space on the data directory's filesystem (or raise the \
+         database's quota) and retry — knife keeps retrying the writes that end runs"
+    )]
+    Full {
+        /// Which backend reported it (for the message only; never match on it).
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BackendError,
+    },
+    /// The database failed (I/O, lock timeout, corrupt file, lost
     /// connection, ...). For writes the transaction was rolled back. `backend` is
     /// `"SQLite"` or `"PostgreSQL"`; `hint` says what to do.
     #[error("{backend} error: {source}; {hint}")]
@@ -100,4 +116,20 @@ pub enum StoreError {
     /// A read task failed (panicked or was cancelled at runtime shutdown).
     #[error("a knife store read failed: {0}; retry, or restart knife if it keeps failing")]
     ReadTask(String),
+}
+
+impl StoreError {
+    /// Whether the same call may succeed if retried later without changing it: a full
+    /// disk ([`StoreError::Full`]) or a database failure ([`StoreError::Database`]: I/O,
+    /// lock timeout, lost connection). Contract violations (duplicate event, taken
+    /// root), schema and JSON errors are not. Used by the runtime to retry the writes
+    /// that end runs (SPEC.md SEC-07).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Full { .. } | StoreError::Database { .. })
+    }
+
+    /// Whether this is a full disk ([`StoreError::Full`]).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::Full { .. })
+    }
 }

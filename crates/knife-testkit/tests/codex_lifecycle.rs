@@ -307,42 +307,6 @@ async fn codex_a_turn_deaf_to_interrupt_does_not_wedge_the_thread() {
     assert_eq!(assistant_texts(&p, &next.id)[0].0, "Hello from fake codex.");
 }
 
-#[tokio::test]
-async fn codex_an_interrupt_while_an_approval_waits_cancels_the_request() {
-    let h = harness(Duration::from_secs(60)).await;
-    let run = h
-        .exec
-        .start_run(
-            &h.thread.id,
-            script(r#"[{"approve_command":"make deploy"}]"#),
-        )
-        .await
-        .unwrap();
-    let request = pending_request(&h).await;
-    h.exec
-        .interrupt(&h.thread.id, InterruptReason::User)
-        .await
-        .unwrap();
-    let run = h.finish(&run.id).await;
-    assert_eq!(run.status, RunStatus::Interrupted);
-    let p = h.projection().await;
-    let settled = p
-        .runtime_requests
-        .iter()
-        .find(|r| r.id == request.id)
-        .unwrap();
-    assert_eq!(settled.status, RuntimeRequestStatus::Cancelled);
-    let approval = p
-        .turn_items
-        .iter()
-        .find(|i| matches!(i.kind, TurnItemKind::Approval { .. }))
-        .unwrap();
-    assert_eq!(approval.status, TurnItemStatus::Cancelled);
-    // A late answer is refused.
-    let late = h.answer(&request.id, ApprovalDecision::AllowOnce).await;
-    assert!(late.is_err());
-}
-
 /// Stop while codex waits on an approval: knife answers the approval `cancel` before it
 /// sends `turn/interrupt` (as the ACP driver answers `cancelled` before
 /// `session/cancel`), so codex is not left waiting on a request nobody will answer.

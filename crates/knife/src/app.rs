@@ -46,6 +46,9 @@ pub struct App {
     pub limits: knife_server::ServerLimits,
     /// The sandbox of model-run commands (SEC-01), for `/healthz/detail`.
     pub sandbox: Arc<knife_process::sandbox::SandboxSettings>,
+    /// The data directory's free space and the boot steps a full disk skipped
+    /// (SEC-07), for `/healthz/detail`.
+    pub disk: crate::disk::DiskReport,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -124,6 +127,9 @@ impl App {
             )
         })?;
         check_writable(data_dir)?;
+        // SEC-07: a nearly full disk is said, and boot steps it refuses are skipped.
+        let disk = crate::disk::DiskReport::new(data_dir);
+        disk.warn_if_low();
         // Before touching the database: two processes on one data directory would
         // each take the other's runs for leftovers of a crash.
         let lock = DataDirLock::acquire(data_dir).await?;
@@ -140,9 +146,16 @@ impl App {
         // Boot order (issue 4): reconcile what died with the previous process, kill
         // the process groups it left running, then (below, once execution exists) the
         // restart sweep resumes claimed work; only then does the server accept requests.
-        let report = knife_runtime::boot::recovery::reconcile_after_restart(&store, clock.as_ref())
-            .await
-            .context("cannot reconcile the state left by the previous process")?;
+        let report =
+            match knife_runtime::boot::recovery::reconcile_after_restart(&store, clock.as_ref())
+                .await
+            {
+                Err(e) if crate::disk::is_disk_full(&e) => {
+                    disk.skipped("reconcile the state left by the previous process", &e);
+                    Default::default()
+                }
+                r => r.context("cannot reconcile the state left by the previous process")?,
+            };
         if !report.runs_interrupted.is_empty()
             || report.sessions_stopped > 0
             || report.requests_expired > 0
@@ -154,9 +167,13 @@ impl App {
                 "reconciled the previous process's state (runs_interrupted counts unclaimed runs; claimed ones are resumed by the restart sweep below)"
             );
         }
-        let killed = kill_leftover_process_groups(&store)
-            .await
-            .context("cannot kill the process groups left by the previous process")?;
+        let killed = match kill_leftover_process_groups(&store).await {
+            Err(e) if crate::disk::is_disk_full(&e) => {
+                disk.skipped("kill the process groups left by the previous process", &e);
+                Default::default()
+            }
+            r => r.context("cannot kill the process groups left by the previous process")?,
+        };
         if !killed.killed.is_empty() {
             tracing::info!(
                 killed = killed.killed.len(),
@@ -323,20 +340,32 @@ impl App {
                 .unwrap_or(RestartOptions::default().max_resume_attempts),
         };
         // A revert a crash cut short is finished before any run touches files (CHG-10).
-        let reverts = execution
-            .replay_revert_journal()
-            .await
-            .context("cannot finish the reverts the previous process left unfinished")?;
+        let reverts = match execution.replay_revert_journal().await {
+            Err(e) if crate::disk::is_disk_full(&e) => {
+                disk.skipped(
+                    "finish the reverts the previous process left unfinished",
+                    &e,
+                );
+                0
+            }
+            r => r.context("cannot finish the reverts the previous process left unfinished")?,
+        };
         if reverts > 0 {
             tracing::info!(
                 reverts,
                 "finished reverts the previous process left unfinished"
             );
         }
-        let sweep = RestartService::new(execution.clone(), options)
+        let sweep = match RestartService::new(execution.clone(), options)
             .resume_suspended_threads()
             .await
-            .context("cannot resume the work claimed by the previous process")?;
+        {
+            Err(e) if crate::disk::is_disk_full(&e) => {
+                disk.skipped("resume the work claimed by the previous process", &e);
+                Default::default()
+            }
+            r => r.context("cannot resume the work claimed by the previous process")?,
+        };
         // After the sweep started the resumed turns (boot stays fast): the runs the
         // crash cut short that boot ended get their end checkpoint (CHG-10).
         execution.checkpoint_after_boot(
@@ -391,6 +420,7 @@ impl App {
             reaper,
             limits: config.server.limits(),
             sandbox,
+            disk,
         })
     }
 
@@ -414,6 +444,7 @@ impl App {
         }
         self.lock.record_url(url)?;
         // `GET /healthz/detail`: which sandbox commands get (SEC-01), open like /healthz.
+        // The disk's free space is measured at each request (SEC-07).
         let detail = serde_json::json!({
             "status": "ok",
             "sandbox": {
@@ -421,10 +452,12 @@ impl App {
                 "detail": self.sandbox.support.describe(),
             },
         });
+        let disk = self.disk.clone();
         let router = knife_server::router(self.state.clone()).route(
             "/healthz/detail",
             axum::routing::get(move || {
-                let detail = detail.clone();
+                let mut detail = detail.clone();
+                detail["disk"] = disk.json();
                 async move { axum::Json(detail) }
             }),
         );
@@ -512,6 +545,16 @@ fn check_writable(dir: &Path) -> anyhow::Result<()> {
     match std::fs::write(&probe, b"ok") {
         Ok(()) => {
             let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        // Writable, only full: start anyway and say so (SEC-07).
+        Err(e) if crate::disk::is_enospc(&e) => {
+            let _ = std::fs::remove_file(&probe);
+            tracing::warn!(
+                dir = %dir.display(),
+                "the disk holding the data directory is full: {}",
+                crate::disk::WHAT_A_FULL_DISK_STOPS
+            );
             Ok(())
         }
         Err(e) => bail!(

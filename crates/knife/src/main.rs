@@ -10,6 +10,7 @@ mod checkpoints;
 mod client;
 mod config;
 mod demo;
+mod disk;
 mod doctor;
 mod human;
 mod lock;

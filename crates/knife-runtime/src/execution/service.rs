@@ -118,6 +118,8 @@ struct Inner {
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
     interrupt_grace: Duration,
+    /// How a failed terminal write is retried (SEC-07).
+    terminal_retry: crate::execution::terminal::TerminalRetry,
     /// Set by `shutdown`: no new runs.
     closing: AtomicBool,
     /// Checkpoints around runs (CHG-01/02).
@@ -151,6 +153,7 @@ impl ExecutionService {
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
+                terminal_retry: crate::execution::terminal::TerminalRetry::default(),
                 closing: AtomicBool::new(false),
                 tracking: checkpoints::Tracking::default(),
                 boot: checkpoints::BootCheckpoints::default(),
@@ -176,6 +179,15 @@ impl ExecutionService {
     pub fn with_budgets(mut self, guard: crate::budget::BudgetGuard) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.budgets = guard.budgets().any().then_some(guard);
+        }
+        self
+    }
+
+    /// How the write that ends a run is retried when it fails (SEC-07); the default
+    /// waits 50 ms, doubling up to 5 s. Call before sharing the service.
+    pub fn with_terminal_retry(mut self, retry: crate::execution::terminal::TerminalRetry) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.terminal_retry = retry;
         }
         self
     }

@@ -214,3 +214,40 @@ fn settle_item(item: &TurnItem, now: Timestamp) -> Option<TurnItem> {
     }
     Some(item)
 }
+
+/// How the write that ends a run is retried when it fails (SPEC.md SEC-07): the first
+/// retry waits `first`, each later one twice as long, at most `max`. A retryable store
+/// error (a full disk, a database failure: [`knife_store::StoreError::is_retryable`])
+/// is retried until the write commits or the server shuts down, so a run never stays
+/// `running` once space returns; any other error gets [`TerminalRetry::OTHER_ATTEMPTS`]
+/// attempts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TerminalRetry {
+    /// Wait before the first retry (default 50 ms).
+    pub first: std::time::Duration,
+    /// Longest wait between two attempts (default 5 s).
+    pub max: std::time::Duration,
+}
+
+impl TerminalRetry {
+    /// Attempts given to an error that is not a retryable store error.
+    pub const OTHER_ATTEMPTS: u32 = 4;
+
+    /// The wait after `previous` (zero before the first retry).
+    pub(crate) fn next(&self, previous: std::time::Duration) -> std::time::Duration {
+        if previous.is_zero() {
+            self.first
+        } else {
+            (previous * 2).min(self.max)
+        }
+    }
+}
+
+impl Default for TerminalRetry {
+    fn default() -> Self {
+        Self {
+            first: std::time::Duration::from_millis(50),
+            max: std::time::Duration::from_secs(5),
+        }
+    }
+}

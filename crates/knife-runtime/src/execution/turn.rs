@@ -34,23 +34,54 @@ impl ExecutionService {
         if let Some(event) = self.record_end(&mut ctx).await {
             ctx.end_events.push(event);
         }
-        // The terminal write must land, or the thread stays "running" in the store
-        // until the next boot: retry a few times (a full disk may free up), then
-        // leave it to `create_run`, which settles a stale active run it finds.
-        for (attempt, backoff_ms) in [0u64, 200, 1000, 5000].into_iter().enumerate() {
-            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-            match self
+        // The terminal write must land, or the thread stays "running" in the store:
+        // a full disk or a failing database is retried until it commits (SEC-07);
+        // only a shutdown stops that (the claim then survives in the log and the next
+        // start recovers the run). Other errors get a few attempts, then `create_run`
+        // settles the stale active run it finds.
+        let retry = self.inner.terminal_retry;
+        let mut wait = Duration::ZERO;
+        let mut attempt: u32 = 0;
+        loop {
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+            let e = match self
                 .finalize(&ctx, outcome.clone(), usage.clone(), teardown)
                 .await
             {
-                Ok(next) => return next,
-                Err(e) => tracing::error!(
-                    thread = %ctx.thread.id, run = %ctx.run.id, attempt = attempt + 1, error = %e,
-                    "could not record the end of the run"
-                ),
+                Ok(next) => {
+                    if attempt > 1 {
+                        tracing::info!(
+                            thread = %ctx.thread.id, run = %ctx.run.id, attempts = attempt,
+                            "recorded the end of the run after retrying"
+                        );
+                    }
+                    return next;
+                }
+                Err(e) => e,
+            };
+            let retryable = matches!(&e, RuntimeError::Store(s) if s.is_retryable());
+            let again = if retryable {
+                !self.inner.manager.is_shutting_down()
+            } else {
+                attempt < crate::execution::terminal::TerminalRetry::OTHER_ATTEMPTS
+            };
+            metrics::counter!("knife_terminal_write_failures_total").increment(1);
+            if !again {
+                tracing::error!(
+                    thread = %ctx.thread.id, run = %ctx.run.id, attempts = attempt, error = %e,
+                    "could not record the end of the run; gave up (the next start or message settles it)"
+                );
+                return None;
             }
+            if attempt == 1 || attempt.is_multiple_of(20) {
+                tracing::warn!(
+                    thread = %ctx.thread.id, run = %ctx.run.id, attempts = attempt, error = %e,
+                    "could not record the end of the run; retrying until it commits"
+                );
+            }
+            wait = retry.next(wait);
         }
-        None
     }
 
     /// Waits (up to [`FINISH_WAIT`]) for a run of `thread` whose turn already ended

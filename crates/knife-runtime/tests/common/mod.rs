@@ -1,19 +1,17 @@
 // Shared harness of the durable-execution tests: a real store on disk, an execution
-// service over an in-process "drain" adapter whose turns the test scripts per thread
+// service over knife-testkit's fake adapter whose turns ("drains") the test scripts per thread
 // (finish at once, hang until interrupted, fail, or wait for a release), and helpers
 // that seed claims the way a dead process leaves them.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::*;
 use knife_store::Store;
-use tokio::sync::{Notify, mpsc, watch};
+use knife_testkit::sessions::{FakeAdapter, FakeBehaviour, TurnPlan};
 
 /// What a drain (one provider turn) does.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,9 +28,37 @@ pub enum Drain {
     Panic,
     /// Never ends on its own, and `interrupt_turn` hangs forever (a deaf runtime).
     Deaf,
-    /// Reports this many tokens used (a provider turn usage update), then hangs;
-    /// honours interrupts (an external runtime's usage report, TURN-07).
+    /// Reports this many tokens used (a usage report), then hangs; honours
+    /// interrupts (an external runtime's usage report, TURN-07).
     Usage(u64),
+}
+
+impl Drain {
+    /// The testkit plan this drain stands for.
+    fn plan(&self) -> TurnPlan {
+        match self {
+            Drain::Complete => TurnPlan::complete(),
+            Drain::Hang => TurnPlan::hang(),
+            Drain::Fail(error) => TurnPlan::fail(error.clone()),
+            Drain::Gated => match TurnPlan::complete() {
+                TurnPlan::Script(script) => TurnPlan::Gated(script),
+                other => other,
+            },
+            Drain::Panic => TurnPlan::Panic,
+            Drain::Deaf => TurnPlan::deaf(),
+            Drain::Usage(tokens) => match TurnPlan::hang() {
+                TurnPlan::Script(mut script) => {
+                    script.reported_usage = Some(TokenUsage {
+                        input_tokens: *tokens,
+                        total_tokens: *tokens,
+                        ..Default::default()
+                    });
+                    TurnPlan::Script(script)
+                }
+                other => other,
+            },
+        }
+    }
 }
 
 /// A turn the fake runtime was asked to run.
@@ -45,289 +71,70 @@ pub struct Started {
     pub history: Vec<TurnItem>,
 }
 
-/// The test's control of the fake runtime: per-thread plans, the turns started.
+/// The test's control of the fake runtime (knife-testkit's [`FakeAdapter`]): per-thread
+/// plans, the turns started.
 #[derive(Clone)]
 pub struct Drains {
-    plans: Arc<Mutex<HashMap<ThreadId, Drain>>>,
-    default: Arc<Mutex<Drain>>,
-    started: Arc<Mutex<Vec<Started>>>,
-    count: Arc<watch::Sender<usize>>,
-    release: Arc<Notify>,
-    /// Opens hang (never finish) while set; counts the opens begun.
-    hang_opens: Arc<std::sync::atomic::AtomicBool>,
-    opens: Arc<watch::Sender<usize>>,
-    /// `steer_turn` delivers at once (records the steer's item) while set; else refuses.
-    steerable: Arc<std::sync::atomic::AtomicBool>,
-    /// Texts of the steers delivered, in order.
-    steers: Arc<Mutex<Vec<String>>>,
+    adapter: FakeAdapter,
 }
 
 impl Drains {
     pub fn new(default: Drain) -> Self {
         Self {
-            plans: Arc::default(),
-            default: Arc::new(Mutex::new(default)),
-            started: Arc::default(),
-            count: Arc::new(watch::Sender::new(0)),
-            release: Arc::new(Notify::new()),
-            hang_opens: Arc::default(),
-            opens: Arc::new(watch::Sender::new(0)),
-            steerable: Arc::default(),
-            steers: Arc::default(),
+            adapter: FakeAdapter::new(FakeBehaviour {
+                turns: default.plan(),
+                interrupt_ends_turn: true,
+                // A runtime that cannot steer unless a test allows it (TURN-01).
+                steer_refused: true,
+                ..Default::default()
+            }),
         }
-    }
-    /// Lets `steer_turn` deliver (TURN-01): a runtime that can steer.
-    pub fn allow_steering(&self) {
-        self.steerable
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-    /// Texts of the steers delivered so far.
-    pub fn steers(&self) -> Vec<String> {
-        self.steers.lock().unwrap().clone()
     }
     /// Makes every later adapter open hang until it is cancelled.
     pub fn hang_opens(&self) {
-        self.hang_opens
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.adapter.configure(|b| b.open_hangs = true);
     }
     /// Waits until at least `n` adapter opens began.
     pub async fn wait_opens(&self, n: usize) {
-        let mut rx = self.opens.subscribe();
-        rx.wait_for(|c| *c >= n).await.unwrap();
+        self.adapter.state().wait_opens_started(n).await;
     }
     /// Plans `drain` for every turn of `thread`.
     pub fn plan(&self, thread: &ThreadId, drain: Drain) {
-        self.plans.lock().unwrap().insert(thread.clone(), drain);
+        self.adapter.plan(thread, drain.plan());
     }
     /// Plans `drain` for threads without their own plan.
     pub fn set_default(&self, drain: Drain) {
-        *self.default.lock().unwrap() = drain;
-    }
-    fn plan_of(&self, thread: &ThreadId) -> Drain {
-        self.plans
-            .lock()
-            .unwrap()
-            .get(thread)
-            .cloned()
-            .unwrap_or_else(|| self.default.lock().unwrap().clone())
+        self.adapter.configure(|b| b.turns = drain.plan());
     }
     /// Every turn started so far, in order.
     pub fn started(&self) -> Vec<Started> {
-        self.started.lock().unwrap().clone()
+        self.adapter
+            .state()
+            .started_turns()
+            .into_iter()
+            .map(|input| Started {
+                thread: input.thread_id,
+                run: input.run_id,
+                text: input.text,
+                history: input.history,
+            })
+            .collect()
     }
     /// Waits until at least `n` turns started.
     pub async fn wait_started(&self, n: usize) {
-        let mut rx = self.count.subscribe();
-        rx.wait_for(|c| *c >= n).await.unwrap();
+        self.adapter.state().wait_turns_started(n).await;
     }
     /// Lets every gated drain waiting now complete.
     pub fn release(&self) {
-        self.release.notify_waiters();
+        self.adapter.release_turns();
     }
-}
-
-struct FakeAdapter {
-    drains: Drains,
-}
-
-struct FakeSession {
-    drains: Drains,
-    tx: Mutex<Option<mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>>>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
-    turn: Mutex<Option<StartTurnInput>>,
-}
-
-#[async_trait::async_trait]
-impl ProviderAdapter for FakeAdapter {
-    fn driver(&self) -> &str {
-        "fake"
+    /// Steers are delivered at once (the testkit fake's default; TURN-01).
+    pub fn allow_steering(&self) {
+        self.adapter.configure(|b| b.steer_refused = false);
     }
-    fn capabilities(&self) -> ProviderCapabilities {
-        ProviderCapabilities::default()
-    }
-    async fn open(
-        &self,
-        _input: OpenSessionInput,
-    ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        self.drains.opens.send_modify(|c| *c += 1);
-        if self
-            .drains
-            .hang_opens
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            std::future::pending::<()>().await;
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        Ok(Arc::new(FakeSession {
-            drains: self.drains.clone(),
-            tx: Mutex::new(Some(tx)),
-            rx: Mutex::new(Some(rx)),
-            turn: Mutex::new(None),
-        }))
-    }
-}
-
-fn terminal_event(input: &StartTurnInput, outcome: TurnOutcome) -> AdapterEvent {
-    AdapterEvent::TurnTerminal {
-        thread_id: input.thread_id.clone(),
-        run_id: input.run_id.clone(),
-        provider_turn_id: input.provider_turn_id.clone(),
-        outcome,
-        usage: None,
-    }
-}
-
-fn answer(input: &StartTurnInput) -> AdapterEvent {
-    let now = chrono::Utc::now();
-    AdapterEvent::TurnItemUpdated(TurnItem {
-        id: TurnItemId::of_turn(&input.provider_turn_id, 1),
-        thread_id: input.thread_id.clone(),
-        run_id: Some(input.run_id.clone()),
-        provider_turn_id: Some(input.provider_turn_id.clone()),
-        ordinal: TurnItem::ordinal_in_run(input.run_ordinal, 1),
-        status: TurnItemStatus::Completed,
-        started_at: Some(now),
-        completed_at: Some(now),
-        updated_at: now,
-        kind: TurnItemKind::AssistantMessage {
-            text: "done".into(),
-            streaming: false,
-        },
-    })
-}
-
-#[async_trait::async_trait]
-impl SessionRuntime for FakeSession {
-    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
-        let tx = self
-            .tx
-            .lock()
-            .unwrap()
-            .clone()
-            .ok_or(AdapterError::Closed)?;
-        *self.turn.lock().unwrap() = Some(input.clone());
-        let plan = self.drains.plan_of(&input.thread_id);
-        self.drains.started.lock().unwrap().push(Started {
-            thread: input.thread_id.clone(),
-            run: input.run_id.clone(),
-            text: input.text.clone(),
-            history: input.history.clone(),
-        });
-        self.drains.count.send_modify(|c| *c += 1);
-        match plan {
-            Drain::Complete => {
-                let _ = tx.send(Ok(answer(&input)));
-                let _ = tx.send(Ok(terminal_event(&input, TurnOutcome::Completed)));
-            }
-            Drain::Fail(error) => {
-                let _ = tx.send(Ok(terminal_event(&input, TurnOutcome::Failed { error })));
-            }
-            Drain::Hang | Drain::Deaf => {}
-            Drain::Usage(tokens) => {
-                let now = chrono::Utc::now();
-                let _ = tx.send(Ok(AdapterEvent::ProviderTurnUpdated(ProviderTurn {
-                    id: input.provider_turn_id.clone(),
-                    thread_id: input.thread_id.clone(),
-                    run_id: input.run_id.clone(),
-                    provider_thread_id: None,
-                    provider_session_id: ProviderSessionId::from("psession_fake"),
-                    node_id: NodeId::root_of(&input.run_id),
-                    ordinal: 1,
-                    status: ProviderTurnStatus::Running,
-                    started_at: now,
-                    completed_at: None,
-                    usage: Some(TokenUsage {
-                        input_tokens: tokens,
-                        total_tokens: tokens,
-                        ..Default::default()
-                    }),
-                    error: None,
-                    native_turn_id: None,
-                })));
-            }
-            Drain::Panic => panic!("the fake runtime panics on start_turn"),
-            Drain::Gated => {
-                let release = self.drains.release.clone();
-                let notified = release.notified_owned();
-                tokio::spawn(async move {
-                    notified.await;
-                    let _ = tx.send(Ok(answer(&input)));
-                    let _ = tx.send(Ok(terminal_event(&input, TurnOutcome::Completed)));
-                });
-            }
-        }
-        Ok(())
-    }
-    async fn interrupt_turn(
-        &self,
-        _thread: &ThreadId,
-        reason: InterruptReason,
-    ) -> Result<(), AdapterError> {
-        let input = self.turn.lock().unwrap().clone();
-        if input
-            .as_ref()
-            .is_some_and(|i| self.drains.plan_of(&i.thread_id) == Drain::Deaf)
-        {
-            std::future::pending::<()>().await;
-        }
-        if let (Some(input), Some(tx)) = (input, self.tx.lock().unwrap().clone()) {
-            let _ = tx.send(Ok(terminal_event(
-                &input,
-                TurnOutcome::Interrupted {
-                    reason: reason.as_str().into(),
-                },
-            )));
-        }
-        Ok(())
-    }
-    async fn resume_thread(
-        &self,
-        _thread: &ThreadId,
-        _native: Option<String>,
-    ) -> Result<(), AdapterError> {
-        Ok(())
-    }
-    async fn steer_turn(&self, _thread: &ThreadId, steer: SteerInput) -> Result<(), AdapterError> {
-        if !self
-            .drains
-            .steerable
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(AdapterError::Runtime(
-                "this fake runtime cannot steer".into(),
-            ));
-        }
-        let input = self.turn.lock().unwrap().clone();
-        let (Some(input), Some(tx)) = (input, self.tx.lock().unwrap().clone()) else {
-            return Err(AdapterError::Runtime("no turn".into()));
-        };
-        let now = chrono::Utc::now();
-        self.drains.steers.lock().unwrap().push(steer.text.clone());
-        let _ = tx.send(Ok(AdapterEvent::TurnItemUpdated(TurnItem {
-            id: steer.item_id,
-            thread_id: input.thread_id.clone(),
-            run_id: Some(input.run_id.clone()),
-            provider_turn_id: Some(input.provider_turn_id.clone()),
-            ordinal: TurnItem::ordinal_in_run(input.run_ordinal, 5),
-            status: TurnItemStatus::Completed,
-            started_at: Some(now),
-            completed_at: Some(now),
-            updated_at: now,
-            kind: TurnItemKind::UserMessage {
-                text: steer.text,
-                origin: MessageOrigin::User,
-                description: None,
-            },
-        })));
-        Ok(())
-    }
-    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {
-        let mut rx = self.rx.lock().unwrap().take()?;
-        Some(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
-    }
-    async fn close(&self) -> Result<(), AdapterError> {
-        self.tx.lock().unwrap().take();
-        Ok(())
+    /// Texts of the steers delivered so far.
+    pub fn steers(&self) -> Vec<String> {
+        self.adapter.state().steered.lock().unwrap().clone()
     }
 }
 
@@ -370,7 +177,7 @@ impl Harness {
         }
     }
 
-    /// [`Self::execution`] with `budgets` (TURN-07; no prices: costs are 0).
+    /// [`Self::execution`] with `budgets` (TURN-07; the default price table).
     pub fn execution_with_budgets(
         &self,
         budgets: knife_runtime::budget::Budgets,
@@ -387,12 +194,7 @@ impl Harness {
     /// A fresh execution service (a new "process") over the same store.
     pub fn execution(&self) -> ExecutionService {
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
-        adapters.insert(
-            self.instance.clone(),
-            Arc::new(FakeAdapter {
-                drains: self.drains.clone(),
-            }),
-        );
+        adapters.insert(self.instance.clone(), Arc::new(self.drains.adapter.clone()));
         let manager = SessionManager::new(
             Arc::new(self.store.clone()),
             self.clock.clone(),

@@ -1,6 +1,7 @@
-//! A fake provider adapter for the session manager's tests (SPEC.md MGR): hooks
-//! before open, spawn-before-open, hanging close, failing event stream, pending-work
-//! probes, start-turn and before-unload hooks, exclusive/shared capabilities, counters.
+//! The one fake provider adapter of knife's tests (session manager, execution, restart,
+//! `knife bench restart`): hooks before open, spawn-before-open, hanging close, failing
+//! event stream, pending-work probes, start-turn and before-unload hooks, scripted turns
+//! per thread ([`TurnPlan`]), exclusive/shared capabilities, counters.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,7 +15,9 @@ use knife_runtime::{
     AdapterError, InterruptReason, OpenSessionInput, OpenSessionOptions, ProviderAdapter,
     SessionRuntime, StartTurnInput,
 };
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::turns::{EventSender, TurnPlan, terminal_of};
 
 /// Async hook run before `open` does anything else, with the open's input; an error
 /// fails the open.
@@ -40,6 +43,9 @@ pub type UnloadHook = Arc<dyn Fn(ThreadId, String) -> BoxFuture<'static, ()> + S
 pub struct FakeBehaviour {
     /// One session may serve several threads (MGR-10) or one (MGR-06).
     pub shared: bool,
+    /// `steer_turn` refuses (a runtime that cannot steer, TURN-01); else it records
+    /// the steer's delivery item on the thread's running turn at once.
+    pub steer_refused: bool,
     /// Background tasks outlive the process (MGR-45).
     pub background_tasks_outlive_session: bool,
     /// `can_unload_threads` (shared runtimes, MGR-12..15).
@@ -63,6 +69,15 @@ pub struct FakeBehaviour {
     pub pending_thread_work: Option<ThreadProbe>,
     /// Runs in `unload_thread` before the unload is recorded.
     pub before_unload: Option<UnloadHook>,
+    /// What turns of threads without their own [`FakeAdapter::plan`] do (default:
+    /// [`TurnPlan::Manual`], the test pushes events).
+    pub turns: TurnPlan,
+    /// `interrupt_turn` ends the thread's running turn `Interrupted` (with the reason).
+    pub interrupt_ends_turn: bool,
+    /// Opens fail with `AdapterError::Open(message)` (after they were counted).
+    pub open_error: Option<String>,
+    /// Opens hang until cancelled (after they were counted).
+    pub open_hangs: bool,
 }
 
 /// One `open` as the adapter saw it.
@@ -91,6 +106,8 @@ pub struct FakeState {
     pub resumes: AtomicUsize,
     /// `steer_turn` calls.
     pub steers: AtomicUsize,
+    /// Texts of the steers delivered, in order (TURN-01).
+    pub steered: Mutex<Vec<String>>,
     /// Answers given to runtime requests, in order.
     pub responses: Mutex<Vec<(RuntimeRequestId, ApprovalDecision)>>,
     /// "Processes" spawned before open (spawn-before-open).
@@ -110,6 +127,10 @@ pub struct FakeState {
     /// Notified each time `unload_thread` reaches the adapter.
     pub unload_reached: Notify,
     sessions: Mutex<HashMap<ProviderSessionId, Vec<FakeSessionControl>>>,
+    plans: Mutex<HashMap<ThreadId, TurnPlan>>,
+    opens_seen: watch::Sender<usize>,
+    turns_seen: watch::Sender<usize>,
+    release: Arc<Notify>,
 }
 
 impl FakeState {
@@ -137,13 +158,29 @@ impl FakeState {
     pub fn interrupt_count(&self) -> usize {
         self.interrupts.load(Ordering::SeqCst)
     }
+    /// `opens_started` as a number.
+    pub fn opens_started_count(&self) -> usize {
+        self.opens_started.load(Ordering::SeqCst)
+    }
+    /// Every `start_turn` input so far, in order.
+    pub fn started_turns(&self) -> Vec<StartTurnInput> {
+        lock(&self.started_turns).clone()
+    }
+    /// Waits until at least `n` opens reached the adapter.
+    pub async fn wait_opens_started(&self, n: usize) {
+        let mut rx = self.opens_seen.subscribe();
+        let _ = rx.wait_for(|c| *c >= n).await;
+    }
+    /// Waits until at least `n` turns reached `start_turn`.
+    pub async fn wait_turns_started(&self, n: usize) {
+        let mut rx = self.turns_seen.subscribe();
+        let _ = rx.wait_for(|c| *c >= n).await;
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
-
-type EventSender = mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>;
 
 /// Pushes events into one fake session's stream.
 #[derive(Clone)]
@@ -205,6 +242,23 @@ impl FakeAdapter {
         lock(&self.behaviour).clone()
     }
 
+    /// Plans `plan` for every later turn of `thread` (instead of [`FakeBehaviour::turns`]).
+    pub fn plan(&self, thread: &ThreadId, plan: TurnPlan) {
+        lock(&self.state.plans).insert(thread.clone(), plan);
+    }
+
+    /// Lets every [`TurnPlan::Gated`] turn waiting now play its script.
+    pub fn release_turns(&self) {
+        self.state.release.notify_waiters();
+    }
+
+    fn plan_of(&self, thread: &ThreadId) -> TurnPlan {
+        lock(&self.state.plans)
+            .get(thread)
+            .cloned()
+            .unwrap_or_else(|| lock(&self.behaviour).turns.clone())
+    }
+
     /// Control of the latest session opened under `id`.
     pub fn session(&self, id: &ProviderSessionId) -> Option<FakeSessionControl> {
         lock(&self.state.sessions)
@@ -248,6 +302,7 @@ impl ProviderAdapter for FakeAdapter {
     ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
         let behaviour = self.behaviour();
         self.state.opens_started.fetch_add(1, Ordering::SeqCst);
+        self.state.opens_seen.send_modify(|n| *n += 1);
         lock(&self.state.open_records).push(OpenRecord {
             input: input.clone(),
             item_identity_version: options.item_identity_version,
@@ -268,6 +323,12 @@ impl ProviderAdapter for FakeAdapter {
         if let Some(hook) = &behaviour.before_open {
             hook(input.clone(), options.clone()).await?;
         }
+        if let Some(message) = behaviour.open_error {
+            return Err(AdapterError::Open(message));
+        }
+        if behaviour.open_hangs {
+            std::future::pending::<()>().await;
+        }
         self.state.opens.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::unbounded_channel();
         let control = FakeSessionControl {
@@ -282,6 +343,7 @@ impl ProviderAdapter for FakeAdapter {
             adapter: self.clone(),
             control,
             rx: Mutex::new(Some(rx)),
+            turns: Mutex::default(),
         }))
     }
 }
@@ -290,26 +352,81 @@ struct FakeSession {
     adapter: FakeAdapter,
     control: FakeSessionControl,
     rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
+    /// The latest turn started per thread, with its plan.
+    turns: Mutex<HashMap<ThreadId, (StartTurnInput, TurnPlan)>>,
+}
+
+impl FakeSession {
+    fn sender(&self) -> Option<EventSender> {
+        lock(&self.control.tx).clone()
+    }
+
+    /// Runs `plan` for the accepted turn `input`.
+    fn play(&self, input: StartTurnInput, plan: TurnPlan) {
+        match plan {
+            TurnPlan::Manual => {}
+            TurnPlan::Script(script) => {
+                if let Some(tx) = self.sender()
+                    && script.play(&input, &tx)
+                {
+                    self.control.end();
+                }
+            }
+            TurnPlan::Gated(script) => {
+                let Some(tx) = self.sender() else {
+                    return;
+                };
+                let control = self.control.clone();
+                let released = Arc::clone(&self.adapter.state.release).notified_owned();
+                tokio::spawn(async move {
+                    released.await;
+                    if script.play(&input, &tx) {
+                        control.end();
+                    }
+                });
+            }
+            #[allow(clippy::panic)]
+            TurnPlan::Panic => panic!("the fake runtime panics on start_turn"),
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl SessionRuntime for FakeSession {
     async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
-        lock(&self.adapter.state.started_turns).push(input.clone());
-        if let Some(hook) = self.adapter.behaviour().on_start_turn {
-            hook(input).await?;
+        let plan = self.adapter.plan_of(&input.thread_id);
+        if plan != TurnPlan::Manual && lock(&self.control.tx).is_none() {
+            return Err(AdapterError::Closed);
         }
+        lock(&self.adapter.state.started_turns).push(input.clone());
+        self.adapter.state.turns_seen.send_modify(|n| *n += 1);
+        if let Some(hook) = self.adapter.behaviour().on_start_turn {
+            hook(input.clone()).await?;
+        }
+        lock(&self.turns).insert(input.thread_id.clone(), (input.clone(), plan.clone()));
+        self.play(input, plan);
         Ok(())
     }
 
     async fn interrupt_turn(
         &self,
-        _thread: &ThreadId,
-        _reason: InterruptReason,
+        thread: &ThreadId,
+        reason: InterruptReason,
     ) -> Result<(), AdapterError> {
         self.adapter.state.interrupts.fetch_add(1, Ordering::SeqCst);
-        if self.adapter.behaviour().interrupt_hangs {
+        let turn = lock(&self.turns).get(thread).cloned();
+        if self.adapter.behaviour().interrupt_hangs
+            || turn.as_ref().is_some_and(|(_, plan)| plan.is_deaf())
+        {
             std::future::pending::<()>().await;
+        }
+        if self.adapter.behaviour().interrupt_ends_turn
+            && let (Some((input, _)), Some(tx)) = (turn, self.sender())
+        {
+            let outcome = TurnOutcome::Interrupted {
+                reason: reason.as_str().into(),
+            };
+            let _ = tx.send(Ok(terminal_of(&input, outcome, None)));
         }
         Ok(())
     }
@@ -341,10 +458,36 @@ impl SessionRuntime for FakeSession {
 
     async fn steer_turn(
         &self,
-        _thread: &ThreadId,
-        _steer: knife_runtime::SteerInput,
+        thread: &ThreadId,
+        steer: knife_runtime::SteerInput,
     ) -> Result<(), AdapterError> {
+        if self.adapter.behaviour().steer_refused {
+            return Err(AdapterError::Runtime(
+                "this fake runtime cannot steer".into(),
+            ));
+        }
         self.adapter.state.steers.fetch_add(1, Ordering::SeqCst);
+        let turn = lock(&self.turns).get(thread).cloned();
+        if let (Some((input, _)), Some(tx)) = (turn, self.sender()) {
+            lock(&self.adapter.state.steered).push(steer.text.clone());
+            let now = chrono::Utc::now();
+            let _ = tx.send(Ok(AdapterEvent::TurnItemUpdated(TurnItem {
+                id: steer.item_id,
+                thread_id: input.thread_id.clone(),
+                run_id: Some(input.run_id.clone()),
+                provider_turn_id: Some(input.provider_turn_id.clone()),
+                ordinal: TurnItem::ordinal_in_run(input.run_ordinal, 5),
+                status: TurnItemStatus::Completed,
+                started_at: Some(now),
+                completed_at: Some(now),
+                updated_at: now,
+                kind: TurnItemKind::UserMessage {
+                    text: steer.text,
+                    origin: MessageOrigin::User,
+                    description: None,
+                },
+            })));
+        }
         Ok(())
     }
 

@@ -1,17 +1,15 @@
 //! `knife bench restart`: N claimed threads left by a "dead" process, then a boot's
-//! restart sweep over a no-op runtime. Measures the time from the start of the sweep
+//! restart sweep over knife-testkit's fake adapter (turns complete at once). Measures the time from the start of the sweep
 //! to the first drain of the last thread, until every drain finished, and memory.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::commands::create_project;
 use knife_runtime::*;
-use tokio::sync::{mpsc, watch};
+use knife_testkit::sessions::{FakeAdapter, FakeBehaviour, TurnPlan, TurnScript};
 
 pub async fn run(threads: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -69,14 +67,16 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
         rss_mib("VmRSS")
     );
 
-    let drains = Arc::new(Drains::default());
-    let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
-    adapters.insert(
-        instance,
-        Arc::new(NoopAdapter {
-            drains: drains.clone(),
+    // knife-testkit's fake adapter: every turn completes at once, with no output.
+    let drains = FakeAdapter::new(FakeBehaviour {
+        turns: TurnPlan::Script(TurnScript {
+            outcome: Some(TurnOutcome::Completed),
+            ..TurnScript::default()
         }),
-    );
+        ..FakeBehaviour::default()
+    });
+    let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
+    adapters.insert(instance, Arc::new(drains.clone()));
     let manager = SessionManager::new(
         Arc::new(store.clone()),
         clock.clone(),
@@ -90,8 +90,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
         .await?;
     let swept = boot.elapsed();
     let rss_after_sweep = rss_mib("VmRSS");
-    let mut first = drains.first.subscribe();
-    first.wait_for(|n| *n >= threads).await?;
+    drains.state().wait_turns_started(threads).await;
     let last_first_drain = boot.elapsed();
     let mut finished = Vec::new();
     for (thread, _, _) in &report.resumed {
@@ -138,72 +137,4 @@ fn rss_mib(field: &str) -> u64 {
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .map_or(0, |kb| kb / 1024)
-}
-
-/// Counts first drains (turns started) across the bench.
-#[derive(Default)]
-struct Drains {
-    first: watch::Sender<usize>,
-}
-
-struct NoopAdapter {
-    drains: Arc<Drains>,
-}
-
-struct NoopSession {
-    drains: Arc<Drains>,
-    tx: Mutex<Option<mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>>>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
-}
-
-#[async_trait::async_trait]
-impl ProviderAdapter for NoopAdapter {
-    fn driver(&self) -> &str {
-        "noop"
-    }
-    fn capabilities(&self) -> ProviderCapabilities {
-        ProviderCapabilities::default()
-    }
-    async fn open(&self, _: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        Ok(Arc::new(NoopSession {
-            drains: self.drains.clone(),
-            tx: Mutex::new(Some(tx)),
-            rx: Mutex::new(Some(rx)),
-        }))
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-#[async_trait::async_trait]
-impl SessionRuntime for NoopSession {
-    async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
-        self.drains.first.send_modify(|n| *n += 1);
-        let tx = lock(&self.tx).clone().ok_or(AdapterError::Closed)?;
-        let _ = tx.send(Ok(AdapterEvent::TurnTerminal {
-            thread_id: input.thread_id,
-            run_id: input.run_id,
-            provider_turn_id: input.provider_turn_id,
-            outcome: TurnOutcome::Completed,
-            usage: None,
-        }));
-        Ok(())
-    }
-    async fn interrupt_turn(&self, _: &ThreadId, _: InterruptReason) -> Result<(), AdapterError> {
-        Ok(())
-    }
-    async fn resume_thread(&self, _: &ThreadId, _: Option<String>) -> Result<(), AdapterError> {
-        Ok(())
-    }
-    fn take_events(&self) -> Option<BoxStream<'static, Result<AdapterEvent, AdapterError>>> {
-        let mut rx = lock(&self.rx).take()?;
-        Some(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
-    }
-    async fn close(&self) -> Result<(), AdapterError> {
-        lock(&self.tx).take();
-        Ok(())
-    }
 }
