@@ -130,7 +130,8 @@ impl BuiltinAgentConfig {
     }
 }
 
-/// The built-in agent runtime (driver `builtin`): exclusive sessions, no steering.
+/// The built-in agent runtime (driver `builtin`): exclusive sessions; steers are
+/// taken before the turn's next model call (TURN-01).
 #[derive(Clone, Debug)]
 pub struct BuiltinAgentAdapter {
     config: Arc<BuiltinAgentConfig>,
@@ -168,7 +169,7 @@ impl ProviderAdapter for BuiltinAgentAdapter {
     fn capabilities(&self) -> ProviderCapabilities {
         ProviderCapabilities {
             shared_sessions: false,
-            steer: false,
+            steer: true,
             background_tasks_outlive_session: false,
         }
     }
@@ -224,6 +225,9 @@ struct ActiveTurn {
     /// Interrupt reason, written before `cancel` fires.
     reason: Arc<Mutex<Option<String>>>,
     handle: JoinHandle<()>,
+    /// The run the turn belongs to, and its steer mailbox (TURN-01).
+    run_id: RunId,
+    steers: crate::agent::Steers,
 }
 
 /// One session of the built-in agent: one project root, one turn at a time.
@@ -312,6 +316,7 @@ impl SessionRuntime for BuiltinSession {
                 default_system_prompt(self.tool_ctx.root(), &self.tools.names())
             });
         let cancel = self.cancel.child_token();
+        let steers = crate::agent::Steers::default();
         let plan = TurnPlan {
             llm: Arc::clone(&self.config.llm),
             tools: self.tools.clone(),
@@ -329,6 +334,8 @@ impl SessionRuntime for BuiltinSession {
             max_compactions: self.config.max_compactions,
             instance: self.config.provider_instance_id.to_string(),
             approvals: Arc::clone(&self.approvals),
+            steers: Arc::clone(&steers),
+            budget: input.budget.clone(),
         };
         let slot = Arc::clone(&self.active);
         let on_finish = Box::new(move || {
@@ -370,6 +377,8 @@ impl SessionRuntime for BuiltinSession {
             cancel,
             reason,
             handle,
+            run_id: input.run_id,
+            steers,
         });
         Ok(())
     }
@@ -390,6 +399,36 @@ impl SessionRuntime for BuiltinSession {
                 slot.get_or_insert_with(|| reason.as_str().to_owned());
             }
             turn.cancel.cancel();
+        }
+        Ok(())
+    }
+
+    /// Puts `steer` in the running turn's mailbox; the turn takes it before its
+    /// next model call and records it as a user message with `steer.item_id`
+    /// (TURN-01). A turn that makes no further call never takes it.
+    ///
+    /// Errors: [`AdapterError::Runtime`] when no turn of `steer.run_id` runs on
+    /// `thread` in this session.
+    async fn steer_turn(
+        &self,
+        thread: &ThreadId,
+        steer: knife_runtime::SteerInput,
+    ) -> Result<(), AdapterError> {
+        let active = self
+            .active
+            .lock()
+            .map_err(|_| AdapterError::Runtime("the session's turn slot is poisoned".into()))?;
+        let Some(turn) = active
+            .as_ref()
+            .filter(|t| &t.thread_id == thread && t.run_id == steer.run_id)
+        else {
+            return Err(AdapterError::Runtime(format!(
+                "no turn of run {} is running on thread {thread}",
+                steer.run_id
+            )));
+        };
+        if let Ok(mut mailbox) = turn.steers.lock() {
+            mailbox.push(steer);
         }
         Ok(())
     }

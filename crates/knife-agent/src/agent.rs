@@ -42,7 +42,15 @@ pub(crate) struct TurnPlan {
     pub instance: String,
     /// The session's open approvals and `allow_always` grants.
     pub approvals: Arc<ApprovalBroker>,
+    /// Steers handed to this turn (TURN-01), taken before each model call.
+    pub steers: Steers,
+    /// Budgets checked before each model call (TURN-07); `None` = none.
+    pub budget: Option<knife_runtime::budget::BudgetGate>,
 }
+
+/// The mailbox of a turn's steers: `steer_turn` pushes, the loop drains before
+/// each model call. A std mutex: held only to push or take, never across an await.
+pub(crate) type Steers = Arc<Mutex<Vec<knife_runtime::SteerInput>>>;
 
 /// Runs one turn to its end and emits its terminal event.
 ///
@@ -97,6 +105,8 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
         max_compactions,
         instance,
         approvals,
+        steers,
+        budget,
     } = plan;
     let specs = tools.specs();
     let processor = Processor {
@@ -109,6 +119,19 @@ async fn drive(rec: &mut TurnRecorder, plan: TurnPlan) -> Result<(), RunError> {
     let mut just_compacted = false;
     let mut in_a_row: u32 = 0;
     for _ in 0..max_steps {
+        // TURN-01: steers sent meanwhile join the conversation before the call.
+        let taken = steers
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        for steer in taken {
+            rec.steer_delivered(steer.item_id, &steer.text);
+            messages.push(ChatMessage::User { text: steer.text });
+        }
+        // TURN-07: a spent budget ends the turn before the call is paid for.
+        if let Some(gate) = &budget {
+            gate.0.check(rec.usage()).await?;
+        }
         let request = LlmRequest {
             model: model.clone(),
             messages: messages.clone(),
@@ -453,6 +476,8 @@ mod tests {
             max_compactions: 2,
             instance: "test".into(),
             approvals: Arc::default(),
+            steers: Arc::default(),
+            budget: None,
         };
         let cancel = CancellationToken::new();
         let handle = tokio::spawn(run_turn(

@@ -71,6 +71,9 @@ pub(crate) struct TurnIdentity {
     pub attempt: u32,
 }
 
+/// Label of a user message a running turn took as a steer (TURN-01).
+pub(crate) const STEER_DESCRIPTION: &str = "Sent during the run";
+
 /// Records one turn of the built-in agent; see the module docs.
 pub(crate) struct TurnRecorder {
     core: recording::TurnRecorder,
@@ -188,6 +191,27 @@ impl TurnRecorder {
             self.core.set_usage(total);
         }
         self.core.publish_turn();
+    }
+
+    /// The turn's token usage so far (summed over its finished model calls).
+    pub(crate) fn usage(&self) -> Option<&TokenUsage> {
+        self.usage.as_ref()
+    }
+
+    /// A steer the turn takes before its next model call (TURN-01): a completed
+    /// user-message item with the steer's own id (`TurnItemId::steer_of`), which
+    /// tells execution it was delivered.
+    pub(crate) fn steer_delivered(&mut self, id: TurnItemId, text: &str) {
+        let idx = self.core.open_item(
+            None,
+            TurnItemKind::UserMessage {
+                text: text.to_owned(),
+                origin: MessageOrigin::User,
+                description: Some(STEER_DESCRIPTION.to_owned()),
+            },
+            TurnItemStatus::Completed,
+        );
+        self.core.update(idx, false, |item| item.id = id);
     }
 
     /// A compaction starts: creates its item (running, empty summary) and emits it.

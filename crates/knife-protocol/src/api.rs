@@ -143,13 +143,82 @@ pub struct PostMessageRequest {
     /// the thread's model. Later messages go back to the thread's model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// What to do when a run is active (TURN-01): `queue` (default), `interrupt`,
+    /// `steer`, `reject`. Another value answers 400 naming the allowed ones.
+    #[serde(default)]
+    pub mode: MessageMode,
 }
 
-/// Answer to `POST /api/threads/{id}/messages`: the run started (HTTP 202).
+/// What became of a posted message (TURN-01).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageDelivery {
+    /// It started run `run_id`.
+    Started,
+    /// It waits in the thread's queue at `position` until the active run ends.
+    Queued,
+    /// It was handed to the running turn `run_id`, which takes it before its next
+    /// model call; if the run ends first it becomes a queued message.
+    Steering,
+}
+
+/// Answer to `POST /api/threads/{id}/messages` (HTTP 202).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PostMessageResponse {
     pub thread_id: ThreadId,
-    pub run_id: RunId,
+    /// `started`, `queued` or `steering`.
+    pub status: MessageDelivery,
+    /// The run the message started (`started`), steers (`steering`) or waits for (`queued`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// The queue entry (`queued`, `steering`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<QueuedMessage>,
+    /// 1-based position in the thread's queue (`queued`, `steering`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+    /// What knife did instead of what was asked, for people ("no run was active: the
+    /// message started a run", "this runtime cannot take input during a turn: queued").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// `POST /api/threads/{id}/budget` (TURN-07): adds to the budgets of the thread
+/// and, with `continue`, starts a continuation run once it is idle.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RaiseBudgetRequest {
+    /// Tokens to add.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// USD to add (0 or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Start a run that continues the work (the thread must be idle).
+    #[serde(default, rename = "continue")]
+    pub continue_run: bool,
+}
+
+/// Answer of `POST /api/threads/{id}/budget`.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RaiseBudgetResponse {
+    pub thread_id: ThreadId,
+    /// Everything added to this thread's budgets so far.
+    pub budget_raise: BudgetRaise,
+    /// The continuation run, when `continue` started one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+}
+
+/// `GET /api/threads/{id}/queue` and the answer of the queue commands (TURN-01/02).
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QueueResponse {
+    pub thread_id: ThreadId,
+    /// The active run, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_run_id: Option<RunId>,
+    #[serde(flatten)]
+    pub queue: MessageQueue,
 }
 
 /// Answer to `POST /api/threads/{id}/interrupt`.

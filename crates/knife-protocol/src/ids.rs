@@ -78,6 +78,8 @@ string_id!(/// A configured driver (`openai`, `local-ollama`, …); named in `kn
     ProviderInstanceId, "instance");
 string_id!(/// A revert of a thread's files to a checkpoint (CHG-04).
     RevertId, "revert");
+string_id!(/// A message waiting in a thread's queue, or a steer not yet delivered (TURN-01).
+    QueuedMessageId, "queued");
 
 impl RunId {
     /// The deterministic id of run `ordinal` (1-based) of `thread`: `run:<thread>:<ordinal>`.
@@ -97,6 +99,12 @@ impl TurnItemId {
     /// The user message item that opened a run: `item:<run>:user`.
     pub fn user_message_of(run: &RunId) -> Self {
         Self(format!("item:{run}:user"))
+    }
+
+    /// The user-message item of steer `steer` delivered into `run` (TURN-01):
+    /// `item:<run>:steer:<steer id>`. A runtime that takes the steer records this item.
+    pub fn steer_of(run: &RunId, steer: &QueuedMessageId) -> Self {
+        Self(format!("item:{run}:steer:{steer}"))
     }
 
     /// The `n`-th item (0-based) a provider turn produced: `item:<turn>:<n>`.

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod live;
 pub mod mcp;
 pub mod pricing;
+pub mod search;
 
 pub use adapter::*;
 pub use api::*;
@@ -24,7 +25,10 @@ pub use events::*;
 pub use ids::*;
 pub use live::*;
 pub use mcp::*;
-pub use pricing::{ModelPrice, ModelUsage, PriceTable, UsageReport, UsageTotals};
+pub use pricing::{
+    ModelPrice, ModelUsage, PriceTable, RunUsage, UsageReport, UsageTotals, format_usd,
+};
+pub use search::*;
 
 /// Wall-clock timestamps (UTC). Durations never use this type; see ARCHITECTURE.md "Runtime rules".
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

@@ -159,18 +159,47 @@ pub struct ModelUsage {
     pub totals: UsageTotals,
 }
 
+/// One run's share of a [`UsageReport`] (with `thread_id`, TURN-06).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunUsage {
+    pub run_id: crate::RunId,
+    pub ordinal: u32,
+    /// The model it was priced with (`null` when unknown).
+    pub model: Option<String>,
+    pub totals: UsageTotals,
+}
+
 /// `GET /api/usage?project_id=&thread_id=&since=`: totals of the matching runs,
-/// and per instance and model (sorted by instance, then model).
+/// and per instance and model (sorted by instance, then model); with `thread_id`,
+/// also per run (by ordinal).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageReport {
     pub total: UsageTotals,
     pub by_model: Vec<ModelUsage>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_run: Vec<RunUsage>,
+}
+
+/// `micro` µ$ as dollars for people: `$0.0123` below a dollar, `$4.57` above.
+pub fn format_usd(micro: u64) -> String {
+    let usd = micro as f64 / 1_000_000.0;
+    if usd < 1.0 {
+        format!("${usd:.4}")
+    } else {
+        format!("${usd:.2}")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn turn_06_dollars_are_shown_with_enough_digits() {
+        assert_eq!(format_usd(12_300), "$0.0123");
+        assert_eq!(format_usd(4_567_000), "$4.57");
+    }
 
     fn usage(input: u64, cached: u64, output: u64) -> TokenUsage {
         TokenUsage {

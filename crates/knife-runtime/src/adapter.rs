@@ -46,6 +46,10 @@ pub struct StartTurnInput {
     /// several projects starts each thread's native conversation there; `None` = the
     /// session's `cwd`.
     pub cwd: Option<PathBuf>,
+    /// Checked before each model call when the runtime makes its own (the built-in
+    /// agent; TURN-07); `None` = no budgets. Runtimes that cannot check are
+    /// followed by execution at each usage report instead.
+    pub budget: Option<crate::budget::BudgetGate>,
 }
 
 /// How a runtime forks a thread's conversation (CHG-09).
@@ -167,6 +171,17 @@ pub struct OpenSessionOptions {
     pub scope: crate::scope::SessionScope,
 }
 
+/// A message for the running turn (TURN-01, [`SessionRuntime::steer_turn`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SteerInput {
+    /// The run whose turn it is for; a runtime whose turn belongs to another run refuses it.
+    pub run_id: RunId,
+    /// Id of the user-message item that records the delivery
+    /// ([`TurnItemId::steer_of`]).
+    pub item_id: TurnItemId,
+    pub text: String,
+}
+
 /// One live provider session.
 ///
 /// Events: the session has ONE event stream, taken once by the manager's pump
@@ -195,10 +210,13 @@ pub trait SessionRuntime: Send + Sync + 'static {
     /// Stops the session and its process; the event stream ends. Idempotent.
     async fn close(&self) -> Result<(), AdapterError>;
 
-    /// Adds `text` to the running turn of `thread` (active steering). Default:
-    /// [`AdapterError::Runtime`] saying the runtime cannot steer.
-    async fn steer_turn(&self, thread: &ThreadId, text: String) -> Result<(), AdapterError> {
-        let _ = (thread, text);
+    /// Adds `steer.text` to the running turn of `thread` (active steering, TURN-01).
+    /// `Ok` = accepted for delivery; the runtime records the delivery by emitting a
+    /// user-message `TurnItemUpdated` with id `steer.item_id` once the turn has
+    /// taken it (a steer whose item never comes is queued when the run ends).
+    /// Default: [`AdapterError::Runtime`] saying the runtime cannot steer.
+    async fn steer_turn(&self, thread: &ThreadId, steer: SteerInput) -> Result<(), AdapterError> {
+        let _ = (thread, steer);
         Err(AdapterError::Runtime(
             "this runtime cannot add input to a running turn; interrupt it and send the \
              message again"

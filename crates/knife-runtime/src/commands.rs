@@ -175,6 +175,8 @@ pub async fn create_thread(
         resume_attempts: 0,
         parent_thread_id: request.parent_thread_id,
         worktree: None,
+        queue: Default::default(),
+        budget_raise: None,
         archived_at: None,
         forked_from: None,
     };

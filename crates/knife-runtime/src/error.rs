@@ -112,6 +112,16 @@ pub enum RuntimeError {
         driver: String,
         reason: String,
     },
+    /// A queue entry does not exist on the thread (HTTP 404, TURN-01): it started,
+    /// was cancelled, or never existed.
+    #[error(
+        "thread {thread} has no queued message {entry}; it may have started already. \
+         GET /api/threads/{thread}/queue lists the queue"
+    )]
+    QueuedMessageNotFound {
+        thread: ThreadId,
+        entry: QueuedMessageId,
+    },
     #[error(transparent)]
     Store(#[from] knife_store::StoreError),
     /// A session-manager operation (close, release, detach) failed.

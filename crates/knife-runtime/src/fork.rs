@@ -120,6 +120,8 @@ impl ExecutionService {
             // A fork works in the project root: it does not share the source's
             // worktree (CHG-07), whose branch stays the source's.
             worktree: None,
+            queue: Default::default(),
+            budget_raise: None,
         };
         let mut copied = vec![DomainEvent::new(
             now,

@@ -8,6 +8,7 @@
 pub mod adapter;
 pub mod boot;
 pub mod bounds;
+pub mod budget;
 pub mod clock;
 pub mod commands;
 pub mod error;

@@ -92,7 +92,17 @@ async fn mgr_48_session_and_turn_metrics_have_the_spec_names_and_labels() {
     settle().await;
     cancelled.abort();
     let _ = cancelled.await;
-    handle.steer_turn(&t, "more".into()).await.unwrap();
+    handle
+        .steer_turn(
+            &t,
+            SteerInput {
+                run_id: knife_protocol::RunId::from("run:t:1"),
+                item_id: knife_protocol::TurnItemId::from("item:steer"),
+                text: "more".into(),
+            },
+        )
+        .await
+        .unwrap();
     handle
         .respond_to_runtime_request(
             &knife_protocol::RuntimeRequestId::from("request_1"),

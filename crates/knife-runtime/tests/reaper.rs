@@ -124,6 +124,8 @@ impl H {
             resume_attempts: 0,
             parent_thread_id: None,
             worktree: None,
+            queue: Default::default(),
+            budget_raise: None,
             archived_at: None,
             untitled: false,
             forked_from: None,

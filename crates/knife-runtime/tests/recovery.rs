@@ -57,6 +57,8 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         resume_attempts: 0,
         parent_thread_id: None,
         worktree: None,
+        queue: Default::default(),
+        budget_raise: None,
         archived_at: None,
         untitled: false,
         forked_from: None,

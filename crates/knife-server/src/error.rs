@@ -133,9 +133,9 @@ impl From<RuntimeError> for ApiErr {
             RuntimeError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             RuntimeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             RuntimeError::Session(_) => (StatusCode::INTERNAL_SERVER_ERROR, "provider_session"),
-            RuntimeError::RunNotFound { .. } | RuntimeError::RevertNotFound { .. } => {
-                (StatusCode::NOT_FOUND, "not_found")
-            }
+            RuntimeError::RunNotFound { .. }
+            | RuntimeError::RevertNotFound { .. }
+            | RuntimeError::QueuedMessageNotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             RuntimeError::NoCheckpoint(_) => (StatusCode::CONFLICT, "no_checkpoint"),
             RuntimeError::RevertConflict { .. } => (StatusCode::CONFLICT, "revert_conflict"),
             RuntimeError::MergeConflict { .. } => (StatusCode::CONFLICT, "merge_conflict"),

@@ -33,6 +33,7 @@ pub mod mcp;
 pub mod openapi;
 mod origin;
 mod routes;
+mod search;
 mod sessions;
 pub mod subscribers;
 mod threads;

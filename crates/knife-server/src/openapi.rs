@@ -55,6 +55,16 @@ struct RevertPath {
     revert_id: RevertId,
 }
 
+/// `{id}` and `{entry}` of a queued message route (TURN-01).
+#[derive(JsonSchema)]
+#[allow(dead_code)] // the path's shape for the document; the handler extracts it itself
+struct QueueEntryPath {
+    /// The thread id.
+    id: ThreadId,
+    /// The queued message id (`queued_…`).
+    entry: QueuedMessageId,
+}
+
 /// `{id}` of a provider session route.
 #[derive(JsonSchema)]
 #[allow(dead_code)] // the path's shape for the document; the handler extracts it itself
@@ -109,10 +119,40 @@ fn routes() -> Vec<(&'static str, &'static str, Doc)> {
                 .response::<200, Json<DeleteThreadResponse>>()
         }),
         ("post", "/api/threads/{id}/messages", |o| {
-            o.summary("Send a message: starts a run (202)")
+            o.summary("Send a message: starts a run, or queues / steers it while one is active (202; TURN-01)")
                 .input::<Path<ThreadPath>>()
                 .input::<Json<PostMessageRequest>>()
                 .response::<202, Json<PostMessageResponse>>()
+        }),
+        ("get", "/api/threads/{id}/queue", |o| {
+            o.summary("The thread's queued messages, in order, and its pause (TURN-01/02)")
+                .input::<Path<ThreadPath>>()
+                .response::<200, Json<QueueResponse>>()
+        }),
+        ("delete", "/api/threads/{id}/queue", |o| {
+            o.summary("Drop every queued message and the pause (TURN-02)")
+                .input::<Path<ThreadPath>>()
+                .response::<200, Json<QueueResponse>>()
+        }),
+        ("post", "/api/threads/{id}/queue/resume", |o| {
+            o.summary(
+                "Lift the queue's pause; an idle thread starts its first queued message (TURN-02)",
+            )
+            .input::<Path<ThreadPath>>()
+            .response::<200, Json<QueueResponse>>()
+        }),
+        ("delete", "/api/threads/{id}/queue/{entry}", |o| {
+            o.summary("Cancel one queued message (404 when it started or does not exist)")
+                .input::<Path<QueueEntryPath>>()
+                .response::<200, Json<QueueResponse>>()
+        }),
+        ("post", "/api/threads/{id}/budget", |o| {
+            o.summary(
+                "Raise the thread's budgets and, with continue, start a continuation run (TURN-07)",
+            )
+            .input::<Path<ThreadPath>>()
+            .input::<Json<RaiseBudgetRequest>>()
+            .response::<200, Json<RaiseBudgetResponse>>()
         }),
         ("post", "/api/threads/{id}/fork", |o| {
             o.summary("Fork a thread")
@@ -188,6 +228,13 @@ fn routes() -> Vec<(&'static str, &'static str, Doc)> {
             o.summary("Token usage and cost of the runs the query selects")
                 .input::<Query<crate::usage::UsageQuery>>()
                 .response::<200, Json<UsageReport>>()
+        }),
+        ("get", "/api/search", |o| {
+            o.summary(
+                "Full-text search over thread titles and settled turn items, ranked (TURN-08)",
+            )
+            .input::<Query<crate::search::SearchParams>>()
+            .response::<200, Json<SearchResponse>>()
         }),
         ("post", "/api/threads/{id}/mcp-token", |o| {
             o.summary("Mint an MCP credential for the thread")

@@ -43,6 +43,13 @@ pub fn router(state: AppState) -> Router {
                 .delete(crate::threads::delete_thread),
         )
         .route("/threads/{id}/messages", post(post_message))
+        .route("/threads/{id}/queue", get(get_queue).delete(clear_queue))
+        .route("/threads/{id}/queue/resume", post(resume_queue))
+        .route("/threads/{id}/budget", post(raise_budget))
+        .route(
+            "/threads/{id}/queue/{entry}",
+            axum::routing::delete(cancel_queued),
+        )
         .route("/threads/{id}/fork", post(crate::threads::fork_thread))
         .route("/threads/{id}/interrupt", post(interrupt))
         .route("/threads/{id}/requests", get(list_requests))
@@ -68,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/events/latest", get(latest_sequence))
         .route("/providers", get(list_providers))
         .route("/usage", get(crate::usage::usage))
+        .route("/search", get(crate::search::search))
         .route(
             "/threads/{id}/mcp-token",
             post(crate::mcp::mint_token).delete(crate::mcp::revoke_tokens),
@@ -286,23 +294,86 @@ async fn get_thread(
     }
 }
 
+/// `POST /api/threads/{id}/messages` with `{"text", "model"?, "mode"?}`: 202 with
+/// what became of it (TURN-01): `started` (a run), `queued` (position) or
+/// `steering`; `mode: "reject"` on a busy thread answers 409 `run_in_progress`, an
+/// unknown mode 400 naming the allowed ones.
 async fn post_message(
     State(s): State<AppState>,
     Path(id): Path<ThreadId>,
     payload: Result<Json<PostMessageRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<PostMessageResponse>), ApiErr> {
     let request = body(payload)?;
-    let run = s
+    let posted = s
         .execution
-        .start_run_with_model(&id, request.text, request.model)
+        .post_message(&id, request.text, request.model, request.mode)
         .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(PostMessageResponse {
-            thread_id: id,
-            run_id: run.id,
-        }),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(posted)))
+}
+
+/// `GET /api/threads/{id}/queue`: the thread's queued messages (in order), pending
+/// steers and pause (TURN-01/02).
+async fn get_queue(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.queue(&id).await?))
+}
+
+/// `DELETE /api/threads/{id}/queue`: drops every queued message and the pause (TURN-02).
+async fn clear_queue(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.clear_queue(&id).await?))
+}
+
+/// `POST /api/threads/{id}/queue/resume`: lifts the pause; an idle thread starts
+/// its first queued message at once (TURN-02).
+async fn resume_queue(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.resume_queue(&id).await?))
+}
+
+/// `POST /api/threads/{id}/budget` with `{"tokens"?, "cost_usd"?, "continue"?}`:
+/// adds to the thread's budgets and, with `continue`, starts a continuation run
+/// (TURN-07). 400 for a negative cost or an empty raise, 409 `run_in_progress`
+/// when continuing a busy thread (the raise is kept).
+async fn raise_budget(
+    State(s): State<AppState>,
+    Path(id): Path<ThreadId>,
+    payload: Result<Json<RaiseBudgetRequest>, JsonRejection>,
+) -> Result<Json<RaiseBudgetResponse>, ApiErr> {
+    let request = body(payload)?;
+    let cost = match request.cost_usd {
+        Some(usd) if !usd.is_finite() || usd < 0.0 => {
+            return Err(ApiErr::bad_request(format!(
+                "cost_usd = {usd} is not an amount; give USD, 0 or more (e.g. 2.5)"
+            )));
+        }
+        Some(usd) => (usd * 1_000_000.0).round() as u64,
+        None => 0,
+    };
+    let (raise, run) = s
+        .execution
+        .raise_budget(&id, request.tokens.unwrap_or(0), cost, request.continue_run)
+        .await?;
+    Ok(Json(RaiseBudgetResponse {
+        thread_id: id,
+        budget_raise: raise,
+        run_id: run.map(|r| r.id),
+    }))
+}
+
+/// `DELETE /api/threads/{id}/queue/{entry}`: cancels one queued message (404 when
+/// it started already or does not exist).
+async fn cancel_queued(
+    State(s): State<AppState>,
+    Path((id, entry)): Path<(ThreadId, QueuedMessageId)>,
+) -> Result<Json<QueueResponse>, ApiErr> {
+    Ok(Json(s.execution.cancel_queued(&id, &entry).await?))
 }
 
 async fn interrupt(

@@ -101,12 +101,23 @@ pub async fn usage(
                 _ => None,
             };
             report.total.add_run(run.usage.as_ref(), cost);
+            if q.thread_id.is_some() {
+                let mut totals = UsageTotals::default();
+                totals.add_run(run.usage.as_ref(), cost);
+                report.by_run.push(RunUsage {
+                    run_id: run.id.clone(),
+                    ordinal: run.ordinal,
+                    model: model.clone(),
+                    totals,
+                });
+            }
             by_model
                 .entry((run.provider_instance_id.clone(), model))
                 .or_default()
                 .add_run(run.usage.as_ref(), cost);
         }
     }
+    report.by_run.sort_by_key(|r| r.ordinal);
     report.by_model = by_model
         .into_iter()
         .map(|((provider_instance_id, model), totals)| ModelUsage {

@@ -269,6 +269,7 @@ async fn mcp_12_only_the_tools_the_capabilities_allow_are_listed_and_callable() 
     let t = s.thread("p").await;
     let orchestration = [
         "threads_list",
+        "threads_search",
         "thread_read",
         "thread_create",
         "thread_send_message",
@@ -775,4 +776,64 @@ async fn sec_06_worktree_create_refuses_paths_outside_the_project_and_data_dir()
     .await;
     assert_eq!(v["result"]["isError"], false, "{v}");
     assert!(root.join("wt/inside").is_dir());
+}
+
+#[tokio::test]
+async fn turn_08_threads_search_finds_settled_items_of_the_callers_project_only() {
+    let s = serve().await;
+    let t = s.thread("p").await;
+    let other = s.thread("q").await;
+    let now = chrono::Utc::now();
+    let item = |thread: &Thread, text: &str| {
+        let run = RunId::for_thread(&thread.id, 1);
+        DomainEvent::new(
+            now,
+            EventBody::TurnItemUpdated(TurnItem {
+                id: TurnItemId::from(format!("item:{run}:1")),
+                thread_id: thread.id.clone(),
+                run_id: Some(run),
+                provider_turn_id: None,
+                ordinal: TurnItem::ordinal_in_run(1, 1),
+                status: TurnItemStatus::Completed,
+                started_at: Some(now),
+                completed_at: Some(now),
+                updated_at: now,
+                kind: TurnItemKind::AssistantMessage {
+                    text: text.into(),
+                    streaming: false,
+                },
+            }),
+        )
+    };
+    s.store
+        .write(vec![
+            item(&t, "the zeppelin config lives in retry.toml"),
+            item(&other, "a zeppelin in another project"),
+        ])
+        .await
+        .unwrap();
+    let auth = s
+        .token(&t, &[McpCapability::Orchestration])
+        .authorization_header;
+    let session = initialize(&s, &auth).await;
+    let v = call(
+        &s,
+        &auth,
+        &session,
+        "threads_search",
+        json!({"query": "zeppelin"}),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    let found: Value = serde_json::from_str(text).unwrap();
+    let hits = found["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "only the caller's project: {found}");
+    assert_eq!(hits[0]["thread_id"], t.id.as_str());
+    assert!(
+        hits[0]["snippet"].as_str().unwrap().contains("[zeppelin]"),
+        "{found}"
+    );
+    let v = call(&s, &auth, &session, "threads_search", json!({})).await;
+    assert_eq!(v["result"]["isError"], true, "a query is required: {v}");
 }

@@ -98,6 +98,12 @@ export function runNote(run) {
     return h('div', { class: 'marker run-end interrupted', dataset: { run: run.id } }, '■ Interrupted',
       h('span', { class: 'muted' }, ` · run ${run.ordinal}, ${clock(run.completed_at)}`));
   }
+  if (run.status === 'budget_exceeded' && run.error) {
+    // TURN-07: the thread view handles `.budget-continue` (raise, then a continuation run).
+    return h('div', { class: 'error-box run-end', dataset: { run: run.id } },
+      h('strong', {}, `Run ${run.ordinal} stopped: budget spent `), h('span', { class: 'error-message' }, run.error.message), ' ',
+      h('button', { type: 'button', class: 'budget-continue', title: 'add 100,000 tokens and 1 USD to this thread\'s budgets and continue' }, 'Raise and continue'));
+  }
   if (run.status === 'failed' && run.error) {
     return h('div', { class: 'error-box run-end', dataset: { run: run.id } },
       h('strong', {}, `Run ${run.ordinal} failed (${run.error.type}) `), h('span', { class: 'error-message' }, run.error.message));

@@ -58,6 +58,12 @@ function keepOpen(old, el) {
   }
 }
 
+/** Micro-dollars as `$0.0123` (below a dollar) or `$4.57`. */
+function usd(micro) {
+  const v = micro / 1e6;
+  return `$${v < 1 ? v.toFixed(4) : v.toFixed(2)}`;
+}
+
 export class ThreadView {
   constructor(id, sidebar) {
     this.id = id;
@@ -74,6 +80,9 @@ export class ThreadView {
     this.title = h('h2', { class: 'thread-title' }, '…');
     this.statusLine = h('div', { class: 'status-line', id: 'thread-status' });
     this.interruptButton = h('button', { type: 'button', id: 'interrupt', class: 'danger', hidden: true, on: { click: () => this.interrupt() } }, 'Interrupt');
+    // TURN-01: while a run is active, Send queues the message; Steer hands it to the running turn.
+    this.steerButton = h('button', { type: 'button', id: 'steer', hidden: true, title: 'give the message to the running turn (queued if its runtime cannot take it)', on: { click: () => this.send('steer') } }, 'Steer');
+    this.queueBox = h('div', { class: 'queue', id: 'queue', hidden: true });
     this.transcript = h('div', { class: 'transcript', id: 'transcript' });
     this.scroller = h('div', { class: 'transcript-scroll', id: 'transcript-scroll' }, this.transcript);
     this.following = false; // set by a send: stay at the bottom while the answer streams
@@ -93,8 +102,13 @@ export class ThreadView {
     this.models = h('datalist', { id: 'composer-models' });
     this.modelInput = h('input', { id: 'composer-model', list: 'composer-models', autocomplete: 'off', placeholder: 'model (default)', title: 'model of the next run; empty: the thread\'s model' });
     const composer = this.composer = h('form', { class: 'composer', id: 'composer' }, this.input,
-      h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.sendButton));
+      h('div', { class: 'composer-buttons' }, this.modelInput, this.models, this.interruptButton, this.steerButton, this.sendButton));
     composer.addEventListener('submit', (e) => { e.preventDefault(); this.send(); });
+    this.transcript.addEventListener('click', (e) => {
+      if (!e.target.closest('.budget-continue')) return;
+      api(`/threads/${encodeURIComponent(this.id)}/budget`, { method: 'POST', body: { tokens: 100000, cost_usd: 1, continue: true } })
+        .then(() => this.showError(null), (err) => this.showError(err.message));
+    });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
     });
@@ -102,7 +116,7 @@ export class ThreadView {
       h('header', { class: 'thread-head' }, this.title,
         this.actions(),
         h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
-      this.statusLine, this.warning, this.notice, this.scroller, this.error, composer);
+      this.statusLine, this.warning, this.notice, this.queueBox, this.scroller, this.error, composer);
     this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
     this.offSidebar = sidebar ? sidebar.onChange(() => this.drawStatus()) : () => {};
@@ -174,6 +188,7 @@ export class ThreadView {
       const p = await api(`/threads/${encodeURIComponent(this.id)}`);
       if (this.destroyed) return;
       this.thread = p.thread;
+      this.loadUsage();
       for (const r of p.runs) this.runs.set(r.id, r);
       for (const r of p.runtime_requests) this.requests.set(r.id, r);
       for (const item of p.turn_items) this.upsert(item);
@@ -238,6 +253,7 @@ export class ThreadView {
       case 'run.created':
       case 'run.updated':
         this.runs.set(p.id, p);
+        if (p.status !== 'running' && p.status !== 'queued') this.loadUsage();
         this.drawRuns();
         if (p.status === 'running' || p.status === 'queued') this.showError(null);
         break;
@@ -418,16 +434,29 @@ export class ThreadView {
     }
   }
 
-  /** Run-end notes (interrupted / failed) after the run's last item, then the Changes panels. */
+  /** Tokens and cost per run and for the thread (TURN-06), priced by the server. */
+  async loadUsage() {
+    try {
+      this.usage = await api(`/usage?thread_id=${encodeURIComponent(this.id)}`);
+      this.drawStatus();
+      this.drawRuns();
+    } catch {
+      // Usage is an extra: the transcript works without it.
+    }
+  }
+
+  /** Run-end notes (interrupted / failed / budget spent) after the run's last item, then the Changes panels and per-run usage. */
   drawRuns() {
     const stick = this.following || this.nearBottom();
     for (const n of this.transcript.querySelectorAll('.run-end')) n.remove();
-    // A failed run whose error is already an item of the transcript needs no second note.
+    // A failed run whose error is already an item of the transcript needs no second note;
+    // a spent budget keeps its note: it carries "Raise and continue" (TURN-07).
     const shown = new Set([...this.items.values()].filter((i) => i.type === 'error').map((i) => i.run_id));
     for (const run of this.runs.values()) {
-      const note = shown.has(run.id) ? null : runNote(run);
+      const note = shown.has(run.id) && run.status !== 'budget_exceeded' ? null : runNote(run);
       if (note) this.placeAfterRun(note, run.ordinal, 0.5);
     }
+    // Per-run tokens and cost (TURN-06) are drawn by drawUsage (UX-07).
     this.drawChanges();
     this.drawUsage();
     if (stick) this.scrollDown();
@@ -439,7 +468,7 @@ export class ThreadView {
     const stick = this.following || this.nearBottom();
     for (const n of this.transcript.querySelectorAll('.run-usage')) n.remove();
     for (const run of this.runs.values()) {
-      if (!['completed', 'failed', 'interrupted'].includes(run.status)) continue;
+      if (!['completed', 'failed', 'interrupted', 'budget_exceeded'].includes(run.status)) continue;
       const cost = this.costs.get(run.id);
       if (cost === undefined && run.usage) {
         this.costs.set(run.id, 'loading');
@@ -471,6 +500,10 @@ export class ThreadView {
     }
     if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
+    const total = this.usage && this.usage.total;
+    if (total && total.total_tokens) {
+      parts.push(h('span', { class: 'muted', id: 'thread-usage' }, ` · ${total.total_tokens} tokens${total.unpriced_runs ? '' : ` · ${usd(total.cost_microdollars)}`}`));
+    }
     if (t.worktree) {
       parts.push(h('span', { class: 'muted', id: 'thread-worktree', title: `git worktree of this thread, from ${t.worktree.base_commit.slice(0, 12)}` },
         ` · worktree ${t.worktree.branch} at ${t.worktree.path}`));
@@ -481,8 +514,31 @@ export class ThreadView {
     if ((warning ? warning.textContent : '') !== this.warning.textContent) replace(this.warning, warning);
     const hide = !t.active_run_id;
     // A hidden button cannot keep the focus: hand it to the composer, not to <body>.
-    if (hide && document.activeElement === this.interruptButton) this.input.focus();
+    if (hide && [this.interruptButton, this.steerButton].includes(document.activeElement)) this.input.focus();
     this.interruptButton.hidden = hide;
+    this.steerButton.hidden = hide;
+    this.drawQueue();
+  }
+
+  /** The thread's queue (TURN-01/02): entries with a cancel button, and the pause with Resume / Clear. */
+  drawQueue() {
+    const q = (this.thread && this.thread.queue) || {};
+    const entries = q.entries || [];
+    const act = (path, method) => () => api(`/threads/${encodeURIComponent(this.id)}${path}`, { method, body: method === 'POST' ? {} : undefined })
+      .then(() => this.showError(null), (e) => this.showError(e.message));
+    const rows = [];
+    if (q.paused) {
+      rows.push(h('div', { class: 'queue-paused', id: 'queue-paused' },
+        ({ user_interrupt: 'Queue paused: a run was interrupted. ', budget_exceeded: 'Queue paused: a budget is spent. ' })[q.paused.reason] || 'Queue paused: a run could not be resumed. ',
+        h('button', { type: 'button', id: 'queue-resume', on: { click: act('/queue/resume', 'POST') } }, 'Resume'), ' ',
+        h('button', { type: 'button', id: 'queue-clear', on: { click: act('/queue', 'DELETE') } }, 'Clear')));
+    }
+    entries.forEach((e, i) => rows.push(h('div', { class: 'queue-entry', dataset: { entry: e.id } },
+      `${i + 1}. ${e.steer_run_id ? 'steering' : 'queued'}: ${e.text.split('\n')[0].slice(0, 80)}`,
+      e.note ? h('span', { class: 'muted' }, ` (${e.note})`) : null,
+      e.steer_run_id ? null : h('button', { type: 'button', class: 'queue-cancel', title: 'cancel this message', on: { click: act(`/queue/${encodeURIComponent(e.id)}`, 'DELETE') } }, '×'))));
+    this.queueBox.hidden = rows.length === 0;
+    replace(this.queueBox, rows);
   }
 
   /** The picker's suggestions: the thread's model and every configured instance's. */
@@ -495,7 +551,7 @@ export class ThreadView {
     replace(this.models, names.map((m) => h('option', { value: m })));
   }
 
-  async send() {
+  async send(mode) {
     const text = this.input.value;
     const model = this.modelInput.value.trim();
     // One message per press: Ctrl+Enter again while the first is on its way is ignored.
@@ -504,6 +560,7 @@ export class ThreadView {
     this.sendButton.disabled = true;
     try {
       const body = model ? { text, model } : { text };
+      if (mode) body.mode = mode;
       await api(`/threads/${encodeURIComponent(this.id)}/messages`, { method: 'POST', body });
       // Sending jumps to the end and follows the answer until the reader scrolls up (UX-06).
       this.following = true;

@@ -355,6 +355,17 @@ impl Maintenance for PgStore {
 }
 
 #[async_trait::async_trait]
+impl knife_store::Search for PgStore {
+    async fn search(
+        &self,
+        query: &knife_store::SearchQuery,
+    ) -> Result<Vec<knife_protocol::SearchHit>, StoreError> {
+        let client = self.client().await?;
+        Ok(read::search(&client, query).await?)
+    }
+}
+
+#[async_trait::async_trait]
 impl ProjectionReads for PgStore {
     async fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
         self.list(

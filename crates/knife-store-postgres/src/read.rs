@@ -219,3 +219,54 @@ pub(crate) async fn dump_projections(
     tx.commit().await?;
     Ok(out)
 }
+
+/// Full-text search (TURN-08): the words of `q.text` joined for `websearch_to_tsquery`
+/// ('simple' configuration; every word must match), ranked by `ts_rank`, snippets
+/// from `ts_headline`.
+pub(crate) async fn search(
+    client: &tokio_postgres::Client,
+    q: &knife_store::SearchQuery,
+) -> PgResult<Vec<knife_protocol::SearchHit>> {
+    let terms = knife_protocol::search_terms(&q.text);
+    if terms.is_empty() || q.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let text = terms.join(" ");
+    let project = q.project.as_ref().map(|p| p.as_str().to_owned());
+    let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+    let rows = client
+        .query(
+            "SELECT d.thread_id, t.project_id, t.payload_json::jsonb ->> 'title', d.run_id, \
+                    d.id, d.kind, \
+                    ts_headline('simple', d.body, q, \
+                                'StartSel=[, StopSel=], MaxWords=24, MinWords=8, ShortWord=1'), \
+                    ts_rank(to_tsvector('simple', d.body), q)::float8 AS score \
+             FROM search_docs d \
+             JOIN threads t ON t.id = d.thread_id, \
+                  websearch_to_tsquery('simple', $1) q \
+             WHERE to_tsvector('simple', d.body) @@ q \
+               AND ($2::text IS NULL OR t.project_id = $2) \
+             ORDER BY score DESC, d.id LIMIT $3",
+            &[&text, &project, &limit],
+        )
+        .await?;
+    let mut hits = Vec::with_capacity(rows.len());
+    for row in rows {
+        let kind: String = row.get(5);
+        let Some(kind) = knife_protocol::SearchKind::parse(&kind) else {
+            continue;
+        };
+        let id: String = row.get(4);
+        hits.push(knife_protocol::SearchHit {
+            thread_id: row.get::<_, String>(0).into(),
+            project_id: row.get::<_, String>(1).into(),
+            thread_title: row.get::<_, Option<String>>(2).unwrap_or_default(),
+            run_id: row.get::<_, Option<String>>(3).map(Into::into),
+            item_id: (kind != knife_protocol::SearchKind::Title).then(|| id.into()),
+            kind,
+            snippet: row.get(6),
+            score: row.get(7),
+        });
+    }
+    Ok(hits)
+}

@@ -25,6 +25,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "thread_leases",
         sql: include_str!("../migrations/0002_thread_leases.sql"),
     },
+    Migration {
+        version: 3,
+        name: "search",
+        sql: include_str!("../migrations/0003_search.sql"),
+    },
 ];
 
 /// Advisory lock key that serialises migrations of one database across nodes.

@@ -302,6 +302,31 @@ async fn apply(tx: &Transaction<'_>, change: RowChange, seq: i64, mode: FoldMode
                 .await?;
             Ok(())
         }
+        RowChange::IndexText {
+            id,
+            thread_id,
+            run_id,
+            kind,
+            body,
+        } => {
+            // An unchanged body (a thread.updated with the same title) writes nothing.
+            tx.execute(
+                "INSERT INTO search_docs (id, thread_id, run_id, kind, body) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (id) DO UPDATE SET thread_id = EXCLUDED.thread_id, \
+                 run_id = EXCLUDED.run_id, kind = EXCLUDED.kind, body = EXCLUDED.body \
+                 WHERE search_docs.body IS DISTINCT FROM EXCLUDED.body \
+                 OR search_docs.kind IS DISTINCT FROM EXCLUDED.kind",
+                &[&id, &thread_id, &run_id, &kind, &body],
+            )
+            .await?;
+            Ok(())
+        }
+        RowChange::UnindexText { id } => {
+            tx.execute("DELETE FROM search_docs WHERE id = $1", &[&id])
+                .await?;
+            Ok(())
+        }
         RowChange::SetAgentStatus { thread_id, status } => {
             tx.execute(
                 "UPDATE threads SET payload_json = \

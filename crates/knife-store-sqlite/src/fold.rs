@@ -160,6 +160,31 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
             Ok(())
         }
         RowChange::DropThread { thread_id } => drop_thread(conn, &thread_id),
+        RowChange::IndexText {
+            id,
+            thread_id,
+            run_id,
+            kind,
+            body,
+        } => {
+            // The FTS5 index follows `search_docs` through its triggers; an unchanged
+            // body (a thread.updated with the same title) updates nothing.
+            conn.prepare_cached(
+                "INSERT INTO search_docs (id, thread_id, run_id, kind, body) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, \
+                 run_id = excluded.run_id, kind = excluded.kind, body = excluded.body \
+                 WHERE search_docs.body IS NOT excluded.body \
+                 OR search_docs.kind IS NOT excluded.kind",
+            )?
+            .execute(params![id, thread_id, run_id, kind, body])?;
+            Ok(())
+        }
+        RowChange::UnindexText { id } => {
+            conn.prepare_cached("DELETE FROM search_docs WHERE id = ?1")?
+                .execute([id])?;
+            Ok(())
+        }
         RowChange::SetAgentStatus { thread_id, status } => {
             conn.prepare_cached(
                 "UPDATE threads SET payload_json = json_set(payload_json, '$.agent_status', json(?1)), \

@@ -219,7 +219,10 @@ impl EventLog for SqliteStore {
         guard: RowGuard,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        self.inner.writer.write(Vec::new(), Some(guard), events).await
+        self.inner
+            .writer
+            .write(Vec::new(), Some(guard), events)
+            .await
     }
 
     async fn row_version(&self, kind: EntityKind, id: &str) -> Result<Option<i64>, StoreError> {
@@ -310,6 +313,17 @@ impl Maintenance for SqliteStore {
             events_kept,
             elapsed,
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl knife_store::Search for SqliteStore {
+    async fn search(
+        &self,
+        query: &knife_store::SearchQuery,
+    ) -> Result<Vec<knife_protocol::SearchHit>, StoreError> {
+        let query = query.clone();
+        self.read(move |c| queries::search(c, &query)).await
     }
 }
 

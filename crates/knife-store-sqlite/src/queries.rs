@@ -249,3 +249,72 @@ fn sql_to_json(column: &str, v: Value) -> serde_json::Value {
         Value::Blob(b) => b.into(),
     }
 }
+
+/// Matches ranked per search (TURN-08): bm25 is computed for the most recently indexed
+/// this many matches only, so a word found in every document costs the same as a rare
+/// one (a whole-index bm25 sort of 100,000 matches takes hundreds of ms).
+const RANK_WINDOW: i64 = 2000;
+
+/// Full-text search (TURN-08): every word of `q.text` must match (each quoted, so FTS5
+/// syntax never reaches the engine); ranked by bm25 among the [`RANK_WINDOW`] most
+/// recently indexed matches, snippets from FTS5 `snippet`.
+pub(crate) fn search(
+    conn: &Connection,
+    q: &knife_store::SearchQuery,
+) -> Result<Vec<knife_protocol::SearchHit>, DbError> {
+    let terms = knife_protocol::search_terms(&q.text);
+    if terms.is_empty() || q.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let fts: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
+    let fts = fts.join(" ");
+    let project = q.project.as_ref().map(|p| p.as_str().to_owned());
+    let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT d.thread_id, t.project_id, json_extract(t.payload_json, '$.title'), d.run_id, \
+                d.id, d.kind, snippet(search_fts, 0, '[', ']', '…', 16), bm25(search_fts) \
+         FROM search_fts \
+         JOIN search_docs d ON d.rowid = search_fts.rowid \
+         JOIN threads t ON t.id = d.thread_id \
+         WHERE search_fts MATCH ?1 AND (?2 IS NULL OR t.project_id = ?2) \
+           AND search_fts.rowid >= coalesce((SELECT min(r) FROM ( \
+               SELECT f.rowid AS r FROM search_fts f \
+               JOIN search_docs wd ON wd.rowid = f.rowid \
+               JOIN threads wt ON wt.id = wd.thread_id \
+               WHERE f.search_fts MATCH ?1 AND (?2 IS NULL OR wt.project_id = ?2) \
+               ORDER BY f.rowid DESC LIMIT ?4)), 0) \
+         ORDER BY bm25(search_fts) LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![fts, project, limit, RANK_WINDOW], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+            row.get::<_, String>(4)?,
+            row.get::<_, String>(5)?,
+            row.get::<_, String>(6)?,
+            row.get::<_, f64>(7)?,
+        ))
+    })?;
+    let mut hits = Vec::new();
+    for row in rows {
+        let (thread, project, title, run, id, kind, snippet, bm25) = row?;
+        let Some(kind) = knife_protocol::SearchKind::parse(&kind) else {
+            continue;
+        };
+        let title_doc = kind == knife_protocol::SearchKind::Title;
+        hits.push(knife_protocol::SearchHit {
+            thread_id: thread.into(),
+            project_id: project.into(),
+            thread_title: title.unwrap_or_default(),
+            run_id: run.map(Into::into),
+            item_id: (!title_doc).then(|| id.into()),
+            kind,
+            snippet,
+            // bm25 is lower-is-better and negative: flip it so higher is better.
+            score: -bm25,
+        });
+    }
+    Ok(hits)
+}

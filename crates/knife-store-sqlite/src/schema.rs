@@ -45,6 +45,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "thread_leases",
         sql: include_str!("../migrations/0040_thread_leases.sql"),
     },
+    Migration {
+        version: 41,
+        name: "search",
+        sql: include_str!("../migrations/0041_search.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

@@ -177,13 +177,16 @@ impl Writer {
     }
 }
 
+/// One append of a group: its fences, its row guard, its events and who waits for it.
+type GroupedAppend = (Vec<Lease>, Option<RowGuard>, Vec<DomainEvent>, WriteReply);
+
 /// Runs a group of appends in ONE `BEGIN IMMEDIATE` transaction, each inside its own
 /// savepoint (a failed guard or an error rolls back that append only), commits, then
 /// publishes the stored events in order and answers every caller. A failed COMMIT
 /// answers every caller with the error (nothing was written).
 fn write_group(
     conn: &mut Connection,
-    group: Vec<(Vec<Lease>, Option<RowGuard>, Vec<DomainEvent>, WriteReply)>,
+    group: Vec<GroupedAppend>,
     live: &broadcast::Sender<StoredEvent>,
 ) {
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// Projection tables, in the order a rebuild empties them (bindings first: they
 /// reference `provider_sessions`).
-pub const PROJECTION_TABLES: [&str; 10] = [
+pub const PROJECTION_TABLES: [&str; 11] = [
     "provider_session_bindings",
     "projects",
     "threads",
@@ -21,11 +21,12 @@ pub const PROJECTION_TABLES: [&str; 10] = [
     "provider_turns",
     "runtime_requests",
     "turn_items",
+    "search_docs",
 ];
 
 /// Tables holding rows of one thread in a `thread_id` column, which a tombstone
 /// empties of that thread (CHG-08).
-pub const THREAD_TABLES: [&str; 7] = [
+pub const THREAD_TABLES: [&str; 8] = [
     "provider_session_bindings",
     "runs",
     "nodes",
@@ -33,6 +34,7 @@ pub const THREAD_TABLES: [&str; 7] = [
     "provider_turns",
     "runtime_requests",
     "turn_items",
+    "search_docs",
 ];
 
 /// Where a fold runs: a live write (refuses new conflicts) or a rebuild of the whole
@@ -139,6 +141,26 @@ pub enum RowChange {
         /// The thread id.
         thread_id: String,
     },
+    /// Puts document `id` in the full-text index (TURN-08; table `search_docs`:
+    /// `id`, `thread_id`, `run_id`, `kind`, `body`): inserted, or its columns replaced
+    /// when `body` changed (an unchanged title costs no index write).
+    IndexText {
+        /// `title:<thread id>` for a title, else the turn item id.
+        id: String,
+        /// The thread id.
+        thread_id: String,
+        /// The item's run, `None` for a title.
+        run_id: Option<String>,
+        /// [`knife_protocol::SearchKind::as_str`].
+        kind: &'static str,
+        /// The text to index.
+        body: String,
+    },
+    /// Removes document `id` from the full-text index (no-op when absent).
+    UnindexText {
+        /// The document id.
+        id: String,
+    },
     /// Sets `agent_status` inside the thread row's payload to `status` (JSON text),
     /// `last_sequence` = `seq`, `version` + 1. No-op when the thread row is absent.
     SetAgentStatus {
@@ -167,28 +189,31 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
                 payload: serde_json::to_string(p)?,
             }]
         }
-        EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => vec![upsert(
-            "threads",
-            t.id.as_str(),
-            vec![
-                ("project_id", Cell::text(t.project_id.as_str())),
-                ("status", Cell::status(&t.status)?),
-                (
-                    "updated_at_us",
-                    Cell::Integer(t.updated_at.timestamp_micros()),
-                ),
-                (
-                    "time_suspended_us",
-                    t.time_suspended
-                        .map_or(Cell::Null, |c| Cell::Integer(c.timestamp_micros())),
-                ),
-                (
-                    "parent_thread_id",
-                    Cell::opt_text(t.parent_thread_id.as_ref().map(|p| p.as_str())),
-                ),
-            ],
-            t,
-        )?],
+        EventBody::ThreadCreated(t) | EventBody::ThreadUpdated(t) => vec![
+            upsert(
+                "threads",
+                t.id.as_str(),
+                vec![
+                    ("project_id", Cell::text(t.project_id.as_str())),
+                    ("status", Cell::status(&t.status)?),
+                    (
+                        "updated_at_us",
+                        Cell::Integer(t.updated_at.timestamp_micros()),
+                    ),
+                    (
+                        "time_suspended_us",
+                        t.time_suspended
+                            .map_or(Cell::Null, |c| Cell::Integer(c.timestamp_micros())),
+                    ),
+                    (
+                        "parent_thread_id",
+                        Cell::opt_text(t.parent_thread_id.as_ref().map(|p| p.as_str())),
+                    ),
+                ],
+                t,
+            )?,
+            crate::search::title_doc(t),
+        ],
         EventBody::ThreadDeleted { thread_id, .. } => vec![RowChange::DropThread {
             thread_id: thread_id.as_str().to_owned(),
         }],
@@ -304,23 +329,27 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
             ],
             r,
         )?],
-        EventBody::TurnItemUpdated(i) => vec![upsert(
-            "turn_items",
-            i.id.as_str(),
-            vec![
-                ("thread_id", Cell::text(i.thread_id.as_str())),
-                (
-                    "run_id",
-                    Cell::opt_text(i.run_id.as_ref().map(|x| x.as_str())),
-                ),
-                (
-                    "ordinal",
-                    Cell::Integer(i64::try_from(i.ordinal).unwrap_or(i64::MAX)),
-                ),
-                ("status", Cell::status(&i.status)?),
-            ],
-            i,
-        )?],
+        EventBody::TurnItemUpdated(i) => {
+            let mut changes = vec![upsert(
+                "turn_items",
+                i.id.as_str(),
+                vec![
+                    ("thread_id", Cell::text(i.thread_id.as_str())),
+                    (
+                        "run_id",
+                        Cell::opt_text(i.run_id.as_ref().map(|x| x.as_str())),
+                    ),
+                    (
+                        "ordinal",
+                        Cell::Integer(i64::try_from(i.ordinal).unwrap_or(i64::MAX)),
+                    ),
+                    ("status", Cell::status(&i.status)?),
+                ],
+                i,
+            )?];
+            changes.extend(crate::search::item_doc(i));
+            changes
+        }
         // Patches the thread row in place (the event carries no whole thread): the
         // status is live state, last write wins.
         EventBody::ThreadStatusChanged {

@@ -33,6 +33,7 @@ mod error;
 pub mod fold;
 pub mod leases;
 mod node;
+pub mod search;
 mod stream;
 mod traits;
 mod types;
@@ -43,9 +44,10 @@ pub mod contract;
 pub use error::{BackendError, StoreError};
 pub use leases::{DEFAULT_LEASE_HEARTBEAT, DEFAULT_LEASE_TTL, Lease, Leases, TakeScope};
 pub use node::{Fences, LOCAL_NODE, NodeLeases};
+pub use search::SearchQuery;
 pub use stream::{REPLAY_PAGE, StreamSource, replay_then_live};
 pub use traits::{
-    Activity, Claims, EventFeed, EventLog, Maintenance, ProcessGroups, ProjectionReads,
+    Activity, Claims, EventFeed, EventLog, Maintenance, ProcessGroups, ProjectionReads, Search,
     StoreBackend,
 };
 pub use types::{

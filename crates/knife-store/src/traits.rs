@@ -195,6 +195,24 @@ pub trait Maintenance: Send + Sync {
     async fn purge_deleted_threads(&self) -> Result<PurgeStats, StoreError>;
 }
 
+/// Full-text search over threads (SPEC.md TURN-08): the index the fold keeps
+/// ([`crate::search`]: titles and settled turn items, in the transaction of the event
+/// that settled them; emptied and refilled by [`Maintenance::rebuild`]).
+#[async_trait::async_trait]
+pub trait Search: Send + Sync {
+    /// The documents matching every word of `query.text`
+    /// ([`knife_protocol::search_terms`]: FTS syntax is never passed through, so no
+    /// query is an error), of `query.project`'s threads when given, best first, at
+    /// most `query.limit`; each with its thread, run and item ids and a snippet with
+    /// the matched words between `[` and `]`. A query without words finds nothing.
+    ///
+    /// Errors: [`StoreError::Database`].
+    async fn search(
+        &self,
+        query: &crate::SearchQuery,
+    ) -> Result<Vec<knife_protocol::SearchHit>, StoreError>;
+}
+
 /// A whole store backend: every part of the contract. Implemented automatically for
 /// any type that implements all of them; [`crate::Store`] holds one as
 /// `Arc<dyn StoreBackend>`.
@@ -207,6 +225,7 @@ pub trait StoreBackend:
     + Activity
     + Maintenance
     + crate::leases::Leases
+    + Search
     + std::fmt::Debug
     + Send
     + Sync
@@ -223,6 +242,7 @@ impl<T> StoreBackend for T where
         + Activity
         + Maintenance
         + crate::leases::Leases
+        + Search
         + std::fmt::Debug
         + Send
         + Sync

@@ -386,6 +386,7 @@ async fn codex_an_interrupt_before_codex_named_the_turn_is_sent_when_it_does() {
         history: Vec::new(),
         model: None,
         cwd: None,
+        budget: None,
     };
     // Polled once: the thread is loaded, so `turn/start` is written, then dropped.
     let dropped = futures::FutureExt::now_or_never(session.start_turn(input));

@@ -328,6 +328,18 @@ impl App {
                     .map(|(id, p)| (id.clone(), p.model.clone()))
                     .collect(),
             }));
+        // TURN-07: budgets (validated at load), priced like `GET /api/usage`.
+        let execution = execution.with_budgets(knife_runtime::budget::BudgetGuard::new(
+            store.clone(),
+            config.budgets.budgets()?,
+            Arc::clone(&prices),
+            config
+                .providers
+                .iter()
+                .filter(|(_, p)| !p.model.is_empty())
+                .map(|(id, p)| (ProviderInstanceId::from(id.as_str()), p.model.clone()))
+                .collect(),
+        ));
         let execution = crate::checkpoints::attach(execution, config, data_dir).await;
         let options = RestartOptions {
             max_resume_attempts: config

@@ -112,6 +112,7 @@ pub async fn demo() -> anyhow::Result<ExitCode> {
         worktree: false,
         last: false,
         model: None,
+        mode: crate::run::ModeArg::Queue,
         provider: None,
         server: None,
         data_dir: None,

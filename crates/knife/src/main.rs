@@ -17,9 +17,11 @@ mod lock;
 mod markdown;
 mod pipe;
 mod providers;
+mod queue;
 mod render;
 mod run;
 mod sandbox;
+mod search;
 mod serve;
 mod sessions;
 mod store_url;
@@ -72,7 +74,7 @@ enum Command {
     /// Answer a tool approval of a running turn from another terminal (or list a
     /// thread's pending approvals).
     Approve(approve::ApproveArgs),
-    /// Threads: list, show, interrupt, rename, archive, unarchive, delete, fork.
+    /// Threads: list, show, interrupt, queue, rename, archive, unarchive, delete, fork.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
     /// Live provider sessions of the running server: `sessions list`, `sessions close ID`.
@@ -87,6 +89,8 @@ enum Command {
     /// Tokens and cost of runs per provider instance and model (`--project`,
     /// `--thread`, `--since`), priced with knife.toml's `[prices]`.
     Usage(usage::UsageArgs),
+    /// Full-text search over threads: titles, messages, tool calls (`--project`, `--json`).
+    Search(search::SearchArgs),
     /// A scripted streaming LLM server (Chat Completions, Anthropic Messages, OpenAI
     /// Responses and Gemini streamGenerateContent from one script), for tests, demos,
     /// benchmarks and external agents (codex, Claude, Gemini CLI, opencode). Script
@@ -155,6 +159,7 @@ fn main() -> ExitCode {
             Command::Threads(cmd) => threads::threads(config, cmd).await,
             Command::Sessions(cmd) => sessions::sessions(config, cmd).await,
             Command::Usage(args) => usage::usage(config, args).await,
+            Command::Search(args) => search::search(config, args).await,
             Command::MockLlm(args) => demo::mock_llm(args).await,
             Command::Diff(args) => changes::diff(config, args).await,
             Command::Revert(args) => changes::revert(config, args).await,

@@ -608,7 +608,11 @@ pub fn retry_text(
 /// The line that ends a followed run (UX-03): `run 2 · completed · 3.4s · 1,234 tokens
 /// (1,200 in, 34 out)`; the status coloured when `colour`.
 pub fn run_summary(run: &Run, colour: bool) -> String {
-    let status = format!("{:?}", run.status).to_lowercase();
+    // The wire name (`budget_exceeded`), not the Rust one.
+    let status = serde_json::to_value(run.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{:?}", run.status).to_lowercase());
     let style = match run.status {
         RunStatus::Completed => GREEN,
         RunStatus::Failed => RED,

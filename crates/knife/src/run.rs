@@ -14,6 +14,26 @@ use crate::client::{ApiClient, find_server};
 use crate::config::Config;
 use crate::render::follow_run;
 
+/// `--mode` of `knife run` (mirrors [`MessageMode`]).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum ModeArg {
+    Queue,
+    Interrupt,
+    Steer,
+    Reject,
+}
+
+impl From<ModeArg> for MessageMode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::Queue => MessageMode::Queue,
+            ModeArg::Interrupt => MessageMode::Interrupt,
+            ModeArg::Steer => MessageMode::Steer,
+            ModeArg::Reject => MessageMode::Reject,
+        }
+    }
+}
+
 /// Flags of `knife run`.
 #[derive(Args)]
 pub struct RunArgs {
@@ -35,6 +55,11 @@ pub struct RunArgs {
     /// With `--thread` it applies to this run only (recorded on the run).
     #[arg(long)]
     pub model: Option<String>,
+    /// With `--thread`, what to do when the thread is busy (TURN-01): `queue`
+    /// (default: wait for the active run), `interrupt` (stop it and go first),
+    /// `steer` (into the running turn where the runtime can), `reject`.
+    #[arg(long, value_enum, default_value = "queue", requires = "thread")]
+    pub mode: ModeArg,
     /// Provider instance from knife.toml (default: `default_provider`).
     #[arg(long)]
     pub provider: Option<String>,
@@ -106,18 +131,44 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
                 text: args.prompt.clone(),
                 // With --thread: this run's model (TURN-10); a new thread has it too.
                 model: args.model.clone(),
+                mode: args.mode.into(),
             },
         )
         .await?;
-    match crate::thread_ids::run_ordinal(&posted.run_id) {
-        Some(n) => eprintln!("thread {} · run {n}", thread.id),
-        None => eprintln!("thread {} · {}", thread.id, posted.run_id),
+    if let Some(note) = &posted.note {
+        eprintln!("note: {note}");
     }
+    let Some(run_id) = posted.run_id.clone() else {
+        anyhow::bail!("the server answered without a run id; this is a bug in knife");
+    };
+    match posted.status {
+        MessageDelivery::Started => match crate::thread_ids::run_ordinal(&run_id) {
+            Some(n) => eprintln!("thread {} · run {n}", thread.id),
+            None => eprintln!("thread {} · {run_id}", thread.id),
+        },
+        MessageDelivery::Queued => {
+            // Queued: it starts when the active run ends (TURN-01); nothing to follow yet.
+            let entry = posted.queued.as_ref().map(|e| e.id.to_string());
+            eprintln!(
+                "thread {} · queued at position {} ({}); it starts when {run_id} ends. \
+                 See it with `knife threads queue {}`",
+                thread.id,
+                posted.position.unwrap_or(0),
+                entry.unwrap_or_default(),
+                thread.id
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        MessageDelivery::Steering => {
+            eprintln!("thread {} · steering {run_id}", thread.id)
+        }
+    }
+    let posted_run = run_id;
     let mut interrupted = false;
     // Approvals are asked here when there is a terminal; else the renderer prints
     // the `knife approve` command that answers them.
     let prompter = Prompter::start(client.clone(), thread.id.clone());
-    let follow = follow_run(client, &thread.id, &posted.run_id, after, prompter.as_ref());
+    let follow = follow_run(client, &thread.id, &posted_run, after, prompter.as_ref());
     tokio::pin!(follow);
     let run = tokio::select! {
         run = &mut follow => run?,
@@ -134,9 +185,18 @@ pub async fn prompt_once(client: &ApiClient, args: &RunArgs) -> anyhow::Result<E
             }
         }
     };
+    // TURN-06: what the run cost (priced by the server); the tokens are in the summary.
+    let spent = client
+        .get::<UsageReport>(&format!("/api/usage?thread_id={}", thread.id))
+        .await
+        .ok()
+        .and_then(|u| u.by_run.into_iter().find(|r| r.run_id == run.id))
+        .filter(|r| r.totals.total_tokens > 0 && r.totals.unpriced_runs == 0)
+        .map(|r| format!(" · {}", format_usd(r.totals.cost_microdollars)))
+        .unwrap_or_default();
     let colour = crate::render::colour_for(&std::io::stderr());
     eprintln!(
-        "thread {} · {}",
+        "thread {} · {}{spent}",
         thread.id,
         crate::render::run_summary(&run, colour)
     );

@@ -95,6 +95,12 @@ pub enum ThreadsCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// A thread's message queue (messages sent while a run was active): list it,
+    /// `--cancel ID`, `--clear`, or `--resume` it after an interrupt paused it.
+    Queue(crate::queue::QueueArgs),
+    /// Raise a thread's budgets after a run ended `budget_exceeded` (`--tokens N`,
+    /// `--cost-usd X`), and `--continue` its work in a new run.
+    Budget(crate::queue::BudgetArgs),
     /// Merge the work of a thread's worktree (branch `knife/<short id>`) into the
     /// project's current branch; refused with the conflicting files on conflict
     /// (nothing changed). Needs the running server.
@@ -253,6 +259,46 @@ impl Reader {
             .is_ok_and(|rs| rs.iter().any(|r| r.status == RuntimeRequestStatus::Pending))
     }
 
+    /// The thread's usage per run (TURN-06): the server's report, or priced here with
+    /// this knife.toml's table when reading the data directory. Empty when unknown.
+    async fn usage(&self, p: &ThreadProjection, config: &Config) -> UsageReport {
+        if let Reader::Api(c) = self {
+            return c
+                .get(&format!("/api/usage?thread_id={}", p.thread.id))
+                .await
+                .unwrap_or_default();
+        }
+        let prices = crate::config::prices::price_table(&config.prices);
+        let mut report = UsageReport::default();
+        for run in &p.runs {
+            let model = run
+                .model
+                .clone()
+                .or_else(|| p.thread.model.clone())
+                .or_else(|| {
+                    config
+                        .providers
+                        .get(run.provider_instance_id.as_str())
+                        .map(|c| c.model.clone())
+                        .filter(|m| !m.is_empty())
+                });
+            let cost = match (&run.usage, &model) {
+                (Some(u), Some(m)) => prices.cost_microdollars(m, u),
+                _ => None,
+            };
+            report.total.add_run(run.usage.as_ref(), cost);
+            let mut totals = UsageTotals::default();
+            totals.add_run(run.usage.as_ref(), cost);
+            report.by_run.push(RunUsage {
+                run_id: run.id.clone(),
+                ordinal: run.ordinal,
+                model,
+                totals,
+            });
+        }
+        report
+    }
+
     /// The thread `given` names: its id or a unique prefix of one (UX-04).
     async fn resolve(&self, given: &str) -> anyhow::Result<ThreadId> {
         Ok(crate::thread_ids::pick(&self.threads(true).await?, given)?)
@@ -382,6 +428,8 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
                 None => println!("thread {thread} has no run in progress; nothing to interrupt"),
             }
         }
+        ThreadsCommand::Queue(args) => return crate::queue::queue(config_path, args).await,
+        ThreadsCommand::Budget(args) => return crate::queue::budget(config_path, args).await,
         ThreadsCommand::Merge {
             id,
             server,
@@ -411,14 +459,15 @@ pub async fn threads(config_path: Option<&Path>, cmd: ThreadsCommand) -> anyhow:
             if json {
                 println!("{}", serde_json::to_string_pretty(&p)?);
             } else {
-                print_projection(&p);
+                let usage = reader.usage(&p, &config).await;
+                print_projection(&p, &usage);
             }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_projection(p: &ThreadProjection) {
+fn print_projection(p: &ThreadProjection, usage: &UsageReport) {
     let t = &p.thread;
     println!("thread   {}", t.id);
     println!("title    {}", t.title);
@@ -472,6 +521,19 @@ fn print_projection(p: &ThreadProjection) {
     if let Some(e) = &t.last_error {
         println!("error    {} ({})", e.message, e.error_type);
     }
+    // TURN-06: the thread's tokens and cost (priced with the server's table).
+    let total = &usage.total;
+    if total.total_tokens > 0 {
+        let unpriced = match total.unpriced_runs {
+            0 => String::new(),
+            n => format!(", {n} run(s) without a price"),
+        };
+        println!(
+            "usage    {} tokens · {}{unpriced}",
+            total.total_tokens,
+            format_usd(total.cost_microdollars)
+        );
+    }
     // The MCP credential state (`ThreadProjection::mcp`); only the server knows it.
     match &p.mcp {
         Some(m) if m.active => {
@@ -482,11 +544,20 @@ fn print_projection(p: &ThreadProjection) {
         None => {}
     }
     for run in &p.runs {
-        let status = format!("{:?}", run.status).to_lowercase();
+        let status = serde_json::to_value(run.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let cost = usage
+            .by_run
+            .iter()
+            .find(|r| r.run_id == run.id && r.totals.unpriced_runs == 0)
+            .map(|r| format!(", {}", format_usd(r.totals.cost_microdollars)))
+            .unwrap_or_default();
         let tokens = run
             .usage
             .as_ref()
-            .map(|u| format!(", {} tokens", u.total_tokens))
+            .map(|u| format!(", {} tokens{cost}", u.total_tokens))
             .unwrap_or_default();
         // The run's model when it named one (TURN-10): the thread's or the message's.
         let model = run

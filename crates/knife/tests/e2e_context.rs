@@ -293,6 +293,35 @@ usage = { prompt_tokens = 1000, completion_tokens = 500 }
         let (_, r) = server.api.get(&path).await;
         assert_eq!(r["total"]["runs"], 3, "{path}: {r}");
     }
+    // Per run with thread_id (TURN-06: per-run totals for the page and CLI).
+    let (_, r) = server
+        .api
+        .get(&format!("/api/usage?thread_id={first}"))
+        .await;
+    let per_run: UsageReport = serde_json::from_value(r).unwrap();
+    let costs: Vec<(u32, u64)> = per_run
+        .by_run
+        .iter()
+        .map(|r| (r.ordinal, r.totals.cost_microdollars))
+        .collect();
+    assert_eq!(costs, [(1, 2000), (2, 2000), (3, 0)]);
+    let url = server.proc.url();
+    let show = run_cli(
+        server.path(),
+        &["threads", "show", &first, "--server", &url],
+    )
+    .await;
+    assert!(show.status.success(), "{}", show.stderr);
+    assert!(
+        show.stdout.contains("4500 tokens · $0.0040"),
+        "thread total with cost: {}",
+        show.stdout
+    );
+    assert!(
+        show.stdout.contains("1500 tokens, $0.0020"),
+        "{}",
+        show.stdout
+    );
     let (_, r) = server.api.get("/api/usage?since=2999-01-01").await;
     assert_eq!(r["total"]["runs"], 0, "{r}");
     let (status, r) = server.api.get("/api/usage?since=yesterday").await;
@@ -300,7 +329,6 @@ usage = { prompt_tokens = 1000, completion_tokens = 500 }
     assert!(r.to_string().contains("YYYY-MM-DD"), "{r}");
 
     // `knife usage --project FOLDER`.
-    let url = server.proc.url();
     let folder = server.project_dir().display().to_string();
     let out = run_cli(
         server.path(),

@@ -349,7 +349,8 @@ async fn e2e_invalid_api_input_is_rejected_with_json_errors() {
     assert_eq!(s, StatusCode::OK, "{b}");
     assert!(b["run_id"].is_null(), "{b}");
 
-    // A second message while a run is active: 409; then interrupt it.
+    // A second message while a run is active: 409 when it asks to be rejected
+    // (`mode: reject`; the default queues it, TURN-01); then interrupt it.
     let run = api.post_message(&thread, "start a slow answer").await;
     // Wait until the model is streaming (an assistant item exists) so the run is truly active.
     poll_until("the slow answer to start streaming", RUN_TIMEOUT, || async {
@@ -360,9 +361,23 @@ async fn e2e_invalid_api_input_is_rejected_with_json_errors() {
             .then_some(())
     })
     .await;
-    let (s, b) = api.post(&path, &json!({"text": "me too"})).await;
+    // An unknown mode: 400.
+    let (s, b) = api
+        .post(&path, &json!({"text": "me too", "mode": "reject"}))
+        .await;
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
     assert_api_error(&b, "run_in_progress");
+    let (s, b) = api
+        .post(&path, &json!({"text": "me too", "mode": "later"}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    let message = b["error"]["message"].as_str().unwrap();
+    assert!(
+        ["queue", "interrupt", "steer", "reject"]
+            .iter()
+            .all(|m| message.contains(m)),
+        "the 400 names the allowed modes: {b}"
+    );
     let (s, b) = api
         .post(&format!("/api/threads/{thread}/interrupt"), &json!({}))
         .await;

@@ -154,6 +154,7 @@ async fn e2e_mcp_python_sdk_client_against_knife_serve() {
             "thread_send_message",
             "thread_status",
             "threads_list",
+            "threads_search",
             "worktree_create",
             "worktree_list"
         ],

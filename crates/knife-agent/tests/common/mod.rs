@@ -168,7 +168,7 @@ pub async fn open(
         adapter = adapter.with_tools(tools);
     }
     assert_eq!(adapter.driver(), "builtin");
-    assert!(!adapter.capabilities().shared_sessions && !adapter.capabilities().steer);
+    assert!(!adapter.capabilities().shared_sessions && adapter.capabilities().steer);
     let session = adapter.open(open_input(project.path())).await.unwrap();
     let events = session.take_events().unwrap();
     assert!(session.take_events().is_none());
@@ -204,6 +204,7 @@ pub fn turn(ordinal: u32, text: &str, history: Vec<TurnItem>) -> StartTurnInput 
         history,
         model: None,
         cwd: None,
+        budget: None,
     }
 }
 

@@ -33,6 +33,15 @@ pub(crate) enum RunStart {
     /// A message typed by the user; `model` overrides the thread's model for
     /// this run (TURN-10).
     User { text: String, model: Option<String> },
+    /// The queue entry `entry` of an idle thread (TURN-01/02): removed from the
+    /// queue in the run's transaction; `resume` also lifts the queue's pause.
+    Queued {
+        entry: knife_protocol::QueuedMessage,
+        resume: bool,
+    },
+    /// The continuation after a budget raise (TURN-07): the system message
+    /// [`crate::execution::CONTINUE_AFTER_BUDGET_RAISE`].
+    BudgetRaised,
     /// A resume of claimed work after a restart (EXEC-07): counts one attempt and
     /// opens the run with the system continuation message, unless `max_attempts`
     /// resumes were already spent (EXEC-08).
@@ -44,6 +53,8 @@ impl RunStart {
     pub(crate) fn text(&self) -> &str {
         match self {
             RunStart::User { text, .. } => text,
+            RunStart::Queued { entry, .. } => &entry.text,
+            RunStart::BudgetRaised => crate::execution::CONTINUE_AFTER_BUDGET_RAISE,
             RunStart::Continuation { .. } => CONTINUE_AFTER_SERVER_RESTART,
         }
     }
@@ -90,7 +101,8 @@ pub(crate) async fn create_run(
     // keeps the model of the run it continues.
     let mut model = match start {
         RunStart::User { model, .. } => model.clone().or_else(|| thread.model.clone()),
-        RunStart::Continuation { .. } => thread.model.clone(),
+        RunStart::Queued { entry, .. } => entry.model.clone().or_else(|| thread.model.clone()),
+        RunStart::Continuation { .. } | RunStart::BudgetRaised => thread.model.clone(),
     };
     if let RunStart::Continuation { max_attempts } = start {
         if !thread.is_claimed() {
@@ -150,23 +162,92 @@ pub(crate) async fn create_run(
         .get_project(&thread.project_id)
         .await?
         .ok_or_else(|| RuntimeError::ProjectNotFound(thread.project_id.clone()))?;
-    if matches!(start, RunStart::User { .. }) {
+    if let RunStart::Queued { entry, resume } = start {
+        // TURN-01/02: the entry leaves the queue in the transaction that starts it.
+        let Some(at) = thread.queue.entries.iter().position(|e| e.id == entry.id) else {
+            return Err(RuntimeError::QueuedMessageNotFound {
+                thread: thread_id.clone(),
+                entry: entry.id.clone(),
+            });
+        };
+        thread.queue.entries.remove(at);
+        if *resume {
+            thread.queue.paused = None;
+        }
+    }
+    if !matches!(start, RunStart::Continuation { .. }) {
         // A new run claims the thread: take its lease first, so the claim's write and
         // every later write of the run are fenced (SCALE-04). Another node's live lease
         // refuses the run (`StoreError::LeaseHeld`, HTTP 409).
         store.hold_lease(thread_id).await?;
     }
-    let ordinal = thread.run_count + 1;
-    let run_id = RunId::for_thread(thread_id, ordinal);
     let (origin, description) = match start {
-        RunStart::User { .. } => (MessageOrigin::User, None),
+        RunStart::User { .. } | RunStart::Queued { .. } => (MessageOrigin::User, None),
         RunStart::Continuation { .. } => {
             (MessageOrigin::System, Some(CONTINUE_DESCRIPTION.to_owned()))
         }
+        RunStart::BudgetRaised => (
+            MessageOrigin::System,
+            Some(crate::execution::BUDGET_CONTINUE_DESCRIPTION.to_owned()),
+        ),
     };
+    let user_text = match start {
+        RunStart::User { text, .. } => Some(text.as_str()),
+        RunStart::Queued { entry, .. } => Some(entry.text.as_str()),
+        RunStart::Continuation { .. } | RunStart::BudgetRaised => None,
+    };
+    let opened = open_run(
+        &mut thread,
+        OpenRun {
+            text: start.text(),
+            model,
+            origin,
+            description,
+            user_text,
+        },
+        now,
+    );
+    events.extend(opened.1);
+    let guard = RowGuard::new(EntityKind::Thread, thread_id.as_str(), version);
+    let written = store.write_if(guard, events).await;
+    if !matches!(start, RunStart::Continuation { .. }) && !matches!(written, Ok(Some(_))) {
+        // No run started: the thread is not claimed by this attempt, free its lease.
+        if let Err(e) = store.let_go(thread_id).await {
+            tracing::warn!(thread = %thread_id, error = %e, "could not release the thread's lease; it runs out");
+        }
+    }
+    match written? {
+        Some(_) => Ok(Created::Started(Box::new((thread, project, opened.0)))),
+        None => Err(RuntimeError::Conflict),
+    }
+}
+
+/// What [`open_run`] opens a run with.
+pub(crate) struct OpenRun<'a> {
+    /// The run's user message.
+    pub text: &'a str,
+    pub model: Option<String>,
+    pub origin: MessageOrigin,
+    pub description: Option<String>,
+    /// The text typed by the user (names an untitled thread, un-archives it);
+    /// `None` for system messages.
+    pub user_text: Option<&'a str>,
+}
+
+/// Opens run N+1 on `thread` (updated in place: running, active run, run count,
+/// claim, automatic title) and returns it with its `run.created`, root node, user
+/// item and `thread.updated` events, for the caller's one transaction (EXEC-04,
+/// TURN-01: also the next queued run written with the previous run's terminal).
+pub(crate) fn open_run(
+    thread: &mut Thread,
+    open: OpenRun<'_>,
+    now: Timestamp,
+) -> (Run, Vec<DomainEvent>) {
+    let ordinal = thread.run_count + 1;
+    let run_id = RunId::for_thread(&thread.id, ordinal);
     let user_item = TurnItem {
         id: TurnItemId::user_message_of(&run_id),
-        thread_id: thread_id.clone(),
+        thread_id: thread.id.clone(),
         run_id: Some(run_id.clone()),
         provider_turn_id: None,
         ordinal: TurnItem::ordinal_in_run(ordinal, 0),
@@ -175,17 +256,17 @@ pub(crate) async fn create_run(
         completed_at: Some(now),
         updated_at: now,
         kind: TurnItemKind::UserMessage {
-            text: start.text().to_owned(),
-            origin,
-            description,
+            text: open.text.to_owned(),
+            origin: open.origin,
+            description: open.description,
         },
     };
     let run = Run {
         id: run_id.clone(),
-        thread_id: thread_id.clone(),
+        thread_id: thread.id.clone(),
         ordinal,
         provider_instance_id: thread.provider_instance_id.clone(),
-        model,
+        model: open.model,
         status: RunStatus::Running,
         user_message_id: user_item.id.clone(),
         requested_at: now,
@@ -202,7 +283,7 @@ pub(crate) async fn create_run(
     thread.last_error = None;
     thread.updated_at = now;
     thread.claim(now);
-    if let RunStart::User { text, .. } = start {
+    if let Some(text) = open.user_text {
         // CHG-08: the first message names an untitled thread, in this same
         // transaction; a message to an archived thread brings it back.
         if thread.untitled
@@ -213,28 +294,16 @@ pub(crate) async fn create_run(
         }
         thread.archived_at = None;
     }
-    events.push(DomainEvent::new(now, EventBody::RunCreated(run.clone())));
-    events.push(DomainEvent::new(
-        now,
-        EventBody::NodeUpdated(root_node(&run, NodeStatus::Running, now)),
-    ));
-    events.push(DomainEvent::new(now, EventBody::TurnItemUpdated(user_item)));
-    events.push(DomainEvent::new(
-        now,
-        EventBody::ThreadUpdated(thread.clone()),
-    ));
-    let guard = RowGuard::new(EntityKind::Thread, thread_id.as_str(), version);
-    let written = store.write_if(guard, events).await;
-    if matches!(start, RunStart::User { .. }) && !matches!(written, Ok(Some(_))) {
-        // No run started: the thread is not claimed by this attempt, free its lease.
-        if let Err(e) = store.let_go(thread_id).await {
-            tracing::warn!(thread = %thread_id, error = %e, "could not release the thread's lease; it runs out");
-        }
-    }
-    match written? {
-        Some(_) => Ok(Created::Started(Box::new((thread, project, run)))),
-        None => Err(RuntimeError::Conflict),
-    }
+    let events = vec![
+        DomainEvent::new(now, EventBody::RunCreated(run.clone())),
+        DomainEvent::new(
+            now,
+            EventBody::NodeUpdated(root_node(&run, NodeStatus::Running, now)),
+        ),
+        DomainEvent::new(now, EventBody::TurnItemUpdated(user_item)),
+        DomainEvent::new(now, EventBody::ThreadUpdated(thread.clone())),
+    ];
+    (run, events)
 }
 
 /// Events that end every unfinished run of `thread` with `status` and `error`
@@ -329,6 +398,8 @@ async fn exhausted_events(
     thread.last_error = Some(error);
     thread.updated_at = now;
     thread.release_claim();
+    // TURN-02: what waits in the queue does not start on its own after this.
+    crate::execution::queue::pause_if_waiting(thread, QueuePauseReason::ResumeExhausted, now);
     events.push(DomainEvent::new(
         now,
         EventBody::ThreadUpdated(thread.clone()),

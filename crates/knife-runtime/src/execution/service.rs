@@ -27,11 +27,18 @@ use crate::execution::terminal::{Terminal, terminal_of_outcome};
 use crate::sessions::{SessionHandle, SessionManager};
 
 // `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
+// `execution/messages.rs` (the message queue, TURN-01/02), `execution/budget_raise.rs`
+// (TURN-07),
 // `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04) and
 // `execution/worktrees.rs` (CHG-07): children of this module so they share the
 // service's private state.
+#[path = "budget_raise.rs"]
+mod budget_raise;
+pub use budget_raise::{BUDGET_CONTINUE_DESCRIPTION, CONTINUE_AFTER_BUDGET_RAISE};
 #[path = "checkpoints.rs"]
 mod checkpoints;
+#[path = "messages.rs"]
+mod messages;
 #[path = "revert.rs"]
 mod revert;
 #[path = "turn.rs"]
@@ -105,6 +112,8 @@ struct Inner {
     manager: SessionManager,
     /// See [`ExecutionService::with_run_observer`].
     run_observer: Option<Arc<dyn RunObserver>>,
+    /// Budgets checked around every turn (TURN-07); `None` = none configured.
+    budgets: Option<crate::budget::BudgetGuard>,
     // std Mutex: only held for map lookups, never across an `.await`.
     active: Mutex<HashMap<ThreadId, ActiveRun>>,
     tracker: TaskTracker,
@@ -140,6 +149,7 @@ impl ExecutionService {
                 clock,
                 manager,
                 run_observer: None,
+                budgets: None,
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
                 interrupt_grace: INTERRUPT_GRACE,
@@ -159,6 +169,16 @@ impl ExecutionService {
     pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.interrupt_grace = grace;
+        }
+        self
+    }
+
+    /// Checks `guard`'s budgets before each run's turn, at each usage report of the
+    /// turn and (given to the runtime) before each model call (TURN-07). A guard
+    /// without limits is dropped. Call before sharing the service.
+    pub fn with_budgets(mut self, guard: crate::budget::BudgetGuard) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.budgets = guard.budgets().any().then_some(guard);
         }
         self
     }
@@ -245,31 +265,7 @@ impl ExecutionService {
         text: String,
         model: Option<String>,
     ) -> Result<Run, RuntimeError> {
-        if text.trim().is_empty() {
-            return Err(RuntimeError::Invalid(
-                "the message text is empty; write what the agent should do".into(),
-            ));
-        }
-        if let Some(m) = knife_protocol::limits::over_bytes(
-            "text",
-            &text,
-            knife_protocol::limits::MESSAGE_MAX_BYTES,
-        ) {
-            return Err(RuntimeError::Invalid(m));
-        }
-        if let Some(m) = model.as_deref().and_then(|m| {
-            knife_protocol::limits::over_chars("model", m, knife_protocol::limits::MODEL_MAX_CHARS)
-        }) {
-            return Err(RuntimeError::Invalid(m));
-        }
-        if model.as_deref().is_some_and(|m| m.trim().is_empty()) {
-            return Err(RuntimeError::Invalid(
-                "the message's model is empty; name a model, or leave `model` out to use the \
-                 thread's"
-                    .into(),
-            ));
-        }
-        let model = model.map(|m| m.trim().to_owned());
+        let model = messages::validate_message(&text, model)?;
         self.wait_if_finishing(thread_id).await;
         match self
             .begin(thread_id, RunStart::User { text, model })
@@ -384,7 +380,7 @@ impl ExecutionService {
                 Created::Exhausted { attempts } => return Ok(Begun::Exhausted { attempts }),
             };
             reservation.disarm();
-            let _ = run_tx.send(Some(run.id.clone()));
+            run_tx.send_replace(Some(run.id.clone()));
             let started = Begun::Started {
                 run: Box::new(run.clone()),
                 attempts: thread.resume_attempts,
@@ -401,7 +397,7 @@ impl ExecutionService {
                     done: done_tx,
                 };
                 let root = worktrees::run_root(&thread, &project);
-                let ctx = RunContext {
+                let mut ctx = RunContext {
                     thread,
                     root,
                     project_root: PathBuf::from(&project.root),
@@ -413,8 +409,13 @@ impl ExecutionService {
                     reason,
                     finishing,
                     session,
+                    budget_hit: Mutex::new(None),
                 };
-                driver.drive(ctx).await;
+                // A run whose terminal write started the next queued message
+                // (TURN-01) hands over to it: same task, same reservation.
+                while let Some(next) = driver.drive(ctx).await {
+                    ctx = driver.rearm(next, &run_tx);
+                }
             });
             Ok(started)
         });
@@ -556,6 +557,51 @@ impl ExecutionService {
     }
 }
 
+/// The queued run a finished run's terminal write opened (TURN-01).
+struct NextRun {
+    thread: Thread,
+    project: Project,
+    run: Run,
+    text: String,
+}
+
+impl ExecutionService {
+    /// The context of `next`, with fresh cancel, reason, finishing and session
+    /// slots installed in the thread's active entry, and its run id published.
+    fn rearm(&self, next: NextRun, run_tx: &watch::Sender<Option<RunId>>) -> RunContext {
+        let cancel = CancellationToken::new();
+        let reason = Arc::new(Mutex::new(None));
+        let finishing = Arc::new(AtomicBool::new(false));
+        let session = Arc::new(Mutex::new(None));
+        if let Some(active) = lock(&self.inner.active).get_mut(&next.thread.id) {
+            active.cancel = cancel.clone();
+            active.reason = reason.clone();
+            active.finishing = finishing.clone();
+            active.session = session.clone();
+        }
+        run_tx.send_replace(Some(next.run.id.clone()));
+        // A shutdown that began meanwhile stops the new run at once (its claim stays).
+        if self.inner.closing.load(Ordering::SeqCst) {
+            lock(&reason).get_or_insert(InterruptReason::Shutdown);
+            cancel.cancel();
+        }
+        RunContext {
+            root: worktrees::run_root(&next.thread, &next.project),
+            project_root: PathBuf::from(&next.project.root),
+            thread: next.thread,
+            run: next.run,
+            text: next.text,
+            continuation: false,
+            end_events: Vec::new(),
+            cancel,
+            reason,
+            finishing,
+            session,
+            budget_hit: Mutex::new(None),
+        }
+    }
+}
+
 struct RunContext {
     thread: Thread,
     /// Where the run works: the thread's worktree, else the project root.
@@ -572,6 +618,8 @@ struct RunContext {
     reason: Arc<Mutex<Option<InterruptReason>>>,
     finishing: Arc<AtomicBool>,
     session: Arc<Mutex<Option<SessionHandle>>>,
+    /// The budget a usage report found spent (TURN-07): the run ends `budget_exceeded`.
+    budget_hit: Mutex<Option<RunError>>,
 }
 
 /// Held by the task driving a run: on drop (the drive ended or panicked) the

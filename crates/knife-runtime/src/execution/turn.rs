@@ -12,7 +12,9 @@ use crate::execution::runs::root_node;
 use crate::sessions::{OpenRequest, SessionHandle};
 
 impl ExecutionService {
-    pub(super) async fn drive(&self, mut ctx: RunContext) {
+    /// Drives `ctx`'s run to its terminal write; returns the queued run that write
+    /// opened, if any (TURN-01).
+    pub(super) async fn drive(&self, mut ctx: RunContext) -> Option<NextRun> {
         // Before the turn starts, whatever the driver (CHG-01).
         self.record_start(&mut ctx).await;
         // The model learns which files a revert restored since its last run (CHG-04).
@@ -47,14 +49,14 @@ impl ExecutionService {
                 .finalize(&ctx, outcome.clone(), usage.clone(), teardown)
                 .await
             {
-                Ok(()) => {
+                Ok(next) => {
                     if attempt > 1 {
                         tracing::info!(
                             thread = %ctx.thread.id, run = %ctx.run.id, attempts = attempt,
                             "recorded the end of the run after retrying"
                         );
                     }
-                    return;
+                    return next;
                 }
                 Err(e) => e,
             };
@@ -70,7 +72,7 @@ impl ExecutionService {
                     thread = %ctx.thread.id, run = %ctx.run.id, attempts = attempt, error = %e,
                     "could not record the end of the run; gave up (the next start or message settles it)"
                 );
-                return;
+                return None;
             }
             if attempt == 1 || attempt.is_multiple_of(20) {
                 tracing::warn!(
@@ -115,6 +117,19 @@ impl ExecutionService {
         // Interrupted while the run was being created: no session, no model call.
         if ctx.cancel.is_cancelled() {
             return Ended::interrupted(ctx);
+        }
+        // TURN-07: a spent budget stops the run before its first model call.
+        if let Some(guard) = &inner.budgets {
+            match guard
+                .check(&ctx.thread, &ctx.run, None, inner.clock.now())
+                .await
+            {
+                Ok(Some(over)) => return Ended::budget(over.run_error()),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(thread = %ctx.thread.id, error = %e, "could not check the budgets")
+                }
+            }
         }
         // One session per thread unless the adapter declares shared sessions.
         let shared = inner
@@ -180,6 +195,14 @@ impl ExecutionService {
             // The run's model: the message's (TURN-10), else the thread's.
             model: ctx.run.model.clone(),
             cwd: Some(ctx.root.clone()),
+            budget: inner.budgets.clone().map(|guard| {
+                crate::budget::BudgetGate(Arc::new(crate::budget::RunGate {
+                    guard,
+                    thread: ctx.thread.clone(),
+                    run: ctx.run.clone(),
+                    clock: inner.clock.clone(),
+                }))
+            }),
         };
         // Subscribed before the turn starts, so no event of the turn is missed.
         let mut events = handle.subscribe_events();
@@ -222,6 +245,26 @@ impl ExecutionService {
         handle: &SessionHandle,
         events: &mut EventStream,
         turn: &ProviderTurnId,
+    ) -> Ended {
+        // A turn that ends without a usage total (interrupted, broken) keeps the
+        // last one it reported, so its tokens count (TURN-06/07).
+        let mut last_usage = None;
+        let mut ended = self
+            .follow_turn(ctx, handle, events, turn, &mut last_usage)
+            .await;
+        if ended.usage.is_none() {
+            ended.usage = last_usage;
+        }
+        ended
+    }
+
+    async fn follow_turn(
+        &self,
+        ctx: &RunContext,
+        handle: &SessionHandle,
+        events: &mut EventStream,
+        turn: &ProviderTurnId,
+        last_usage: &mut Option<TokenUsage>,
     ) -> Ended {
         let inner = &self.inner;
         let mut grace_deadline: Option<tokio::time::Instant> = None;
@@ -273,7 +316,48 @@ impl ExecutionService {
                         teardown: false,
                     };
                 }
+                // TURN-07: each usage report of the turn is checked against the
+                // budgets; a spent one stops the turn (interrupted, then recorded
+                // as `budget_exceeded`).
+                Some(Ok(AdapterEvent::ProviderTurnUpdated(t)))
+                    if t.run_id == ctx.run.id && t.usage.is_some() =>
+                {
+                    last_usage.clone_from(&t.usage);
+                    if grace_deadline.is_none()
+                        && let Some(error) = self.budget_spent(ctx, t.usage.as_ref()).await
+                    {
+                        *lock(&ctx.budget_hit) = Some(error);
+                        ctx.cancel.cancel();
+                    }
+                }
+                // A steer the turn took (TURN-01): it leaves the queue now.
+                Some(Ok(AdapterEvent::TurnItemUpdated(item))) => {
+                    if let Some(entry) =
+                        crate::execution::queue::steer_entry_of(&item.id, &ctx.run.id)
+                    {
+                        self.drop_delivered_steer(&ctx.thread.id, &entry).await;
+                    }
+                }
                 Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// The run error of the first budget spent with `usage` as the run's use so far.
+    async fn budget_spent(&self, ctx: &RunContext, usage: Option<&TokenUsage>) -> Option<RunError> {
+        let guard = self.inner.budgets.as_ref()?;
+        let thread = match self.inner.store.get_thread(&ctx.thread.id).await {
+            Ok(Some(t)) => t,
+            _ => ctx.thread.clone(),
+        };
+        match guard
+            .check(&thread, &ctx.run, usage, self.inner.clock.now())
+            .await
+        {
+            Ok(over) => over.map(|o| o.run_error()),
+            Err(e) => {
+                tracing::warn!(thread = %ctx.thread.id, error = %e, "could not check the budgets");
+                None
             }
         }
     }
@@ -354,12 +438,36 @@ impl ExecutionService {
         outcome: TurnOutcome,
         usage: Option<TokenUsage>,
         teardown: bool,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Option<NextRun>, RuntimeError> {
+        // Compare-and-set on the thread row: a message queued meanwhile (TURN-01)
+        // makes the write miss and go again with it, so no queued message is lost.
+        for _ in 0..FINALIZE_ATTEMPTS {
+            if let Some(done) = self
+                .finalize_once(ctx, outcome.clone(), usage.clone(), teardown)
+                .await?
+            {
+                return Ok(done);
+            }
+        }
+        Err(RuntimeError::Conflict)
+    }
+
+    /// One attempt of [`Self::finalize`]: `None` when the thread row moved.
+    async fn finalize_once(
+        &self,
+        ctx: &RunContext,
+        outcome: TurnOutcome,
+        usage: Option<TokenUsage>,
+        teardown: bool,
+    ) -> Result<Option<Option<NextRun>>, RuntimeError> {
         let store = &self.inner.store;
         let now = self.inner.clock.now();
         let mut run = ctx.run.clone();
         run.completed_at = Some(now);
         run.usage = usage;
+        let version = store
+            .row_version(knife_store::EntityKind::Thread, ctx.thread.id.as_str())
+            .await?;
         let mut thread = store
             .get_thread(&ctx.thread.id)
             .await?
@@ -373,15 +481,24 @@ impl ExecutionService {
         }
         // Whatever the runtime left unfinished ends with the run (a grace expiry, a
         // broken event stream or a failed write means its own settlement never came).
-        let mut events = match store.thread_projection(&ctx.thread.id).await? {
+        let projection = store.thread_projection(&ctx.thread.id).await?;
+        let mut events = match &projection {
             Some(p) => crate::execution::terminal::settle_unfinished(
-                &p,
+                p,
                 &run.id,
                 now,
                 crate::execution::terminal::REQUEST_RUN_ENDED,
             ),
             None => Vec::new(),
         };
+        // The run's steers: delivered ones leave the queue, the others wait in it.
+        let delivered: Vec<TurnItemId> = projection
+            .iter()
+            .flat_map(|p| p.turn_items.iter())
+            .filter(|i| i.run_id.as_ref() == Some(&run.id))
+            .map(|i| i.id.clone())
+            .collect();
+        crate::execution::queue::settle_steers(&mut thread, &run.id, &delivered);
         let reason = *lock(&ctx.reason);
         // Nobody interrupted it but the manager is shutting down: the process is
         // going away, which is a shutdown too (EXEC-02: no reason given = shutdown).
@@ -394,6 +511,12 @@ impl ExecutionService {
                 reason: InterruptReason::Shutdown.as_str().to_owned(),
             },
             outcome => outcome,
+        };
+        // A turn execution stopped for a spent budget ends with that budget (TURN-07).
+        let budget_hit = lock(&ctx.budget_hit).clone();
+        let (outcome, reason) = match budget_hit {
+            Some(error) if !shutdown => (TurnOutcome::Failed { error }, None),
+            _ => (outcome, reason),
         };
         let terminal = terminal_of_outcome(outcome, reason);
         if terminal.releases_claim() {
@@ -416,6 +539,25 @@ impl ExecutionService {
                 });
                 thread.status = ThreadStatus::Idle;
                 "interrupted"
+            }
+            Terminal::Failed { error } if error.error_type == crate::budget::BUDGET_EXCEEDED => {
+                run.status = RunStatus::BudgetExceeded;
+                run.error = Some(error.clone());
+                thread.status = ThreadStatus::Failed;
+                thread.last_error = Some(error.clone());
+                events.push(DomainEvent::new(
+                    now,
+                    EventBody::TurnItemUpdated(crate::execution::runs::error_item(
+                        &run, error, now,
+                    )),
+                ));
+                // What waits in the queue would only hit the same budget.
+                crate::execution::queue::pause_if_waiting(
+                    &mut thread,
+                    QueuePauseReason::BudgetExceeded,
+                    now,
+                );
+                "budget_exceeded"
             }
             Terminal::Failed { error } => {
                 run.status = RunStatus::Failed;
@@ -448,13 +590,73 @@ impl ExecutionService {
         for (i, event) in ctx.end_events.iter().enumerate() {
             events.insert(i, event.clone());
         }
-        let claimed = thread.is_claimed();
-        let thread_id = thread.id.clone();
-        events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
-        store.write(events).await?;
-        if !claimed && let Err(e) = store.let_go(&thread_id).await {
+        // TURN-02: a user interrupt pauses what waits in the queue.
+        if terminal
+            == (Terminal::Interrupted {
+                reason: InterruptReason::User,
+            })
+        {
+            crate::execution::queue::pause_if_waiting(
+                &mut thread,
+                QueuePauseReason::UserInterrupt,
+                now,
+            );
+        }
+        // TURN-01: the next queued message starts in this same transaction (run and
+        // claim), unless the run keeps its claim for a restart (shutdown).
+        let next = match thread.queue.next_to_start().cloned() {
+            Some(entry)
+                if terminal.releases_claim() && !self.inner.closing.load(Ordering::SeqCst) =>
+            {
+                store
+                    .get_project(&thread.project_id)
+                    .await?
+                    .map(|project| (entry, project))
+            }
+            _ => None,
+        };
+        let claimed;
+        let next = match next {
+            Some((entry, project)) => {
+                thread.queue.entries.retain(|e| e.id != entry.id);
+                let model = entry.model.clone().or_else(|| thread.model.clone());
+                let (next_run, opened) = crate::execution::runs::open_run(
+                    &mut thread,
+                    crate::execution::runs::OpenRun {
+                        text: &entry.text,
+                        model,
+                        origin: MessageOrigin::User,
+                        description: None,
+                        user_text: Some(&entry.text),
+                    },
+                    now,
+                );
+                claimed = true;
+                events.extend(opened);
+                Some(NextRun {
+                    thread: thread.clone(),
+                    project,
+                    run: next_run,
+                    text: entry.text,
+                })
+            }
+            None => {
+                claimed = thread.is_claimed();
+                events.push(DomainEvent::new(now, EventBody::ThreadUpdated(thread)));
+                None
+            }
+        };
+        let guard = knife_store::RowGuard::new(
+            knife_store::EntityKind::Thread,
+            ctx.thread.id.as_str(),
+            version,
+        );
+        if store.write_if(guard, events).await?.is_none() {
+            return Ok(None);
+        }
+        if !claimed && let Err(e) = store.let_go(&ctx.thread.id).await {
             // The claim is released; an unreleased lease only runs out (SCALE-04).
-            tracing::warn!(thread = %thread_id, error = %e, "could not release the thread's lease; it runs out");
+            tracing::warn!(thread = %ctx.thread.id, error = %e, "could not release the thread's lease; it runs out");
         }
         if let Some(observer) = &self.inner.run_observer {
             observer.run_finished(&run);
@@ -466,9 +668,16 @@ impl ExecutionService {
             thread = %ctx.thread.id, run = %run.id, outcome = label, claim_kept = claimed,
             "run finished"
         );
-        Ok(())
+        if let Some(next) = &next {
+            tracing::info!(thread = %ctx.thread.id, run = %next.run.id, "a queued message started");
+        }
+        Ok(Some(next))
     }
 }
+
+/// Most compare-and-set attempts of one terminal write (the thread row moves when a
+/// message is queued or the agent status changes meanwhile).
+const FINALIZE_ATTEMPTS: usize = 20;
 
 type EventStream =
     futures::stream::BoxStream<'static, Result<AdapterEvent, crate::sessions::SessionEventError>>;
@@ -492,6 +701,14 @@ impl Ended {
     fn interrupted(ctx: &RunContext) -> Self {
         Self {
             outcome: interrupted(ctx),
+            usage: None,
+            teardown: false,
+        }
+    }
+
+    fn budget(error: RunError) -> Self {
+        Self {
+            outcome: TurnOutcome::Failed { error },
             usage: None,
             teardown: false,
         }

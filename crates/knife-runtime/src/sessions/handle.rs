@@ -127,10 +127,14 @@ impl SessionHandle {
         Ok(())
     }
 
-    /// Adds `text` to the running turn of `thread` (counts as activity).
-    pub async fn steer_turn(&self, thread: &ThreadId, text: String) -> Result<(), SessionError> {
+    /// Hands `steer` to the running turn of `thread` (counts as activity; TURN-01).
+    pub async fn steer_turn(
+        &self,
+        thread: &ThreadId,
+        steer: crate::adapter::SteerInput,
+    ) -> Result<(), SessionError> {
         idle::touch(&self.inner, &self.entry);
-        let result = self.entry.runtime.steer_turn(thread, text).await;
+        let result = self.entry.runtime.steer_turn(thread, steer).await;
         self.count("steer", result.is_ok());
         Ok(result?)
     }

@@ -28,6 +28,9 @@ pub enum Drain {
     Panic,
     /// Never ends on its own, and `interrupt_turn` hangs forever (a deaf runtime).
     Deaf,
+    /// Reports this many tokens used (a usage report), then hangs; honours
+    /// interrupts (an external runtime's usage report, TURN-07).
+    Usage(u64),
 }
 
 impl Drain {
@@ -43,6 +46,17 @@ impl Drain {
             },
             Drain::Panic => TurnPlan::Panic,
             Drain::Deaf => TurnPlan::deaf(),
+            Drain::Usage(tokens) => match TurnPlan::hang() {
+                TurnPlan::Script(mut script) => {
+                    script.reported_usage = Some(TokenUsage {
+                        input_tokens: *tokens,
+                        total_tokens: *tokens,
+                        ..Default::default()
+                    });
+                    TurnPlan::Script(script)
+                }
+                other => other,
+            },
         }
     }
 }
@@ -70,6 +84,8 @@ impl Drains {
             adapter: FakeAdapter::new(FakeBehaviour {
                 turns: default.plan(),
                 interrupt_ends_turn: true,
+                // A runtime that cannot steer unless a test allows it (TURN-01).
+                steer_refused: true,
                 ..Default::default()
             }),
         }
@@ -112,6 +128,14 @@ impl Drains {
     pub fn release(&self) {
         self.adapter.release_turns();
     }
+    /// Steers are delivered at once (the testkit fake's default; TURN-01).
+    pub fn allow_steering(&self) {
+        self.adapter.configure(|b| b.steer_refused = false);
+    }
+    /// Texts of the steers delivered so far.
+    pub fn steers(&self) -> Vec<String> {
+        self.adapter.state().steered.lock().unwrap().clone()
+    }
 }
 
 /// A store on disk, a project, and execution services over the fake runtime.
@@ -151,6 +175,20 @@ impl Harness {
             project,
             instance: ProviderInstanceId::from("fake"),
         }
+    }
+
+    /// [`Self::execution`] with `budgets` (TURN-07; the default price table).
+    pub fn execution_with_budgets(
+        &self,
+        budgets: knife_runtime::budget::Budgets,
+    ) -> ExecutionService {
+        self.execution()
+            .with_budgets(knife_runtime::budget::BudgetGuard::new(
+                self.store.clone(),
+                budgets,
+                Arc::new(PriceTable::defaults()),
+                HashMap::new(),
+            ))
     }
 
     /// A fresh execution service (a new "process") over the same store.

@@ -195,6 +195,7 @@ pub fn turn(thread: &ThreadId, ordinal: u32) -> StartTurnInput {
         history: Vec::new(),
         model: None,
         cwd: None,
+        budget: None,
     }
 }
 

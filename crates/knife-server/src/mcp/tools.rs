@@ -45,6 +45,19 @@ const TOOLS: &[ToolSpec] = &[
         },
     },
     ToolSpec {
+        name: "threads_search",
+        capability: McpCapability::Orchestration,
+        description: "Full-text search over the threads of the calling thread's project: \
+                      titles, user and assistant messages, tool calls. Every word of \
+                      `query` must match; ranked hits with thread, run and item ids and a \
+                      snippet (default 10 hits, at most 50).",
+        schema: || {
+            json!({"type": "object", "required": ["query"], "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50}}})
+        },
+    },
+    ToolSpec {
         name: "thread_create",
         capability: McpCapability::Orchestration,
         description: "Create a thread in the calling thread's project (a child of the \
@@ -222,6 +235,28 @@ impl KnifeMcp {
                 let list: Vec<Value> = threads.iter().map(thread_summary).collect();
                 Ok(ToolOutput {
                     value: json!({"threads": list}),
+                    target: None,
+                })
+            }
+            // TURN-08: limited to the caller's project.
+            "threads_search" => {
+                let text = required(args, "query")?;
+                let limit = args
+                    .get("limit")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(10)
+                    .clamp(1, 50) as usize;
+                let hits = self
+                    .state
+                    .store
+                    .search(&knife_store::SearchQuery {
+                        text: text.to_owned(),
+                        project: Some(caller.project_id.clone()),
+                        limit,
+                    })
+                    .await?;
+                Ok(ToolOutput {
+                    value: json!({"hits": hits}),
                     target: None,
                 })
             }

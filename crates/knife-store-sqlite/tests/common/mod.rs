@@ -52,6 +52,8 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         resume_attempts: 0,
         parent_thread_id: None,
         worktree: None,
+        queue: Default::default(),
+        budget_raise: None,
         archived_at: None,
         untitled: false,
         forked_from: None,

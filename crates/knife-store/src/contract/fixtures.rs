@@ -54,6 +54,8 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         archived_at: None,
         untitled: false,
         forked_from: None,
+        queue: Default::default(),
+        budget_raise: None,
     }
 }
 

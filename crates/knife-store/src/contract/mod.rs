@@ -31,6 +31,7 @@ pub mod leases;
 pub mod log;
 pub mod project_root;
 pub mod rebuild;
+pub mod search;
 pub mod streams;
 
 /// Re-exported so the macro's property test resolves `proptest` in the caller.
@@ -88,6 +89,8 @@ macro_rules! store_contract_tests {
             leases::scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothing,
             leases::takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactly_once,
             leases::scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_after_losing_it,
+            search::turn_08_search_finds_settled_items_and_titles_ranked_with_snippets,
+            search::turn_08_a_project_filter_finds_old_matches_behind_many_newer_ones,
         );
 
         $crate::contract::proptest::proptest! {

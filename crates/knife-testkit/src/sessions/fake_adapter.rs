@@ -43,6 +43,9 @@ pub type UnloadHook = Arc<dyn Fn(ThreadId, String) -> BoxFuture<'static, ()> + S
 pub struct FakeBehaviour {
     /// One session may serve several threads (MGR-10) or one (MGR-06).
     pub shared: bool,
+    /// `steer_turn` refuses (a runtime that cannot steer, TURN-01); else it records
+    /// the steer's delivery item on the thread's running turn at once.
+    pub steer_refused: bool,
     /// Background tasks outlive the process (MGR-45).
     pub background_tasks_outlive_session: bool,
     /// `can_unload_threads` (shared runtimes, MGR-12..15).
@@ -103,6 +106,8 @@ pub struct FakeState {
     pub resumes: AtomicUsize,
     /// `steer_turn` calls.
     pub steers: AtomicUsize,
+    /// Texts of the steers delivered, in order (TURN-01).
+    pub steered: Mutex<Vec<String>>,
     /// Answers given to runtime requests, in order.
     pub responses: Mutex<Vec<(RuntimeRequestId, ApprovalDecision)>>,
     /// "Processes" spawned before open (spawn-before-open).
@@ -451,8 +456,38 @@ impl SessionRuntime for FakeSession {
         Ok(())
     }
 
-    async fn steer_turn(&self, _thread: &ThreadId, _text: String) -> Result<(), AdapterError> {
+    async fn steer_turn(
+        &self,
+        thread: &ThreadId,
+        steer: knife_runtime::SteerInput,
+    ) -> Result<(), AdapterError> {
+        if self.adapter.behaviour().steer_refused {
+            return Err(AdapterError::Runtime(
+                "this fake runtime cannot steer".into(),
+            ));
+        }
         self.adapter.state.steers.fetch_add(1, Ordering::SeqCst);
+        let turn = lock(&self.turns).get(thread).cloned();
+        if let (Some((input, _)), Some(tx)) = (turn, self.sender()) {
+            lock(&self.adapter.state.steered).push(steer.text.clone());
+            let now = chrono::Utc::now();
+            let _ = tx.send(Ok(AdapterEvent::TurnItemUpdated(TurnItem {
+                id: steer.item_id,
+                thread_id: input.thread_id.clone(),
+                run_id: Some(input.run_id.clone()),
+                provider_turn_id: Some(input.provider_turn_id.clone()),
+                ordinal: TurnItem::ordinal_in_run(input.run_ordinal, 5),
+                status: TurnItemStatus::Completed,
+                started_at: Some(now),
+                completed_at: Some(now),
+                updated_at: now,
+                kind: TurnItemKind::UserMessage {
+                    text: steer.text,
+                    origin: MessageOrigin::User,
+                    description: None,
+                },
+            })));
+        }
         Ok(())
     }
 

@@ -70,6 +70,9 @@ pub struct TurnScript {
     pub outcome: Option<TurnOutcome>,
     /// Token usage on the terminal.
     pub usage: Option<TokenUsage>,
+    /// A usage report (`ProviderTurnUpdated` with this usage) sent after the answer,
+    /// as an external runtime reports usage mid-turn (TURN-07).
+    pub reported_usage: Option<TokenUsage>,
     /// Ends the event stream after the snapshots and answer, with no terminal (the
     /// runtime's process died).
     pub end_stream: bool,
@@ -126,6 +129,23 @@ impl TurnScript {
         }
         if let Some(text) = &self.answer {
             let _ = tx.send(Ok(assistant_item(input, text, true)));
+        }
+        if let Some(usage) = &self.reported_usage {
+            let _ = tx.send(Ok(AdapterEvent::ProviderTurnUpdated(ProviderTurn {
+                id: input.provider_turn_id.clone(),
+                thread_id: input.thread_id.clone(),
+                run_id: input.run_id.clone(),
+                provider_thread_id: None,
+                provider_session_id: ProviderSessionId::from("psession_fake"),
+                node_id: NodeId::root_of(&input.run_id),
+                ordinal: 1,
+                status: ProviderTurnStatus::Running,
+                started_at: chrono::Utc::now(),
+                completed_at: None,
+                usage: Some(usage.clone()),
+                error: None,
+                native_turn_id: None,
+            })));
         }
         if self.end_stream {
             return true;

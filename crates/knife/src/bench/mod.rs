@@ -4,6 +4,7 @@
 mod checkpoint;
 mod processor;
 mod restart;
+mod search;
 mod store;
 mod stream;
 mod subscribers;
@@ -66,6 +67,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2_000_000)]
         message_bytes: usize,
     },
+    /// Full-text search (SPEC.md TURN-08): N completed turn items over many threads
+    /// in a temp SQLite file, then timed searches: p50/p99 (target p99 <= 50 ms).
+    Search {
+        /// Completed turn items indexed.
+        #[arg(long, default_value_t = 100_000)]
+        items: usize,
+        /// Searches timed.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+    },
     /// N claimed threads and a restart sweep over no-op drains: time from boot to the
     /// first drain of the last thread, and memory.
     Restart {
@@ -86,6 +97,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             message_bytes,
         } => subscribers::run(ws, sse, message_bytes).await?,
         BenchCommand::Restart { threads } => restart::run(threads).await?,
+        BenchCommand::Search { items, queries } => search::run(items, queries).await?,
         BenchCommand::Checkpoint {
             files,
             changed,

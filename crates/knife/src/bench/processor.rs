@@ -107,6 +107,7 @@ async fn measure(
             history: Vec::new(),
             model: None,
             cwd: None,
+            budget: None,
         })
         .await?;
     let clock = SystemClock;

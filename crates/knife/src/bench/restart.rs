@@ -49,6 +49,8 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
             resume_attempts: 0,
             parent_thread_id: None,
             worktree: None,
+            queue: Default::default(),
+            budget_raise: None,
             archived_at: None,
             untitled: false,
             forked_from: None,

@@ -89,6 +89,7 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
                 &PostMessageRequest {
                     text: "go".into(),
                     model: None,
+                    mode: MessageMode::Queue,
                 },
             )
             .await?;

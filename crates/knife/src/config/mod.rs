@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use knife_agent::permissions::{PermissionRule, PermissionRules};
 use serde::Deserialize;
 
+pub mod budgets;
 pub mod keys;
 pub mod prices;
 pub mod providers;
@@ -58,6 +59,9 @@ pub struct Config {
     /// `[checkpoints]`: what run checkpoints leave out (CHG-01, CHG-06).
     #[serde(default)]
     pub checkpoints: CheckpointsConfig,
+    /// `[budgets]`: limits in tokens or USD per thread, project and day (TURN-07).
+    #[serde(default)]
+    pub budgets: budgets::BudgetsConfig,
     /// The file this config was read from (hidden from sandboxed commands, SEC-01).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -460,6 +464,10 @@ impl Config {
         for (id, p) in config.providers.iter_mut() {
             p.check(id, path)?;
         }
+        config
+            .budgets
+            .budgets()
+            .with_context(|| format!("invalid [budgets] in {}", path.display()))?;
         Ok(config)
     }
 

@@ -313,6 +313,7 @@ impl App {
         let req = PostMessageRequest {
             text,
             model: self.model.clone(),
+            mode: Default::default(),
         };
         match client
             .post::<_, PostMessageResponse>(&format!("/api/threads/{thread}/messages"), &req)

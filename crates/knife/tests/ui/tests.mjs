@@ -542,14 +542,11 @@ export const tests = {
       await newThread(page, server, 'Long thread');
       await send(page, 'tell me a long story');
       await assistant(page).locator('.streaming').waitFor();
-      // A second message while the run is active: refused with what to do on this
-      // page; the text stays in the composer.
+      // A second message while the run is active is queued (TURN-01) and shown.
       await page.fill('#composer-input', 'and another');
       await page.keyboard.press('Control+Enter');
-      await page.locator('#thread-error', { hasText: 'still working on the last message' }).waitFor();
-      assert.match(await page.locator('#thread-error').innerText(), /press Interrupt/);
-      assert.equal(await page.inputValue('#composer-input'), 'and another');
-      await page.fill('#composer-input', '');
+      await page.locator('#queue .queue-entry', { hasText: 'and another' }).waitFor();
+      assert.equal(await page.inputValue('#composer-input'), '');
       await page.locator('#interrupt').click();
       await page.locator('.run-end', { hasText: 'interrupted' }).waitFor();
       await page.locator('#interrupt').waitFor({ state: 'hidden' });
@@ -557,6 +554,10 @@ export const tests = {
       assert.equal(await page.evaluate(() => document.activeElement.id), 'composer-input');
       const text = await assistant(page).locator('.md').innerText();
       assert.ok(!text.includes('THE END'), 'the whole story arrived; the interrupt did nothing');
+      // The interrupt paused the queue (TURN-02); Clear drops the message.
+      await page.locator('#queue-paused').waitFor();
+      await page.locator('#queue-clear').click();
+      await page.locator('#queue').waitFor({ state: 'hidden' });
     },
     allowConsole: [/status of 409/, /HTTP 409 for .*\/messages$/],
   },
