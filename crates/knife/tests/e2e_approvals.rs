@@ -522,13 +522,14 @@ async fn e2e_approvals_threads_list_shows_waiting_and_threads_interrupt_stops_th
         list.stderr
     );
 
-    // A second message is refused and points at the CLI command.
+    // A second message sent with `mode: reject` is refused and points at the CLI
+    // command (by default it would be queued behind the run, TURN-01).
     let (status, body) = s
         .server
         .api
         .post(
             &format!("/api/threads/{}/messages", s.thread),
-            &json!({"text": "again"}),
+            &json!({"text": "again", "mode": "reject"}),
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
