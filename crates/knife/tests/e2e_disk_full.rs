@@ -23,7 +23,10 @@ const SCRIPT: &str = r#"
 set -u
 data="$DISK/data"
 mkdir -p "$data"
-serve() { "$KNIFE" serve --config "$CTL/knife.toml" --listen 127.0.0.1:0 --data-dir "$data" & }
+serve() {
+  "$KNIFE" serve --config "$CTL/knife.toml" --listen 127.0.0.1:0 --data-dir "$data" &
+  echo "$!" >> "$CTL/pids"
+}
 await() { while [ ! -e "$CTL/$1" ]; do sleep 0.02; done; }
 serve; first=$!
 await crash
@@ -37,6 +40,19 @@ rm -f "$DISK/ballast"
 touch "$CTL/freed"
 wait "$second"
 "#;
+
+/// Kills every server the script started (their pids are in `pids`) when the test ends
+/// or panics: killing bubblewrap does not reach the servers its shell started.
+struct KillServers(std::path::PathBuf);
+
+impl Drop for KillServers {
+    fn drop(&mut self) {
+        let pids = std::fs::read_to_string(&self.0).unwrap_or_default();
+        for pid in pids.split_whitespace() {
+            let _ = std::process::Command::new("kill").args(["-KILL", pid]).status();
+        }
+    }
+}
 
 async fn until_file(path: &Path) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -104,6 +120,7 @@ async fn sec_07_knife_starts_on_a_full_disk_says_what_it_cannot_do_and_writes_on
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    let _servers = KillServers(ctl.path().join("pids"));
     let mut child = bwrap.spawn().expect("run bwrap");
     let (tx, mut urls) = mpsc::unbounded_channel();
     let stdout = child.stdout.take().unwrap();
