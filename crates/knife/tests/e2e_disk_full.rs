@@ -49,7 +49,9 @@ impl Drop for KillServers {
     fn drop(&mut self) {
         let pids = std::fs::read_to_string(&self.0).unwrap_or_default();
         for pid in pids.split_whitespace() {
-            let _ = std::process::Command::new("kill").args(["-KILL", pid]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", pid])
+                .status();
         }
     }
 }
