@@ -116,7 +116,7 @@ impl ExecutionService {
     /// Errors: [`RuntimeError::ActiveRunRefuses`] (409) while a run is active;
     /// `ThreadNotFound`, `Conflict`, `Store`.
     pub async fn archive_thread(&self, thread: &ThreadId) -> Result<Thread, RuntimeError> {
-        if let Some(run) = self.active_run_of(thread) {
+        if let Some(run) = self.active_run_of(thread).await {
             return Err(RuntimeError::ActiveRunRefuses {
                 thread: thread.clone(),
                 run,
@@ -173,7 +173,7 @@ impl ExecutionService {
             .get_thread(thread_id)
             .await?
             .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
-        let active = self.active_run_of(thread_id);
+        let active = self.active_run_of(thread_id).await;
         if let (Some(run), false) = (&active, force) {
             return Err(RuntimeError::ActiveRunRefuses {
                 thread: thread_id.clone(),
@@ -217,8 +217,10 @@ impl ExecutionService {
     }
 
     /// The run active in this process on `thread`, if any (a run still being created
-    /// is reported as `(starting)`).
-    fn active_run_of(&self, thread: &ThreadId) -> Option<RunId> {
+    /// is reported as `(starting)`); a run whose turn already ended is waited for
+    /// first (it is writing its terminal state).
+    async fn active_run_of(&self, thread: &ThreadId) -> Option<RunId> {
+        self.wait_if_finishing(thread).await;
         if !self.is_active(thread) {
             return None;
         }

@@ -38,7 +38,7 @@ impl ExecutionService {
     ) -> Result<Revert, RuntimeError> {
         let c = self.checkpoints_or_reason()?.clone();
         let first = self.run_of(thread_id, ordinal).await?;
-        let _busy = self.reserve_idle(thread_id)?;
+        let _busy = self.reserve_idle(thread_id).await?;
         let (thread, root) = self.thread_and_root(thread_id).await?;
         let mut runs = vec![first];
         for k in ordinal + 1..=thread.run_count {
@@ -116,7 +116,7 @@ impl ExecutionService {
         force: bool,
     ) -> Result<Revert, RuntimeError> {
         let c = self.checkpoints_or_reason()?.clone();
-        let _busy = self.reserve_idle(thread_id)?;
+        let _busy = self.reserve_idle(thread_id).await?;
         let mut revert = self
             .reverts_of(thread_id)
             .await?

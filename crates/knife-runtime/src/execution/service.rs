@@ -658,8 +658,10 @@ struct Reservation {
 impl ExecutionService {
     /// Marks idle `thread` busy in this process without a run (a revert works on
     /// its files): a message meanwhile answers `RunInProgress`. Dropping the guard
-    /// frees it. Errors: `RunInProgress` when a run is active, `ShuttingDown`.
-    fn reserve_idle(&self, thread: &ThreadId) -> Result<Reservation, RuntimeError> {
+    /// frees it. A run whose turn already ended is waited for (it is writing its
+    /// terminal state). Errors: `RunInProgress` when a run is active, `ShuttingDown`.
+    async fn reserve_idle(&self, thread: &ThreadId) -> Result<Reservation, RuntimeError> {
+        self.wait_if_finishing(thread).await;
         let inner = &self.inner;
         let mut active = lock(&inner.active);
         if inner.closing.load(Ordering::SeqCst) {

@@ -86,8 +86,9 @@ impl ExecutionService {
 
     /// Waits (up to [`FINISH_WAIT`]) for a run of `thread` whose turn already ended
     /// to write its terminal state, so a message sent right after a run's last
-    /// event is accepted rather than refused with `RunInProgress`.
-    pub(super) async fn wait_if_finishing(&self, thread: &ThreadId) {
+    /// event is accepted rather than refused with `RunInProgress` (the same for a
+    /// merge, revert, archive or delete right after a run).
+    pub(crate) async fn wait_if_finishing(&self, thread: &ThreadId) {
         let done = lock(&self.inner.active)
             .get(thread)
             .filter(|r| r.finishing.load(Ordering::SeqCst))

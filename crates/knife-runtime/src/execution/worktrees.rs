@@ -93,7 +93,7 @@ impl ExecutionService {
     /// `MergeConflict` (409), `Workspace` (git refused, e.g. local changes in the
     /// project would be overwritten: nothing changed), `Store`.
     pub async fn merge_thread(&self, thread_id: &ThreadId) -> Result<MergeResponse, RuntimeError> {
-        let _busy = self.reserve_idle(thread_id)?;
+        let _busy = self.reserve_idle(thread_id).await?;
         let store = &self.inner.store;
         let thread = store
             .get_thread(thread_id)
