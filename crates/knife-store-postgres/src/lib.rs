@@ -488,6 +488,7 @@ impl ProjectionReads for PgStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use knife_protocol::EventBody;
