@@ -3,6 +3,7 @@
 //!
 //! Builds on [`crate::execution`]; nothing there depends on this module.
 
+pub mod membership;
 pub mod recovery;
 pub mod restart;
 pub mod takeover;

@@ -11,7 +11,7 @@ use tokio_postgres::GenericClient;
 
 /// The database's clock in microseconds since the epoch (the lease clock of every
 /// node: a node with a skewed clock cannot steal a live lease).
-const NOW_US: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT";
+pub(crate) const NOW_US: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT";
 
 pub(crate) async fn read_lease(
     client: &impl GenericClient,
