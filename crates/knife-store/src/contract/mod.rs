@@ -91,6 +91,7 @@ macro_rules! store_contract_tests {
             leases::scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothing,
             leases::takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactly_once,
             leases::scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_after_losing_it,
+            leases::scale_08_a_taker_never_takes_the_threads_it_excludes,
             cluster::scale_07_process_groups_are_recorded_per_node_and_one_node_never_forgets_another_s,
             cluster::scale_07_a_cluster_singleton_is_held_by_one_node_at_a_time,
             cluster::scale_05_a_node_id_is_held_by_one_live_process_and_taken_back_by_its_own_place,
