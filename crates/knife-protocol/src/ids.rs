@@ -123,6 +123,42 @@ impl ProviderSessionId {
     pub fn exclusive(instance: &ProviderInstanceId, thread: &ThreadId) -> Self {
         Self(format!("provider-session:{instance}:{thread}"))
     }
+
+    /// The shared session of `instance` on knife node `node` (SPEC SCALE-04/07): two
+    /// nodes' shared sessions never collide. `provider-session:<instance>:shared@<node>`,
+    /// or [`ProviderSessionId::shared`]'s form on the default node `local` (a single
+    /// installation keeps its ids).
+    pub fn shared_on(instance: &ProviderInstanceId, node: &str) -> Self {
+        Self::on_node(Self::shared(instance), node)
+    }
+
+    /// The exclusive session of `thread` on `instance` run by node `node`:
+    /// `provider-session:<instance>:<thread>@<node>` (the plain form on node `local`), so
+    /// the session a node takes over is a new row, not the dead node's.
+    pub fn exclusive_on(instance: &ProviderInstanceId, thread: &ThreadId, node: &str) -> Self {
+        Self::on_node(Self::exclusive(instance, thread), node)
+    }
+
+    fn on_node(id: Self, node: &str) -> Self {
+        if node == Self::DEFAULT_NODE {
+            id
+        } else {
+            Self(format!("{}@{node}", id.0))
+        }
+    }
+
+    /// The node of a single installation, whose session ids carry no node suffix.
+    pub const DEFAULT_NODE: &'static str = "local";
+
+    /// The knife node whose process runs this session: the `@<node>` suffix of
+    /// [`ProviderSessionId::shared_on`] / [`ProviderSessionId::exclusive_on`], else
+    /// [`ProviderSessionId::DEFAULT_NODE`] (ids without one: a single node's, or written
+    /// before nodes were named). Node ids never contain `@`.
+    pub fn node(&self) -> &str {
+        self.0
+            .rsplit_once('@')
+            .map_or(Self::DEFAULT_NODE, |(_, node)| node)
+    }
 }
 
 impl ProviderThreadId {
@@ -162,5 +198,16 @@ mod tests {
             ProviderSessionId::shared(&i).as_str(),
             "provider-session:openai:shared"
         );
+        let shared_b = ProviderSessionId::shared_on(&i, "node-b");
+        assert_eq!(shared_b.as_str(), "provider-session:openai:shared@node-b");
+        assert_eq!(shared_b.node(), "node-b");
+        assert_eq!(
+            ProviderSessionId::shared_on(&i, "local"),
+            ProviderSessionId::shared(&i)
+        );
+        assert_eq!(ProviderSessionId::shared(&i).node(), "local");
+        let ex = ProviderSessionId::exclusive_on(&i, &t, "n.1");
+        assert_eq!(ex.as_str(), "provider-session:openai:thread_x@n.1");
+        assert_eq!(ex.node(), "n.1");
     }
 }

@@ -3,6 +3,8 @@
 //!
 //! Builds on [`crate::execution`]; nothing there depends on this module.
 
+pub mod membership;
+pub mod paths;
 pub mod recovery;
 pub mod restart;
 pub mod takeover;

@@ -197,9 +197,9 @@ impl ExecutionService {
             .capabilities(instance)
             .is_some_and(|c| c.shared_sessions);
         let session_id = if shared {
-            ProviderSessionId::shared(instance)
+            ProviderSessionId::shared_on(instance, self.store().node().node())
         } else {
-            ProviderSessionId::exclusive(instance, &thread.id)
+            ProviderSessionId::exclusive_on(instance, &thread.id, self.store().node().node())
         };
         let root = PathBuf::from(&project.root);
         let mut open = OpenRequest::new(session_id, thread.id.clone(), instance.clone(), &root);

@@ -246,9 +246,10 @@ impl ExecutionService {
             && let Ok(Some(t)) = self.store().get_thread(thread).await
         {
             // Not live: `detach` then only revokes the thread's credentials.
-            sessions.push(ProviderSessionId::exclusive(
+            sessions.push(ProviderSessionId::exclusive_on(
                 &t.provider_instance_id,
                 thread,
+                self.store().node().node(),
             ));
         }
         for session in sessions {

@@ -43,6 +43,7 @@ impl GroupRecorder for ProcessGroups {
         let pgid = i32::try_from(group.pgid)?;
         self.store
             .register_process_group(ProcessGroupRecord {
+                node: self.store.node().node().to_owned(),
                 pgid,
                 owner_pid: self.owner,
                 leader_start: group.leader_start_ticks,
@@ -56,7 +57,7 @@ impl GroupRecorder for ProcessGroups {
 
     async fn unregister(&self, group: &GroupRecord) -> Result<(), RecordError> {
         self.store
-            .unregister_process_group(i32::try_from(group.pgid)?)
+            .unregister_process_group(self.store.node().node(), i32::try_from(group.pgid)?)
             .await?;
         Ok(())
     }
@@ -69,19 +70,28 @@ pub struct KillReport {
     pub killed: Vec<(i32, String)>,
     /// Rows of groups that were already gone.
     pub gone: usize,
+    /// Rows of other nodes, left alone (SCALE-07).
+    pub other_nodes: usize,
 }
 
-/// Kills every recorded process group whose owner is not this process and that is
-/// still alive (SIGKILL to the whole group), then forgets those rows. A group whose
-/// leader pid now belongs to a different process (start time differs) is not ours any
-/// more and is only forgotten. Call at boot while holding the data-directory lock, so
-/// every other owner is known dead.
+/// Kills every process group this node recorded whose owner is not this process and
+/// that is still alive (SIGKILL to the whole group), then forgets those rows. A group
+/// whose leader pid now belongs to a different process (start time differs) is not ours
+/// any more and is only forgotten. Groups recorded by other nodes are never signalled
+/// nor forgotten (SPEC SCALE-07: their pids are another host's). Call at boot while
+/// holding the data-directory lock and the node id (the node's membership), so every
+/// other owner of this node's rows is known dead.
 ///
 /// Errors: [`RuntimeError::Store`]; a failed kill is logged and the row kept.
 pub async fn kill_leftover_process_groups(store: &Store) -> Result<KillReport, RuntimeError> {
     let me = std::process::id();
+    let node = store.node().node().to_owned();
     let mut report = KillReport::default();
     for record in store.list_process_groups().await? {
+        if record.node != node {
+            report.other_nodes += 1;
+            continue;
+        }
         if record.owner_pid == me {
             continue;
         }
@@ -113,7 +123,7 @@ pub async fn kill_leftover_process_groups(store: &Store) -> Result<KillReport, R
                 }
             }
         }
-        store.unregister_process_group(record.pgid).await?;
+        store.unregister_process_group(&node, record.pgid).await?;
     }
     Ok(report)
 }

@@ -1,7 +1,13 @@
 //! The stale provider session reaper (SPEC.md REAP-01..06): once at start, then every
 //! `sweep_interval`, stops sessions not seen for `inactivity_threshold` whose thread
 //! has no active turn. One failing or panicking stop never stops the sweep.
+//!
+//! Several nodes on one database (SPEC.md SCALE-07): a session's process lives on the
+//! node named in its id ([`ProviderSessionId::node`]), and only that node stops it. The
+//! rows of nodes that are gone (no live membership row) are swept by one node at a time:
+//! the holder of the cluster singleton [`REAPER_SINGLETON`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +24,10 @@ pub const DEFAULT_INACTIVITY_THRESHOLD: Duration = Duration::from_secs(30 * 60);
 
 /// Default time between sweeps (60 s).
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Name of the cluster singleton whose holder also sweeps the session rows of nodes
+/// that are gone (SCALE-07). Held for three sweep intervals, renewed at every sweep.
+pub const REAPER_SINGLETON: &str = "session-reaper";
 
 /// What a [`SessionStopper`] did with a stale row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +80,11 @@ pub struct ReapReport {
     pub skipped_active: usize,
     /// Stops that failed or panicked, with the reason (REAP-05/06).
     pub failed: Vec<(ProviderSessionId, String)>,
+    /// Stale rows left alone because another node runs the session (it is live), or
+    /// because another node holds the cluster sweep (SCALE-07).
+    pub skipped_other_node: usize,
+    /// Whether this node held [`REAPER_SINGLETON`] for this sweep.
+    pub cluster_sweep: bool,
 }
 
 /// The reaper. Cheap to clone.
@@ -104,16 +119,22 @@ impl Reaper {
     /// * otherwise stopped through the [`SessionStopper`] (REAP-01). Each stop runs in
     ///   its own task: an error or a panic is logged and the sweep goes on (REAP-05/06).
     ///
+    /// Only rows of sessions this node runs (the node in the session id), plus, while
+    /// this node holds [`REAPER_SINGLETON`], rows of nodes with no live membership.
+    ///
     /// Errors: only reading the rows ([`RuntimeError::Store`]).
     pub async fn sweep(&self) -> Result<ReapReport, RuntimeError> {
         let rows = self.store.list_session_activity().await?;
         let now = self.clock.now();
         let threshold = chrono::Duration::from_std(self.options.inactivity_threshold)
             .unwrap_or(chrono::Duration::MAX);
+        let me = self.store.node().node().to_owned();
         let mut report = ReapReport {
             rows: rows.len(),
             ..ReapReport::default()
         };
+        // Decided once per sweep, and only when a stale row of another node exists.
+        let mut cluster: Option<Option<HashSet<String>>> = None;
         for row in rows {
             if row.session.status == SessionStatus::Stopped {
                 continue;
@@ -121,6 +142,18 @@ impl Reaper {
             let idle = now - row.last_seen_at;
             if idle < threshold {
                 continue;
+            }
+            let owner = row.session.id.node();
+            if owner != me {
+                if cluster.is_none() {
+                    cluster = Some(self.cluster_sweep().await);
+                    report.cluster_sweep = matches!(cluster, Some(Some(_)));
+                }
+                let gone = matches!(&cluster, Some(Some(live)) if !live.contains(owner));
+                if !gone {
+                    report.skipped_other_node += 1;
+                    continue;
+                }
             }
             if row.thread_has_active_run {
                 tracing::debug!(session = %row.session.id, thread = %row.thread_id, "stale session kept: its thread has an active turn");
@@ -161,8 +194,32 @@ impl Reaper {
         Ok(report)
     }
 
+    /// The live node ids when this node holds (or now takes) [`REAPER_SINGLETON`];
+    /// `None` when another node holds it or the store cannot say (then only this node's
+    /// own rows are swept).
+    async fn cluster_sweep(&self) -> Option<HashSet<String>> {
+        let me = self.store.node().node();
+        let ttl = self.options.sweep_interval.saturating_mul(3);
+        match self.store.hold_singleton(REAPER_SINGLETON, me, ttl).await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not take the cluster reaper's singleton; sweeping this node's sessions only");
+                return None;
+            }
+        }
+        match self.store.live_nodes().await {
+            Ok(live) => Some(live.into_iter().map(|m| m.node).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not list the live nodes; sweeping this node's sessions only");
+                None
+            }
+        }
+    }
+
     /// Sweeps at once, then every `sweep_interval`, until `stop` is cancelled. A sweep
-    /// that fails is logged and the loop goes on.
+    /// that fails is logged and the loop goes on. On stop it gives up
+    /// [`REAPER_SINGLETON`] if it held it, so another node sweeps the cluster at once.
     pub fn start(self, stop: CancellationToken) -> JoinHandle<()> {
         tokio::spawn(async move {
             tracing::info!(
@@ -175,7 +232,11 @@ impl Reaper {
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => {
+                        let me = self.store.node().node();
+                        let _ = self.store.release_singleton(REAPER_SINGLETON, me).await;
+                        return;
+                    }
                     _ = ticks.tick() => {}
                 }
                 if let Err(e) = self.sweep().await {

@@ -289,3 +289,68 @@ async fn reap_06_one_panicking_stop_does_not_stop_the_sweep() {
     assert_eq!(report.failed.len(), 1);
     assert!(report.failed[0].1.contains("panicked"), "{report:?}");
 }
+
+/// A stale session of node `node` (its id names the node) for a fresh idle thread.
+async fn row_on(h: &H, node: &str) -> (ThreadId, ProviderSessionId) {
+    let (thread, plain) = h.row(false, SessionStatus::Ready, stale()).await;
+    let mut session = h.store.get_provider_session(&plain).await.unwrap().unwrap();
+    session.id = ProviderSessionId::exclusive_on(&session.provider_instance_id, &thread, node);
+    h.store
+        .write(vec![
+            DomainEvent::new(stale(), EventBody::ProviderSessionAttached(session.clone()))
+                .with_thread(&thread),
+            DomainEvent::new(
+                stale(),
+                EventBody::ProviderSessionDetached {
+                    provider_session_id: plain,
+                    detached_at: stale(),
+                    reason: None,
+                },
+            )
+            .with_thread(&thread),
+        ])
+        .await
+        .unwrap();
+    (thread, session.id)
+}
+
+/// SCALE-07: each node's reaper stops only the sessions its node runs; the rows of a
+/// node that is gone are swept by the one node holding the cluster reaper singleton,
+/// never by two; a live other node's session is never touched.
+#[tokio::test(start_paused = true)]
+async fn scale_07_each_node_reaps_its_own_sessions_and_one_node_sweeps_the_gone_nodes_rows() {
+    let h = H::new().await;
+    let ttl = Duration::from_secs(30);
+    let on = |node: &str| {
+        h.store
+            .clone()
+            .with_node(knife_store::NodeLeases::new(node, ttl))
+    };
+    let (a, b) = (on("node-a"), on("node-b"));
+    a.join_cluster("node-a", "host:/a", "pa", ttl)
+        .await
+        .unwrap();
+    b.join_cluster("node-b", "host:/b", "pb", ttl)
+        .await
+        .unwrap();
+    let (ta, sa) = row_on(&h, "node-a").await;
+    let (tb, sb) = row_on(&h, "node-b").await;
+    let (tc, sc) = row_on(&h, "node-c").await; // never joined: gone
+    let reaper = |store: knife_store::Store, stopper: Arc<FakeStopper>| {
+        let clock: SharedClock = h.clock.clone();
+        Reaper::new(store, clock, stopper, ReaperOptions::default())
+    };
+    let (stop_a, stop_b) = (
+        Arc::new(FakeStopper::default()),
+        Arc::new(FakeStopper::default()),
+    );
+    let report_a = reaper(a.clone(), stop_a.clone()).sweep().await.unwrap();
+    let report_b = reaper(b.clone(), stop_b.clone()).sweep().await.unwrap();
+    assert!(report_a.cluster_sweep && !report_b.cluster_sweep);
+    let calls = |s: &FakeStopper| s.calls.lock().unwrap().clone();
+    assert_eq!(calls(&stop_a), vec![(ta, sa), (tc, sc)]);
+    assert_eq!(calls(&stop_b), vec![(tb, sb)]);
+    assert_eq!(report_a.skipped_other_node, 1, "node-b's live session");
+    // node-b's own session plus node-c's row, which node-a sweeps.
+    assert_eq!(report_b.skipped_other_node, 2);
+}

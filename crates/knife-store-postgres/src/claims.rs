@@ -107,9 +107,9 @@ impl ProcessGroups for PgStore {
         client
             .execute(
                 "INSERT INTO process_groups \
-                 (pgid, owner_pid, leader_start, thread_id, label, registered_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (pgid) DO UPDATE SET owner_pid = excluded.owner_pid, \
+                 (pgid, owner_pid, leader_start, thread_id, label, registered_at, node) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (node, pgid) DO UPDATE SET owner_pid = excluded.owner_pid, \
                  leader_start = excluded.leader_start, thread_id = excluded.thread_id, \
                  label = excluded.label, registered_at = excluded.registered_at",
                 &[
@@ -123,6 +123,7 @@ impl ProcessGroups for PgStore {
                     &record
                         .registered_at
                         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    &record.node,
                 ],
             )
             .await
@@ -130,10 +131,13 @@ impl ProcessGroups for PgStore {
         Ok(())
     }
 
-    async fn unregister_process_group(&self, pgid: i32) -> Result<(), StoreError> {
+    async fn unregister_process_group(&self, node: &str, pgid: i32) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
-            .execute("DELETE FROM process_groups WHERE pgid = $1", &[&pgid])
+            .execute(
+                "DELETE FROM process_groups WHERE node = $1 AND pgid = $2",
+                &[&node, &pgid],
+            )
             .await
             .map_err(crate::error::PgError::from)?;
         Ok(())
@@ -143,8 +147,8 @@ impl ProcessGroups for PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT pgid, owner_pid, leader_start, thread_id, label, registered_at \
-                 FROM process_groups ORDER BY pgid",
+                "SELECT pgid, owner_pid, leader_start, thread_id, label, registered_at, node \
+                 FROM process_groups ORDER BY node COLLATE \"C\", pgid",
                 &[],
             )
             .await
@@ -156,6 +160,7 @@ impl ProcessGroups for PgStore {
                 let thread: Option<String> = row.get(3);
                 let at: String = row.get(5);
                 ProcessGroupRecord {
+                    node: row.get(6),
                     pgid: row.get(0),
                     owner_pid: u32::try_from(row.get::<_, i64>(1)).unwrap_or(0),
                     leader_start: leader_start.and_then(|s| u64::try_from(s).ok()),

@@ -11,7 +11,7 @@ use tokio_postgres::GenericClient;
 
 /// The database's clock in microseconds since the epoch (the lease clock of every
 /// node: a node with a skewed clock cannot steal a live lease).
-const NOW_US: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT";
+pub(crate) const NOW_US: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT";
 
 pub(crate) async fn read_lease(
     client: &impl GenericClient,
@@ -196,7 +196,9 @@ impl Leases for PgStore {
         ttl: Duration,
         scope: TakeScope,
         limit: usize,
+        exclude: &[ThreadId],
     ) -> Result<Vec<Lease>, StoreError> {
+        let exclude: Vec<&str> = exclude.iter().map(ThreadId::as_str).collect();
         let mut pooled = self.client().await?;
         let client: &mut tokio_postgres::Client = &mut pooled;
         let tx = client.transaction().await.map_err(PgError::from)?;
@@ -217,13 +219,14 @@ impl Leases for PgStore {
             "SELECT l.thread_id FROM thread_leases l JOIN threads t ON t.id = l.thread_id \
              WHERE t.time_suspended_us IS NOT NULL AND t.parent_thread_id IS NULL \
                AND (l.expires_at_us <= {NOW_US} OR ($2 AND l.node = $1)) \
+               AND l.thread_id <> ALL($4::text[]) \
              ORDER BY t.time_suspended_us, l.thread_id COLLATE \"C\" \
              LIMIT $3 FOR UPDATE OF l SKIP LOCKED"
         );
         let own = scope == TakeScope::ExpiredOrOwn;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = tx
-            .query(&sql, &[&node, &own, &limit])
+            .query(&sql, &[&node, &own, &limit, &exclude])
             .await
             .map_err(PgError::from)?;
         let ttl = ttl_micros(ttl);

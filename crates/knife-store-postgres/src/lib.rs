@@ -17,6 +17,7 @@
 //!   advisory lock.
 
 mod claims;
+mod cluster;
 mod error;
 mod feed;
 mod leases;

@@ -30,6 +30,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "search",
         sql: include_str!("../migrations/0003_search.sql"),
     },
+    Migration {
+        version: 10,
+        name: "nodes",
+        sql: include_str!("../migrations/0010_nodes.sql"),
+    },
 ];
 
 /// Advisory lock key that serialises migrations of one database across nodes.

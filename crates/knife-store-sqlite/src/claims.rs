@@ -124,8 +124,8 @@ impl ProcessGroups for SqliteStore {
             .run(move |conn| {
                 conn.prepare_cached(
                     "INSERT OR REPLACE INTO process_groups \
-                     (pgid, owner_pid, leader_start, thread_id, label, registered_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                     (pgid, owner_pid, leader_start, thread_id, label, registered_at, node) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )?
                 .execute(params![
                     record.pgid,
@@ -138,36 +138,39 @@ impl ProcessGroups for SqliteStore {
                     record
                         .registered_at
                         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    record.node,
                 ])?;
                 Ok(())
             })
             .await
     }
 
-    /// Forgets process group `pgid` (it ended, or was killed). No-op when absent.
-    async fn unregister_process_group(&self, pgid: i32) -> Result<(), StoreError> {
+    /// Forgets process group `pgid` of `node` (it ended, or was killed). No-op when absent.
+    async fn unregister_process_group(&self, node: &str, pgid: i32) -> Result<(), StoreError> {
+        let node = node.to_owned();
         self.inner
             .writer
             .run(move |conn| {
-                conn.prepare_cached("DELETE FROM process_groups WHERE pgid = ?1")?
-                    .execute([pgid])?;
+                conn.prepare_cached("DELETE FROM process_groups WHERE node = ?1 AND pgid = ?2")?
+                    .execute(params![node, pgid])?;
                 Ok(())
             })
             .await
     }
 
-    /// Every recorded process group, by pgid.
+    /// Every recorded process group, by node then pgid.
     async fn list_process_groups(&self) -> Result<Vec<ProcessGroupRecord>, StoreError> {
         self.read(|c| {
             let mut stmt = c.prepare_cached(
-                "SELECT pgid, owner_pid, leader_start, thread_id, label, registered_at \
-                 FROM process_groups ORDER BY pgid",
+                "SELECT pgid, owner_pid, leader_start, thread_id, label, registered_at, node \
+                 FROM process_groups ORDER BY node, pgid",
             )?;
             let rows = stmt.query_map([], |row| {
                 let leader_start: Option<i64> = row.get(2)?;
                 let thread: Option<String> = row.get(3)?;
                 let at: String = row.get(5)?;
                 Ok(ProcessGroupRecord {
+                    node: row.get(6)?,
                     pgid: row.get(0)?,
                     owner_pid: row.get(1)?,
                     leader_start: leader_start.and_then(|s| u64::try_from(s).ok()),

@@ -193,8 +193,11 @@ impl Leases for SqliteStore {
         ttl: Duration,
         scope: TakeScope,
         limit: usize,
+        exclude: &[ThreadId],
     ) -> Result<Vec<Lease>, StoreError> {
         let (node, ttl) = (node.to_owned(), ttl_micros(ttl));
+        let exclude =
+            serde_json::to_string(&exclude.iter().map(ThreadId::as_str).collect::<Vec<_>>())?;
         let own = scope == TakeScope::ExpiredOrOwn;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.inner
@@ -210,9 +213,11 @@ impl Leases for SqliteStore {
                          WHERE t.time_suspended_us IS NOT NULL AND t.parent_thread_id IS NULL \
                            AND (l.thread_id IS NULL OR l.expires_at_us <= ?1 \
                                 OR (?2 AND l.node = ?3)) \
+                           AND t.id NOT IN (SELECT value FROM json_each(?5)) \
                          ORDER BY t.time_suspended_us, t.id LIMIT ?4",
                     )?;
-                    let rows = stmt.query_map(params![now, own, node, limit], |r| r.get(0))?;
+                    let rows =
+                        stmt.query_map(params![now, own, node, limit, exclude], |r| r.get(0))?;
                     rows.collect::<Result<_, _>>()?
                 };
                 let mut taken = Vec::with_capacity(ids.len());

@@ -25,6 +25,7 @@
 //! ```
 
 mod claims;
+mod cluster;
 mod error;
 mod fold;
 mod leases;

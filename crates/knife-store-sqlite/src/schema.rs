@@ -50,6 +50,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "search",
         sql: include_str!("../migrations/0041_search.sql"),
     },
+    Migration {
+        version: 50,
+        name: "nodes",
+        sql: include_str!("../migrations/0050_nodes.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

@@ -145,6 +145,21 @@ pub enum StoreError {
         /// Who holds it now, e.g. `node node-b at epoch 4`.
         current: String,
     },
+    /// Another process heartbeats this node id (SPEC SCALE-05): two live processes
+    /// must never share one, or each would take the other's leases for its own.
+    #[error(
+        "node id {node} is in use by a live knife process at {location} (its heartbeat lasts \
+         until {expires_at} on the database's clock); stop that process, or give this one \
+         another id with `[store] node_id` or `knife serve --node-id`"
+    )]
+    NodeIdLive {
+        /// The node id.
+        node: String,
+        /// Where the other process runs (`<host>:<data directory>`).
+        location: String,
+        /// When its row expires unless heartbeated again.
+        expires_at: Timestamp,
+    },
     /// A read task failed (panicked or was cancelled at runtime shutdown).
     #[error("a knife store read failed: {0}; retry, or restart knife if it keeps failing")]
     ReadTask(String),

@@ -100,6 +100,8 @@ pub trait Leases: Send + Sync {
     /// `node` holds), oldest claim first, each for `node` for `ttl` with epoch + 1.
     /// Concurrent takers (several nodes sweeping at once) each get a disjoint set: a
     /// thread is taken by exactly one of them (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
+    /// Threads in `exclude` are never taken (a node leaves the threads whose workspace
+    /// it does not have to the nodes that have it, SPEC SCALE-08).
     ///
     /// Errors: [`StoreError::Database`].
     async fn take_expired_leases(
@@ -108,6 +110,7 @@ pub trait Leases: Send + Sync {
         ttl: Duration,
         scope: TakeScope,
         limit: usize,
+        exclude: &[ThreadId],
     ) -> Result<Vec<Lease>, StoreError>;
 
     /// [`crate::EventLog::write_if`] (or `write` when `guard` is `None`) fenced by

@@ -11,7 +11,7 @@
 //! * The contract is a set of object-safe `async_trait` traits grouped by concern:
 //!   [`EventLog`] (append, compare-and-set), [`EventFeed`] (gap-free replay-then-live
 //!   streams, log reads), [`ProjectionReads`], [`Claims`], [`ProcessGroups`],
-//!   [`Activity`], [`Maintenance`], [`Leases`] (SCALE-04). [`StoreBackend`] is all of them.
+//!   [`Activity`], [`Maintenance`], [`Leases`] (SCALE-04), [`Cluster`] (SCALE-05/07). [`StoreBackend`] is all of them.
 //! * [`Store`] is the handle callers hold: a cheap clone of `Arc<dyn StoreBackend>`
 //!   that derefs to the backend, so `store.write(events)` calls [`EventLog::write`]
 //!   without importing the trait.
@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cluster;
 mod error;
 pub mod fold;
 pub mod leases;
@@ -41,6 +42,7 @@ mod types;
 #[cfg(feature = "contract-tests")]
 pub mod contract;
 
+pub use cluster::{Cluster, NodeMember};
 pub use error::{BackendError, StoreError};
 pub use leases::{DEFAULT_LEASE_HEARTBEAT, DEFAULT_LEASE_TTL, Lease, Leases, TakeScope};
 pub use node::{Fences, LOCAL_NODE, NodeLeases};

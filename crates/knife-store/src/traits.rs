@@ -148,12 +148,15 @@ pub trait Claims: Send + Sync {
 /// Operational rows, not events: a rebuild leaves them alone.
 #[async_trait::async_trait]
 pub trait ProcessGroups: Send + Sync {
-    /// Records a process group spawned by this server (replaces a row with the same
-    /// pgid: the old group is gone once the kernel reuses its id).
+    /// Records a process group spawned by this server (replaces a row of the same
+    /// node with the same pgid: the old group is gone once the kernel reuses its id).
+    /// Rows are per node (SPEC SCALE-07): another host's pgid is another process.
     async fn register_process_group(&self, record: ProcessGroupRecord) -> Result<(), StoreError>;
-    /// Forgets process group `pgid` (it ended, or was killed). No-op when absent.
-    async fn unregister_process_group(&self, pgid: i32) -> Result<(), StoreError>;
-    /// Every recorded process group, by pgid.
+    /// Forgets process group `pgid` of `node` (it ended, or was killed). No-op when
+    /// absent; another node's row with the same pgid is left alone.
+    async fn unregister_process_group(&self, node: &str, pgid: i32) -> Result<(), StoreError>;
+    /// Every recorded process group of every node, by node then pgid (a node signals
+    /// only its own: filter on [`ProcessGroupRecord::node`]).
     async fn list_process_groups(&self) -> Result<Vec<ProcessGroupRecord>, StoreError>;
 }
 
@@ -225,6 +228,7 @@ pub trait StoreBackend:
     + Activity
     + Maintenance
     + crate::leases::Leases
+    + crate::cluster::Cluster
     + Search
     + std::fmt::Debug
     + Send
@@ -242,6 +246,8 @@ impl<T> StoreBackend for T where
         + Activity
         + Maintenance
         + crate::leases::Leases
+        + crate::cluster::Cluster
+        + crate::cluster::Cluster
         + Search
         + std::fmt::Debug
         + Send

@@ -142,7 +142,10 @@ pub struct RebuildStats {
 /// is dead are leftovers of a crash: the next server kills those groups at boot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessGroupRecord {
-    /// Process group id (= pid of its leader).
+    /// The knife node that spawned it (SPEC SCALE-07; `local` on a single node): only
+    /// that node ever signals it.
+    pub node: String,
+    /// Process group id (= pid of its leader) on that node's host.
     pub pgid: i32,
     /// pid of the knife server that spawned it.
     pub owner_pid: u32,

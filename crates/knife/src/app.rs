@@ -52,6 +52,21 @@ pub struct App {
     /// The data directory's free space and the boot steps a full disk skipped
     /// (SEC-07), for `/healthz/detail`.
     pub disk: crate::disk::DiskReport,
+    /// This node's membership row, heartbeated while the process runs (SCALE-05);
+    /// `None` only when a full disk refused the join (SEC-07).
+    pub membership: Option<knife_runtime::boot::membership::Membership>,
+}
+
+/// Where this process runs, as its membership row says: `<host>:<data directory>`.
+/// A restart at the same place holds the same data-directory lock (SCALE-05).
+fn node_location(data_dir: &Path) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    format!("{host}:{}", dir.display())
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -148,6 +163,26 @@ impl App {
                 )
             })?
             .with_node(node);
+        // SCALE-05: the node id is this process's before anything of the previous
+        // process is touched (a live process elsewhere with this id refuses the start).
+        let membership = match knife_runtime::boot::membership::Membership::join(
+            &store,
+            &node_location(data_dir),
+        )
+        .await
+        {
+            Err(e) if crate::disk::is_disk_full(&e) => {
+                disk.skipped("record this node's membership", &e);
+                None
+            }
+            r => Some(r.with_context(|| {
+                format!(
+                    "cannot start as node {:?} on the knife database at {}",
+                    store.node().node(),
+                    location.describe(data_dir)
+                )
+            })?),
+        };
         let clock: SharedClock = Arc::new(SystemClock);
         // Installed before the boot's own work so its counters (resumes) are kept.
         let metrics = metrics_handle();
@@ -433,6 +468,7 @@ impl App {
             limits: config.server.limits(),
             sandbox,
             disk,
+            membership,
         })
     }
 
@@ -481,8 +517,16 @@ impl App {
         let execution = self.execution.clone();
         let closing = self.state.closing.clone();
         let stop_reaper = reaper_stop.clone();
+        // A node whose id another process took over stops (SCALE-05).
+        let id_lost = self.membership.as_ref().map(|m| m.lost());
         let graceful = async move {
-            shutdown.await;
+            match id_lost {
+                Some(lost) => tokio::select! {
+                    _ = shutdown => {}
+                    _ = lost.cancelled() => {}
+                },
+                None => shutdown.await,
+            }
             // Spawned: the server stops accepting as soon as this future returns, while
             // runs wind down and streams are closed in the background.
             tokio::spawn(async move {
@@ -503,6 +547,9 @@ impl App {
         self.execution.manager().shutdown().await;
         let _ = reaper.await;
         let _ = keeper.await;
+        if let Some(membership) = self.membership.take() {
+            membership.leave().await;
+        }
         served
     }
 }

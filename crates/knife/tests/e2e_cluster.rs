@@ -315,3 +315,162 @@ text = "spare answer"
     assert_eq!(a.api.projection(&thread).await.runs.len(), 2);
     assert!(a.proc.terminate().await.success());
 }
+
+/// `knife serve` in a fresh temp dir with `config`, expected to refuse to start: its
+/// exit status and stderr (bounded by `CLI_TIMEOUT`).
+async fn refused_start(config: &str) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("knife.toml"), config).unwrap();
+    let mut cmd = knife_command(dir.path());
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(dir.path().join("knife.toml"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"));
+    let out = tokio::time::timeout(CLI_TIMEOUT, cmd.output())
+        .await
+        .expect("a refused start exits")
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// SCALE-05 (last sentence): a node id that a live process heartbeats refuses a second
+/// process (another data directory) with an error naming the id and what to do; the
+/// node SIGKILLed mid-turn and restarted on its own data directory starts at once with
+/// the same id, takes its own lease back and resumes the turn once; started from
+/// another place after its death, the id is free once the old heartbeat ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_05_a_live_node_id_refuses_a_second_process_and_a_restart_takes_its_leases_back() {
+    let mock = MockLlm::script(&script(1), &[]).await;
+    let cluster = cluster().await;
+    let db = cluster.fresh_database().await;
+    let url = cluster.tcp_url(&db);
+    let config = node_config(&mock.base_url(), &url, "node-a");
+    let mut a = Server::start_with_config(&config).await;
+
+    // A second process with the same id, elsewhere, while A heartbeats: refused.
+    let (status, stderr) = refused_start(&config).await;
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("node id node-a is in use by a live knife process")
+            && stderr.contains("node_id")
+            && stderr.contains("--node-id"),
+        "{stderr}"
+    );
+    assert!(a.api.healthy().await, "the first node keeps serving");
+
+    // A dies mid-turn and comes back on its own data directory at once.
+    let project = a.api.create_project(&a.project_dir()).await;
+    let thread = a.api.create_thread(&project).await;
+    let run = a.api.post_message(&thread, "answer slowly").await;
+    wait_streaming(&a.api, &thread).await;
+    let store = knife_store_postgres::open(&cluster.url(&db)).await.unwrap();
+    let thread_id = ThreadId::from(thread.as_str());
+    let before = store.get_lease(&thread_id).await.unwrap().unwrap();
+    assert!(!a.proc.kill_hard().await.success());
+    a.respawn().await;
+    let p = poll_until(
+        "the restarted node to resume its turn",
+        RUN_TIMEOUT,
+        || async {
+            let p = a.api.projection(&thread).await;
+            let first = p.runs.iter().find(|r| r.id.as_str() == run)?;
+            (first.status.is_terminal() && p.thread.active_run_id.is_none() && p.runs.len() >= 2)
+                .then_some(p)
+        },
+    )
+    .await;
+    assert_eq!(p.runs[1].status, RunStatus::Completed, "{:?}", p.runs);
+    assert_eq!(continuations(&p), 1, "resumed once: {:?}", p.runs);
+    let after = store.get_lease(&thread_id).await.unwrap().unwrap();
+    assert_eq!(after.node, "node-a");
+    assert!(after.epoch > before.epoch, "{before:?} -> {after:?}");
+
+    // Dead again; the same id from another data directory waits the row out, then runs.
+    assert!(!a.proc.kill_hard().await.success());
+    let moved = Server::start_with_config(&config).await;
+    assert!(moved.api.healthy().await);
+    let members = store.live_nodes().await.unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+    assert!(
+        members[0].location.ends_with(
+            &moved
+                .data_dir()
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string()
+        ),
+        "{members:?}"
+    );
+    let mut moved = moved;
+    assert!(moved.proc.terminate().await.success());
+    // A clean stop frees the id at once.
+    assert!(store.live_nodes().await.unwrap().is_empty());
+}
+
+/// SCALE-07 across processes: node B restarting next to a live node A marks stopped
+/// only its own node's provider sessions; A's idle session (its id names node-a) stays
+/// as A left it, and the two nodes' sessions never share an id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_07_a_restarting_node_stops_only_its_own_sessions_never_a_live_node_s() {
+    const SCRIPT: &str =
+        "[[response]]\ntext = \"answer on a\"\n\n[[response]]\ntext = \"answer on b\"\n";
+    let mock = MockLlm::script(SCRIPT, &[]).await;
+    let cluster = cluster().await;
+    let db = cluster.fresh_database().await;
+    let url = cluster.tcp_url(&db);
+    let a = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-a")).await;
+    let mut b = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-b")).await;
+    let project = a.api.create_project(&a.project_dir()).await;
+    let mut sessions = Vec::new();
+    for (node, api) in [("node-a", &a.api), ("node-b", &b.api)] {
+        let thread = api.create_thread(&project).await;
+        let run = api.post_message(&thread, "hello").await;
+        let (_, ended) = api.follow_run(&thread, &run, 0).await;
+        assert_eq!(ended.status, RunStatus::Completed);
+        let p = poll_until("the run's session row", RUN_TIMEOUT, || async {
+            let p = api.projection(&thread).await;
+            (p.thread.active_run_id.is_none() && !p.provider_sessions.is_empty()).then_some(p)
+        })
+        .await;
+        let session = p.provider_sessions[0].clone();
+        assert_eq!(session.id.node(), node, "{:?}", session.id);
+        sessions.push(session);
+    }
+    assert_ne!(sessions[0].id, sessions[1].id);
+    let a_session = sessions[0].clone();
+    assert_ne!(a_session.status, SessionStatus::Stopped, "{a_session:?}");
+
+    // B crashes and restarts: its boot settles its own session only.
+    assert!(!b.proc.kill_hard().await.success());
+    b.respawn().await;
+    let store = knife_store_postgres::open(&cluster.url(&db)).await.unwrap();
+    let b_row = store
+        .get_provider_session(&sessions[1].id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b_row.status, SessionStatus::Stopped, "{b_row:?}");
+    let a_row = store
+        .get_provider_session(&a_session.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        a_row.status, a_session.status,
+        "node B touched node A's session: {a_row:?}"
+    );
+    drop(a);
+}

@@ -359,6 +359,7 @@ async fn e2e_crash_process_groups_left_by_a_killed_server_are_killed_at_boot() {
             .unwrap();
         store
             .register_process_group(ProcessGroupRecord {
+                node: knife_store::LOCAL_NODE.into(),
                 pgid,
                 owner_pid: server_pid,
                 leader_start: None,

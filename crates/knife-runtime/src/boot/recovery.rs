@@ -36,8 +36,9 @@ pub struct ReconcileReport {
 ///   goes idle — all in one transaction per thread;
 /// * every runtime request still `pending` becomes `expired` with a `not_resumable`
 ///   capability (the session that asked is gone);
-/// * every provider session not `stopped`/`error` is marked `stopped` (its process
-///   died with the old server).
+/// * every provider session of this node (the node in its id, SCALE-07) not
+///   `stopped`/`error` is marked `stopped` (its process died with the old server);
+///   other nodes' sessions are left alone.
 ///
 /// Call once at boot, before the sweep and before serving. Idempotent: a second call
 /// changes nothing.
@@ -98,7 +99,10 @@ pub async fn reconcile_after_restart(
         .map(|a| a.session.id)
         .collect();
     for mut session in store.list_provider_sessions().await? {
-        if busy_elsewhere.contains(&session.id) {
+        // Another node's session (its id names the node) lives or died with that node,
+        // never with this node's previous process (SCALE-07): its node, a takeover or
+        // the cluster reaper settles it.
+        if busy_elsewhere.contains(&session.id) || session.id.node() != me {
             continue;
         }
         if matches!(

@@ -50,6 +50,10 @@ pub struct SweepReport {
     pub failed: Vec<(ThreadId, String)>,
     /// Claimed threads another node holds a live lease on, left to it (SCALE-04).
     pub held_elsewhere: Vec<(ThreadId, String)>,
+    /// Claimed threads whose workspace (worktree, else project root) does not exist on
+    /// this node, left to a node that has it while other nodes are live (SCALE-08);
+    /// their claims stay.
+    pub missing_workspace: Vec<(ThreadId, std::path::PathBuf)>,
 }
 
 /// Resumes suspended work. Inert until [`RestartService::resume_suspended_threads`]
@@ -70,7 +74,9 @@ impl RestartService {
     ///
     /// 1. releases the claims of child threads (their stale runs end `interrupted`):
     ///    a resumed parent re-runs its tool call and spawns fresh children (EXEC-03);
-    /// 2. lists claimed top-level threads, minus those draining in this process (EXEC-10);
+    /// 2. lists claimed top-level threads, minus those draining in this process (EXEC-10)
+    ///    and, while other nodes are live, those whose workspace does not exist on this
+    ///    node (SCALE-08);
     /// 3. resumes all of them concurrently (EXEC-06), [`RestartOptions::concurrency`] at
     ///    a time, through
     ///    [`ExecutionService::resume_within`]: each counts its attempt durably and appends
@@ -92,11 +98,27 @@ impl RestartService {
         let active = self.execution.active_threads();
         let suspended = self.execution.store().list_suspended_threads().await?;
         let mut todo = Vec::new();
+        let others = !suspended.is_empty()
+            && crate::boot::paths::other_nodes_live(self.execution.store()).await;
         for thread in suspended {
             if active.contains(&thread.id) {
                 report.skipped_active.push(thread.id);
-            } else {
+                continue;
+            }
+            if !others {
                 todo.push(thread.id);
+                continue;
+            }
+            match crate::boot::paths::missing_workspace(self.execution.store(), &thread.id).await {
+                Ok(Some(path)) => {
+                    tracing::warn!(
+                        thread = %thread.id, path = %path.display(),
+                        "left a claimed thread for a node that has its workspace: the folder does not exist on this node (every node needs the same paths, e.g. a shared volume)"
+                    );
+                    report.missing_workspace.push((thread.id, path));
+                }
+                // Unknown: resumed as before (the run says what is missing).
+                Ok(None) | Err(_) => todo.push(thread.id),
             }
         }
         let max = self.options.max_resume_attempts;

@@ -3,7 +3,10 @@
 //! over the claimed threads whose lease expired (a dead node's) and resumes them under
 //! the EXEC rules (once per claim, within the budget, never after a user stop).
 
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use knife_protocol::*;
 use knife_store::{StoreError, TakeScope};
@@ -30,7 +33,15 @@ pub struct BeatReport {
     /// Takeovers whose resume failed, with the error (the lease runs out; the next
     /// beat of some node tries again).
     pub failed: Vec<(ThreadId, String)>,
+    /// Threads taken whose workspace does not exist on this node while other nodes are
+    /// live: given back at once and excluded from this node's takeovers for
+    /// [`NOT_HERE_FOR`] (SCALE-08).
+    pub not_here: Vec<(ThreadId, PathBuf)>,
 }
+
+/// How long a node leaves a thread whose workspace it lacks before looking again (a
+/// volume may be mounted later).
+pub const NOT_HERE_FOR: Duration = Duration::from_secs(60);
 
 /// Renews, abandons and takes over; see the module doc. Cheap to clone.
 #[derive(Clone)]
@@ -38,6 +49,10 @@ pub struct LeaseKeeper {
     execution: ExecutionService,
     options: RestartOptions,
     heartbeat: Duration,
+    /// Threads whose workspace this node lacks, until when they are excluded from its
+    /// takeovers, and whether that was logged (once per thread).
+    not_here: Arc<Mutex<HashMap<ThreadId, Instant>>>,
+    logged: Arc<Mutex<HashSet<ThreadId>>>,
 }
 
 impl LeaseKeeper {
@@ -48,6 +63,8 @@ impl LeaseKeeper {
             execution,
             options,
             heartbeat,
+            not_here: Arc::default(),
+            logged: Arc::default(),
         }
     }
 
@@ -86,8 +103,20 @@ impl LeaseKeeper {
             report.lost.push(thread);
         }
         let node = store.node().node().to_owned();
+        let exclude: Vec<ThreadId> = {
+            let mut not_here = self.not_here.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            not_here.retain(|_, until| *until > now);
+            not_here.keys().cloned().collect()
+        };
         let taken = match store
-            .take_expired_leases(&node, store.node().ttl(), TakeScope::Expired, TAKE_PER_BEAT)
+            .take_expired_leases(
+                &node,
+                store.node().ttl(),
+                TakeScope::Expired,
+                TAKE_PER_BEAT,
+                &exclude,
+            )
             .await
         {
             Ok(taken) => taken,
@@ -96,6 +125,7 @@ impl LeaseKeeper {
                 return report;
             }
         };
+        let others = !taken.is_empty() && crate::boot::paths::other_nodes_live(store).await;
         for lease in taken {
             let thread = lease.thread_id.clone();
             store.adopt_lease(lease);
@@ -103,6 +133,25 @@ impl LeaseKeeper {
                 // Our own run, whose renewal came late: it keeps running under the
                 // new epoch this node now holds.
                 continue;
+            }
+            let missing = if others {
+                crate::boot::paths::missing_workspace(store, &thread).await
+            } else {
+                Ok(None)
+            };
+            match missing {
+                Ok(None) => {}
+                Ok(Some(path)) => {
+                    self.leave_here(&thread, &path).await;
+                    report.not_here.push((thread, path));
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(thread = %thread, error = %e, "could not check the thread's workspace; retrying at a later beat");
+                    let _ = store.let_go(&thread).await;
+                    report.failed.push((thread, e.to_string()));
+                    continue;
+                }
             }
             match self.take_over(&thread).await {
                 Ok(ResumeOutcome::Resumed { run, attempt }) => {
@@ -123,6 +172,30 @@ impl LeaseKeeper {
             }
         }
         report
+    }
+
+    /// Gives the lease of `thread` back at once (expired: another node takes it) and
+    /// excludes it from this node's takeovers for [`NOT_HERE_FOR`]; logs it once.
+    async fn leave_here(&self, thread: &ThreadId, path: &std::path::Path) {
+        let store = self.execution.store();
+        if let Err(e) = store.let_go(thread).await {
+            tracing::warn!(thread = %thread, error = %e, "could not give back the lease of a thread whose workspace is missing here; it runs out");
+        }
+        self.not_here
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(thread.clone(), Instant::now() + NOT_HERE_FOR);
+        let first = self
+            .logged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(thread.clone());
+        if first {
+            tracing::warn!(
+                thread = %thread, path = %path.display(), node = store.node().node(),
+                "left a claimed thread to another node: its workspace does not exist on this node (every node needs the same paths, e.g. a shared volume)"
+            );
+        }
     }
 
     /// Settles what the dead node left of `thread` (its provider sessions are gone

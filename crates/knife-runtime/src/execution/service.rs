@@ -46,6 +46,7 @@ mod revert;
 mod turn;
 #[path = "worktrees.rs"]
 mod worktrees;
+pub(crate) use worktrees::run_root;
 
 /// Default budget of resumes per claimed piece of work (EXEC-08).
 pub const DEFAULT_MAX_RESUME_ATTEMPTS: u32 = 10;

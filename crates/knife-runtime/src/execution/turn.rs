@@ -142,9 +142,9 @@ impl ExecutionService {
             .capabilities(instance)
             .is_some_and(|caps| caps.shared_sessions);
         let session_id = if shared {
-            ProviderSessionId::shared(instance)
+            ProviderSessionId::shared_on(instance, inner.store.node().node())
         } else {
-            ProviderSessionId::exclusive(instance, &ctx.thread.id)
+            ProviderSessionId::exclusive_on(instance, &ctx.thread.id, inner.store.node().node())
         };
         let mut request = OpenRequest::new(
             session_id,

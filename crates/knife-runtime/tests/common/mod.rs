@@ -193,10 +193,16 @@ impl Harness {
 
     /// A fresh execution service (a new "process") over the same store.
     pub fn execution(&self) -> ExecutionService {
+        self.execution_on(self.store.clone())
+    }
+
+    /// [`Self::execution`] writing through `store` (e.g. the same store as another node,
+    /// `store.with_node(..)`).
+    pub fn execution_on(&self, store: Store) -> ExecutionService {
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
         adapters.insert(self.instance.clone(), Arc::new(self.drains.adapter.clone()));
         let manager = SessionManager::new(
-            Arc::new(self.store.clone()),
+            Arc::new(store.clone()),
             self.clock.clone(),
             adapters,
             // Paused time auto-advances while the store's writer thread works: a
@@ -206,7 +212,7 @@ impl Harness {
                 ..Default::default()
             },
         );
-        ExecutionService::new(self.store.clone(), self.clock.clone(), manager)
+        ExecutionService::new(store, self.clock.clone(), manager)
     }
 
     /// A restart sweep over `exec` with budget `max`.

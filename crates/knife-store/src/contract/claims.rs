@@ -53,6 +53,7 @@ pub async fn claimed_threads_are_listed_by_kind_and_survive_a_rebuild(factory: &
 pub async fn process_groups_round_trip_and_are_not_touched_by_rebuild(factory: &dyn StoreFactory) {
     let (_dir, store) = temp_store(factory).await;
     let record = ProcessGroupRecord {
+        node: "local".into(),
         pgid: 4242,
         owner_pid: 17,
         leader_start: Some(99),
@@ -74,8 +75,8 @@ pub async fn process_groups_round_trip_and_are_not_touched_by_rebuild(factory: &
     let all = store.list_process_groups().await.unwrap();
     assert_eq!(all.len(), 2);
     assert_eq!(all[1], record);
-    store.unregister_process_group(7).await.unwrap();
-    store.unregister_process_group(7).await.unwrap();
+    store.unregister_process_group("local", 7).await.unwrap();
+    store.unregister_process_group("local", 7).await.unwrap();
     assert_eq!(store.list_process_groups().await.unwrap(), vec![record]);
 }
 

@@ -150,7 +150,7 @@ pub async fn scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothi
     );
 
     let taken = store
-        .take_expired_leases("node-b", LONG, TakeScope::Expired, 10)
+        .take_expired_leases("node-b", LONG, TakeScope::Expired, 10, &[])
         .await
         .unwrap();
     assert_eq!(taken.len(), 1);
@@ -241,7 +241,7 @@ pub async fn takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactl
         let store = store.clone();
         async move {
             store
-                .take_expired_leases(&format!("node-{n}"), LONG, TakeScope::Expired, 100)
+                .take_expired_leases(&format!("node-{n}"), LONG, TakeScope::Expired, 100, &[])
                 .await
                 .unwrap()
         }
@@ -272,13 +272,13 @@ pub async fn takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactl
     // All live now: a second sweep takes nothing; a restarted node-x takes back its own.
     assert!(
         store
-            .take_expired_leases("node-9", LONG, TakeScope::Expired, 100)
+            .take_expired_leases("node-9", LONG, TakeScope::Expired, 100, &[])
             .await
             .unwrap()
             .is_empty()
     );
     let own = store
-        .take_expired_leases("node-x", LONG, TakeScope::ExpiredOrOwn, 100)
+        .take_expired_leases("node-x", LONG, TakeScope::ExpiredOrOwn, 100, &[])
         .await
         .unwrap();
     assert_eq!(own.len(), 1);
@@ -321,7 +321,7 @@ pub async fn scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_a
     // node-a stalls past its lease; node-b takes the thread over.
     wait_out(&held).await;
     let taken = b
-        .take_expired_leases("node-b", LONG, TakeScope::Expired, 10)
+        .take_expired_leases("node-b", LONG, TakeScope::Expired, 10, &[])
         .await
         .unwrap();
     assert_eq!(taken.len(), 1);
@@ -372,4 +372,33 @@ pub async fn scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_a
         store.get_thread(&t.id).await.unwrap().unwrap().title,
         "b's turn"
     );
+}
+
+/// SCALE-08 (store part): a taker's excluded threads (workspaces it does not have) are
+/// never taken by it; they stay for the next taker that does not exclude them.
+pub async fn scale_08_a_taker_never_takes_the_threads_it_excludes(factory: &dyn StoreFactory) {
+    let (_dir, store) = temp_store(factory).await;
+    store
+        .write(vec![
+            ev(EventBody::ProjectCreated(project("p", 1))),
+            ev(EventBody::ThreadCreated(claimed("e1", 1))),
+            ev(EventBody::ThreadCreated(claimed("e2", 2))),
+            ev(EventBody::ThreadCreated(claimed("e3", 3))),
+        ])
+        .await
+        .unwrap();
+    let ids = |taken: Vec<Lease>| -> Vec<String> {
+        taken.into_iter().map(|l| l.thread_id.to_string()).collect()
+    };
+    let not_here = [ThreadId::from("e1"), ThreadId::from("e3")];
+    let b = store
+        .take_expired_leases("node-b", LONG, TakeScope::Expired, 10, &not_here)
+        .await
+        .unwrap();
+    assert_eq!(ids(b), ["e2"]);
+    let c = store
+        .take_expired_leases("node-c", LONG, TakeScope::Expired, 10, &[])
+        .await
+        .unwrap();
+    assert_eq!(ids(c), ["e1", "e3"]);
 }

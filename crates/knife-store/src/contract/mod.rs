@@ -19,13 +19,15 @@
 //! rebuild == incremental fold ([`log`], [`project_root`], the [`rebuild`] property),
 //! gap-free replay-then-live streams with concurrent appenders and a lagging
 //! subscriber ([`streams`]), claims, process groups and
-//! session activity ([`claims`]), leases and fenced writes ([`leases`]).
+//! session activity ([`claims`]), leases and fenced writes ([`leases`]), node
+//! membership, singletons and per-node process groups ([`cluster`]).
 //!
 //! Adding a case: write the `pub async fn` in the module of its trait and add its name
 //! to the list in [`store_contract_tests!`] (`crate::store_contract_tests`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod claims;
+pub mod cluster;
 pub mod fixtures;
 pub mod leases;
 pub mod log;
@@ -89,6 +91,10 @@ macro_rules! store_contract_tests {
             leases::scale_04_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothing,
             leases::takeover_of_expired_claims_by_concurrent_sweepers_takes_each_exactly_once,
             leases::scale_04_a_node_fences_every_write_of_a_thread_it_holds_and_stops_after_losing_it,
+            leases::scale_08_a_taker_never_takes_the_threads_it_excludes,
+            cluster::scale_07_process_groups_are_recorded_per_node_and_one_node_never_forgets_another_s,
+            cluster::scale_07_a_cluster_singleton_is_held_by_one_node_at_a_time,
+            cluster::scale_05_a_node_id_is_held_by_one_live_process_and_taken_back_by_its_own_place,
             search::turn_08_search_finds_settled_items_and_titles_ranked_with_snippets,
             search::turn_08_a_project_filter_finds_old_matches_behind_many_newer_ones,
         );
