@@ -41,12 +41,16 @@ impl Pump {
         let mut last = self.after;
         let mut listener: Option<Listener> = None;
         loop {
+            let mut fresh = false;
             if listener
                 .as_ref()
                 .is_none_or(|l| l.closed.load(Ordering::Acquire))
             {
                 listener = match Listener::connect(&self.config, self.wake.clone()).await {
-                    Ok(l) => Some(l),
+                    Ok(l) => {
+                        fresh = true;
+                        Some(l)
+                    }
                     Err(e) => {
                         tracing::warn!(error = %knife_store::StoreError::from(e),
                             "cannot LISTEN for knife events; polling the table meanwhile");
@@ -59,9 +63,13 @@ impl Pump {
             } else {
                 RECONNECT.min(self.poll_fallback)
             };
-            tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(wait) => {}
+            // A new LISTEN hears only later commits: read what was committed before it
+            // at once instead of at the next poll.
+            if !fresh {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
             }
             last = self.drain(last).await;
         }
