@@ -19,6 +19,7 @@
 mod claims;
 mod error;
 mod feed;
+mod fold;
 mod leases;
 mod read;
 mod schema;

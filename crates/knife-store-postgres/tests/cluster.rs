@@ -22,7 +22,7 @@ async fn nodes(n: usize, options: PgOptions) -> (String, Vec<Store>) {
             .await
             .unwrap()
             .with_node(NodeLeases::new(
-                &format!("node-{i}"),
+                format!("node-{i}"),
                 knife_store::DEFAULT_LEASE_TTL,
             ));
         out.push(store);

@@ -315,3 +315,73 @@ text = "spare answer"
     assert_eq!(a.api.projection(&thread).await.runs.len(), 2);
     assert!(a.proc.terminate().await.success());
 }
+
+/// SCALE-10: `knife bench cluster` at a tiny size against the test cluster: three
+/// nodes append, and the table states the batch size and `synchronous_commit` of each
+/// row, events/s, and cross-node delivery p50/p99 over every event seen by the two
+/// other nodes. The figures themselves are the bench's to print, not asserted here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery() {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        knife_command(dir.path())
+            .args(["bench", "cluster", "--database"])
+            .arg(cluster.url("postgres"))
+            .args(["--events", "300", "--batch", "10", "--writers", "1"])
+            .args(["--synchronous-commit", "on,off"])
+            .output(),
+    )
+    .await
+    .expect("the bench to finish within 120 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].contains("3 nodes") && lines[0].contains("batch size 10"),
+        "{stdout}"
+    );
+    let header: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "synchronous_commit",
+            "batch",
+            "size",
+            "events/s",
+            "delivery",
+            "p50",
+            "delivery",
+            "p99",
+            "delivery",
+            "max",
+            "deliveries"
+        ],
+        "{stdout}"
+    );
+    for (line, sync) in lines[2..].iter().zip(["on", "off"]) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        // on 10 1234 3.1 ms 9.8 ms 12.0 ms 600
+        assert_eq!(cells.len(), 10, "{line}");
+        assert_eq!(cells[0], sync);
+        assert_eq!(cells[1], "10");
+        assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{line}");
+        let p50: f64 = cells[3].parse().unwrap();
+        let p99: f64 = cells[5].parse().unwrap();
+        assert!(p50 <= p99, "{line}");
+        assert_eq!((cells[4], cells[6], cells[8]), ("ms", "ms", "ms"));
+        // 300 events, each seen by the two nodes that did not write it.
+        assert_eq!(cells[9], "600", "{line}");
+    }
+    assert_eq!(lines.len(), 4, "{stdout}");
+}
