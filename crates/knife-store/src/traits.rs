@@ -226,6 +226,7 @@ pub trait StoreBackend:
     + Maintenance
     + crate::leases::Leases
     + Search
+    + crate::relay::LiveRelay
     + std::fmt::Debug
     + Send
     + Sync
@@ -243,6 +244,7 @@ impl<T> StoreBackend for T where
         + Maintenance
         + crate::leases::Leases
         + Search
+        + crate::relay::LiveRelay
         + std::fmt::Debug
         + Send
         + Sync
