@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use knife_protocol::*;
+use knife_store::LiveRelay as _;
 use knife_store::contract::fixtures::{ev, turn_item};
 use knife_store::{NodeLeases, Store, StreamFilter};
 use knife_store_postgres::PgOptions;
@@ -31,7 +32,7 @@ async fn nodes(n: usize, options: PgOptions) -> (String, Vec<Store>) {
 }
 
 /// Waits (bounded: 30 s) until `count` sessions of database `db` are idle after
-/// `LISTEN knife_events`: the nodes' LISTEN connections are up.
+/// `LISTEN knife_events; …`: the nodes' LISTEN connections are up.
 async fn wait_listeners(db: &str, count: i64) {
     let (client, connection) =
         tokio_postgres::connect(&cluster().await.url(db), tokio_postgres::NoTls)
@@ -43,7 +44,7 @@ async fn wait_listeners(db: &str, count: i64) {
             let row = client
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
-                     AND state = 'idle' AND query = 'LISTEN knife_events'",
+                     AND state = 'idle' AND query LIKE 'LISTEN knife_events%'",
                     &[&db],
                 )
                 .await
@@ -233,4 +234,62 @@ async fn scale_03_an_event_committed_on_node_a_wakes_a_subscriber_on_node_b_by_n
         assert_eq!(got.sequence, stored[0].sequence);
         assert_eq!(got.event.id, stored[0].event.id);
     }
+}
+
+/// Live deltas between nodes at the store level (issue 17 item 2): what node A relays
+/// reaches node B in order, a delta far over NOTIFY's 8000-byte payload limit included
+/// (chunked on `knife_deltas`, reassembled; cut into consecutive deltas), and never
+/// comes back to A itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_03_live_deltas_relayed_by_node_a_reach_node_b_in_order_chunked() {
+    use knife_store::RelayedLive;
+    let (db, nodes) = nodes(
+        2,
+        PgOptions {
+            max_connections: 2,
+            ..PgOptions::default()
+        },
+    )
+    .await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let mut on_a = a.relayed_live().expect("PostgreSQL relays");
+    let mut on_b = b.relayed_live().expect("PostgreSQL relays");
+    wait_listeners(&db, 2).await;
+    let big = "ünïcode ".repeat(15_000); // 150 kB
+    let mut sent = String::new();
+    for (i, text) in ["first ", big.as_str(), "last"].into_iter().enumerate() {
+        a.relay_live(RelayedLive::Delta {
+            delta: ItemDelta {
+                thread_id: ThreadId::from("thread:relay"),
+                run_id: None,
+                item_id: TurnItemId::from("item:relay"),
+                ordinal: 1,
+                field: DeltaField::Text,
+                offset: sent.len() as u64,
+                text: text.to_owned(),
+            },
+            generation: i as u32 / 2,
+        });
+        sent.push_str(text);
+    }
+    let mut got = String::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while got.len() < sent.len() {
+            let message = on_b.recv().await.unwrap();
+            let RelayedLive::Delta { delta, .. } = &*message else {
+                panic!("{message:?}");
+            };
+            assert_eq!(delta.offset, got.len() as u64, "in order, nothing lost");
+            assert!(delta.text.len() <= 32 * 1024);
+            got.push_str(&delta.text);
+        }
+    })
+    .await
+    .expect("node B to receive node A's deltas");
+    assert_eq!(got, sent);
+    assert!(on_a.try_recv().is_err(), "a node does not hear its own deltas");
 }
