@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use knife_protocol::*;
-use knife_store::LiveRelay as _;
 use knife_store::contract::fixtures::{ev, turn_item};
 use knife_store::{NodeLeases, Store, StreamFilter};
 use knife_store_postgres::PgOptions;
@@ -291,5 +290,8 @@ async fn scale_03_live_deltas_relayed_by_node_a_reach_node_b_in_order_chunked() 
     .await
     .expect("node B to receive node A's deltas");
     assert_eq!(got, sent);
-    assert!(on_a.try_recv().is_err(), "a node does not hear its own deltas");
+    assert!(
+        on_a.try_recv().is_err(),
+        "a node does not hear its own deltas"
+    );
 }
