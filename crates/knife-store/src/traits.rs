@@ -230,6 +230,7 @@ pub trait StoreBackend:
     + crate::leases::Leases
     + crate::cluster::Cluster
     + Search
+    + crate::relay::LiveRelay
     + std::fmt::Debug
     + Send
     + Sync
@@ -249,6 +250,7 @@ impl<T> StoreBackend for T where
         + crate::cluster::Cluster
         + crate::cluster::Cluster
         + Search
+        + crate::relay::LiveRelay
         + std::fmt::Debug
         + Send
         + Sync

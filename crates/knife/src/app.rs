@@ -342,6 +342,9 @@ impl App {
             adapters,
             manager_options,
         );
+        // Several nodes: this node's live deltas also go to the other nodes (a no-op on
+        // SQLite); the inbound half starts with the server (App::serve).
+        manager.live().relay_to(store.clone());
         let reaper = Reaper::new(
             store.clone(),
             clock.clone(),
@@ -514,6 +517,12 @@ impl App {
         // Stopped with the reaper: a stopping node takes nothing over any more (its
         // interrupted runs keep their claims and leases, which then run out).
         let keeper = self.leases.clone().start(reaper_stop.clone());
+        // The other nodes' live deltas, for this node's subscribers (None on SQLite).
+        let relay = knife_runtime::live_relay::start(
+            self.execution.manager().live().clone(),
+            self.store.clone(),
+            reaper_stop.clone(),
+        );
         let execution = self.execution.clone();
         let closing = self.state.closing.clone();
         let stop_reaper = reaper_stop.clone();
@@ -547,6 +556,9 @@ impl App {
         self.execution.manager().shutdown().await;
         let _ = reaper.await;
         let _ = keeper.await;
+        if let Some(relay) = relay {
+            let _ = relay.await;
+        }
         if let Some(membership) = self.membership.take() {
             membership.leave().await;
         }
