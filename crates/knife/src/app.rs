@@ -45,6 +45,9 @@ pub struct App {
     /// Renews this node's leases and takes over expired claims; [`App::serve`] starts
     /// it (SCALE-04/05).
     pub leases: knife_runtime::boot::takeover::LeaseKeeper,
+    /// The store is shared with other nodes (PostgreSQL): [`App::serve`] then follows
+    /// the commands other nodes send for the runs this node drives (SCALE-06).
+    pub shared_store: bool,
     /// Connection cap and header timeout of the server loop (SEC-04).
     pub limits: knife_server::ServerLimits,
     /// The sandbox of model-run commands (SEC-01), for `/healthz/detail`.
@@ -430,6 +433,7 @@ impl App {
             state,
             reaper,
             leases,
+            shared_store: matches!(location, crate::store_url::StoreLocation::Postgres(_)),
             limits: config.server.limits(),
             sandbox,
             disk,
@@ -478,6 +482,11 @@ impl App {
         // Stopped with the reaper: a stopping node takes nothing over any more (its
         // interrupted runs keep their claims and leases, which then run out).
         let keeper = self.leases.clone().start(reaper_stop.clone());
+        // SCALE-06: interrupts, steers and approval answers other nodes took for the
+        // runs this node drives. One node (SQLite) gets none, so it does not listen.
+        let commands = self
+            .shared_store
+            .then(|| self.execution.start_command_listener(reaper_stop.clone()));
         let execution = self.execution.clone();
         let closing = self.state.closing.clone();
         let stop_reaper = reaper_stop.clone();
@@ -503,6 +512,9 @@ impl App {
         self.execution.manager().shutdown().await;
         let _ = reaper.await;
         let _ = keeper.await;
+        if let Some(commands) = commands {
+            let _ = commands.await;
+        }
         served
     }
 }
