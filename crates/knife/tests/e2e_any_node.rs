@@ -412,6 +412,106 @@ async fn scale_06_an_approval_answer_sent_to_node_b_resolves_the_request_on_node
     nodes.stop().await;
 }
 
+/// Two slow answers (one per thread), then the superseding message's answer.
+const STOPPED_OWNER_SCRIPT: &str = r#"
+[[response]]
+text = "a slow answer of thread one that node A streams when it is paused"
+deltas = 80
+stream_deltas_ms = 50
+
+[[response]]
+text = "a slow answer of thread two that node A streams when it is paused"
+deltas = 80
+stream_deltas_ms = 50
+
+[[response]]
+text = "answer to the superseding message"
+"#;
+
+/// SCALE-06, the owning node down: node A is paused (SIGSTOP) mid-turn on two threads.
+/// An interrupt of thread one and a superseding message to thread two, sent to node B,
+/// are answered as on one node once B's wait for A runs out (the commands are durable).
+/// When B takes the expired claims over it does not resume the stopped runs: thread
+/// one's run ends `interrupted` (user) with its claim released, thread two's ends
+/// `interrupted` (superseded) and the message starts in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_06_a_stop_the_owning_node_never_applied_is_honoured_by_the_takeover() {
+    let mut nodes = two_nodes(STOPPED_OWNER_SCRIPT).await;
+    let (a, b) = (nodes.a.api.clone(), nodes.b.api.clone());
+    let one = a.create_thread(&nodes.project).await;
+    let run_one = a.post_message(&one, "answer slowly").await;
+    wait_streaming(&b, &one).await;
+    let two = a.create_thread(&nodes.project).await;
+    let run_two = a.post_message(&two, "answer slowly too").await;
+    poll_until("thread two to stream", RUN_TIMEOUT, || async {
+        let p = b.projection(&two).await;
+        p.turn_items
+            .iter()
+            .any(|i| matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text.contains("two")))
+            .then_some(())
+    })
+    .await;
+
+    let pid = nodes.a.proc.pid().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Both sent at once, while A's leases are still live.
+    let interrupt = format!("/api/threads/{one}/interrupt");
+    let empty = json!({});
+    let ((s1, asked), (s2, superseding)) = tokio::join!(
+        b.post(&interrupt, &empty),
+        message(
+            &b,
+            &two,
+            json!({"text": "do this instead", "mode": "interrupt"})
+        ),
+    );
+    assert_eq!(s1, StatusCode::OK, "{asked}");
+    assert_eq!(asked, json!({"thread_id": one, "run_id": run_one}));
+    assert_eq!(s2, StatusCode::ACCEPTED, "{superseding}");
+    assert_eq!(superseding["status"], "queued", "{superseding}");
+    assert_eq!(superseding["run_id"], run_two.as_str(), "{superseding}");
+    assert_eq!(
+        superseding["note"],
+        format!("run {run_two} is being stopped (superseded); this message starts next"),
+    );
+
+    let p = poll_until("node B to end thread one's run", RUN_TIMEOUT, || async {
+        let p = b.projection(&one).await;
+        (p.runs[0].status.is_terminal() && p.thread.active_run_id.is_none()).then_some(p)
+    })
+    .await;
+    assert_eq!(p.runs.len(), 1, "not resumed: {:?}", p.runs);
+    assert_eq!(p.runs[0].status, RunStatus::Interrupted);
+    assert_eq!(
+        p.runs[0].error.as_ref().and_then(|e| e.code.as_deref()),
+        Some("user")
+    );
+    assert!(!p.thread.is_claimed(), "{:?}", p.thread);
+    let p = wait_settled(&b, &two, 2).await;
+    assert_eq!(p.runs[0].status, RunStatus::Interrupted, "{:?}", p.runs);
+    assert_eq!(
+        p.runs[0].error.as_ref().and_then(|e| e.code.as_deref()),
+        Some("superseded")
+    );
+    assert_eq!(p.runs[1].status, RunStatus::Completed, "{:?}", p.runs);
+    assert_eq!(user_text(&p, &p.runs[1].id), "do this instead");
+    assert_eq!(nodes.lease_node(&two).await, "node-b");
+
+    let status = nodes.a.proc.kill_hard().await;
+    assert!(!status.success());
+    assert!(nodes.b.proc.terminate().await.success());
+}
+
 /// Commands of the latency measurement.
 const COMMANDS: usize = 20;
 

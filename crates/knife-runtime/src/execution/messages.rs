@@ -69,24 +69,31 @@ impl ExecutionService {
                     text: text.clone(),
                     model: model.clone(),
                 };
-                match self.begin(thread_id, start).await? {
-                    Begun::Started { run, .. } => return Ok(started(thread_id, &run, mode)),
-                    // A run being created (or a revert): its id shows up shortly.
-                    Begun::Busy(_) if tokio::time::Instant::now() < deadline => {
+                match self.begin(thread_id, start).await {
+                    Ok(Begun::Started { run, .. }) => return Ok(started(thread_id, &run, mode)),
+                    // A run being created (or a revert): its id shows up shortly. Or
+                    // another node holds the lease of a thread that looked idle: it is
+                    // starting a run, or letting its lease go after its run's end
+                    // (SCALE-06). Look again.
+                    Ok(Begun::Busy(_))
+                    | Err(RuntimeError::Store(knife_store::StoreError::LeaseHeld { .. }))
+                        if tokio::time::Instant::now() < deadline =>
+                    {
                         tokio::time::sleep(BUSY_POLL).await;
                         continue;
                     }
-                    Begun::Busy(run) => {
+                    Ok(Begun::Busy(run)) => {
                         return Err(RuntimeError::RunInProgress {
                             thread: thread_id.clone(),
                             run: run.unwrap_or_else(|| RunId::from("(starting)")),
                         });
                     }
-                    Begun::NotClaimed | Begun::Exhausted { .. } => {
+                    Ok(Begun::NotClaimed | Begun::Exhausted { .. }) => {
                         return Err(RuntimeError::Internal(
                             "a user message was answered as a resume".into(),
                         ));
                     }
+                    Err(e) => return Err(e),
                 }
             };
             if mode == MessageMode::Reject {

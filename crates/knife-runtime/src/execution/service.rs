@@ -378,9 +378,19 @@ impl ExecutionService {
                 &start,
             )
             .await?;
-            let (thread, project, run) = match created {
-                Created::Started(started) => *started,
-                Created::NotClaimed => return Ok(Begun::NotClaimed),
+            let continuation = matches!(start, RunStart::Continuation { .. });
+            let (thread, project, run, text, continuation) = match created {
+                Created::Started(started) => {
+                    let (thread, project, run) = *started;
+                    (thread, project, run, start.text().to_owned(), continuation)
+                }
+                // A stop commanded through another node ended the run (SCALE-06); a
+                // superseding message starts instead.
+                Created::Next(next) => {
+                    let (thread, project, run, text) = *next;
+                    (thread, project, run, text, false)
+                }
+                Created::NotClaimed | Created::Stopped => return Ok(Begun::NotClaimed),
                 Created::Exhausted { attempts } => return Ok(Begun::Exhausted { attempts }),
             };
             reservation.disarm();
@@ -406,8 +416,8 @@ impl ExecutionService {
                     root,
                     project_root: PathBuf::from(&project.root),
                     run,
-                    text: start.text().to_owned(),
-                    continuation: matches!(start, RunStart::Continuation { .. }),
+                    text,
+                    continuation,
                     end_events: Vec::new(),
                     cancel,
                     reason,
