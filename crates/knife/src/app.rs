@@ -45,6 +45,9 @@ pub struct App {
     /// Renews this node's leases and takes over expired claims; [`App::serve`] starts
     /// it (SCALE-04/05).
     pub leases: knife_runtime::boot::takeover::LeaseKeeper,
+    /// The store is shared with other nodes (PostgreSQL): [`App::serve`] then follows
+    /// the commands other nodes send for the runs this node drives (SCALE-06).
+    pub shared_store: bool,
     /// Connection cap and header timeout of the server loop (SEC-04).
     pub limits: knife_server::ServerLimits,
     /// The sandbox of model-run commands (SEC-01), for `/healthz/detail`.
@@ -468,6 +471,7 @@ impl App {
             state,
             reaper,
             leases,
+            shared_store: matches!(location, crate::store_url::StoreLocation::Postgres(_)),
             limits: config.server.limits(),
             sandbox,
             disk,
@@ -523,6 +527,11 @@ impl App {
             self.store.clone(),
             reaper_stop.clone(),
         );
+        // SCALE-06: interrupts, steers and approval answers other nodes took for the
+        // runs this node drives. One node (SQLite) gets none, so it does not listen.
+        let commands = self
+            .shared_store
+            .then(|| self.execution.start_command_listener(reaper_stop.clone()));
         let execution = self.execution.clone();
         let closing = self.state.closing.clone();
         let stop_reaper = reaper_stop.clone();
@@ -558,6 +567,9 @@ impl App {
         let _ = keeper.await;
         if let Some(relay) = relay {
             let _ = relay.await;
+        }
+        if let Some(commands) = commands {
+            let _ = commands.await;
         }
         if let Some(membership) = self.membership.take() {
             membership.leave().await;
