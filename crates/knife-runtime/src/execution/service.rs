@@ -253,7 +253,7 @@ impl ExecutionService {
     ///
     /// Writes `run.created`, the user-message turn item and `thread.updated` (with
     /// the thread's claim, EXEC-04) in one transaction guarded by the thread row's
-    /// version (a concurrent change → `Conflict`). Errors: `ThreadNotFound`,
+    /// version (a concurrent change is retried a few times, then `Conflict`). Errors: `ThreadNotFound`,
     /// `RunInProgress` (one run per thread at a time), `Invalid` (empty text),
     /// `ProjectNotFound`, `ShuttingDown`.
     pub async fn start_run(&self, thread_id: &ThreadId, text: String) -> Result<Run, RuntimeError> {
@@ -273,10 +273,27 @@ impl ExecutionService {
     ) -> Result<Run, RuntimeError> {
         let model = messages::validate_message(&text, model)?;
         self.wait_if_finishing(thread_id).await;
-        match self
-            .begin(thread_id, RunStart::User { text, model })
-            .await?
-        {
+        // The run's write is guarded by the thread row's version: a bookkeeping write of
+        // the thread landing in between (a released session's status, the previous run's
+        // last events) is not the user's concern, so the start is tried again on the
+        // fresh row a few times before `Conflict` is returned.
+        let mut attempt = 1;
+        let begun = loop {
+            match self
+                .begin(
+                    thread_id,
+                    RunStart::User {
+                        text: text.clone(),
+                        model: model.clone(),
+                    },
+                )
+                .await
+            {
+                Err(RuntimeError::Conflict) if attempt < START_ATTEMPTS => attempt += 1,
+                other => break other?,
+            }
+        };
+        match begun {
             Begun::Started { run, .. } => Ok(*run),
             Begun::Busy(run) => Err(RuntimeError::RunInProgress {
                 thread: thread_id.clone(),
@@ -809,6 +826,10 @@ fn run_span(ctx: &RunContext) -> tracing::Span {
         provider = %ctx.thread.provider_instance_id,
     )
 }
+
+/// Tries of a user start whose compare-and-set lost to a concurrent write of the
+/// thread row ([`ExecutionService::start_run_with_model`]).
+const START_ATTEMPTS: u32 = 5;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
