@@ -20,6 +20,7 @@ mod claims;
 mod cluster;
 mod error;
 mod feed;
+mod import;
 mod leases;
 mod read;
 mod schema;
@@ -373,6 +374,12 @@ impl Maintenance for PgStore {
             events_kept,
             elapsed,
         })
+    }
+
+    async fn import_events(&self, events: Vec<StoredEvent>) -> Result<(), StoreError> {
+        let mut pooled = self.client().await?;
+        let client: &mut tokio_postgres::Client = &mut pooled;
+        Ok(import::import_events(client, events).await?)
     }
 }
 

@@ -131,6 +131,22 @@ pub enum DbCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Copy this (stopped) SQLite installation into a PostgreSQL database: the events
+    /// with their sequences, then the projections, compared with the source's (SCALE-09).
+    /// Refused while a server uses the data directory, and into a non-empty database
+    /// unless `--continue` finishes an interrupted copy.
+    Copy {
+        /// Data directory (default $XDG_DATA_HOME/knife).
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// The target: postgres://user:password@host:port/database.
+        #[arg(long)]
+        to: String,
+        /// Continue an earlier copy into a target that holds this installation's first
+        /// events.
+        #[arg(long = "continue")]
+        resume: bool,
+    },
     /// Space used: the event log (database files) and the checkpoint repositories
     /// (reads file sizes: works next to a running server).
     Stats {
@@ -145,6 +161,7 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
     let (data_dir, what) = match &cmd {
         DbCommand::Rebuild { data_dir } => (data_dir, "rebuild"),
         DbCommand::Purge { data_dir } => (data_dir, "purge"),
+        DbCommand::Copy { data_dir, .. } => (data_dir, "copy"),
         DbCommand::Stats { data_dir } => {
             crate::changes::db_stats(&config.data_dir(data_dir.as_deref())?).await?;
             return Ok(ExitCode::SUCCESS);
@@ -167,6 +184,9 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
         );
     }
     let _lock = crate::lock::DataDirLock::acquire(dir).await?;
+    if let DbCommand::Copy { to, resume, .. } = &cmd {
+        return crate::db_copy::copy(&db, to, *resume).await;
+    }
     let store = knife_store_sqlite::open(&db).await?;
     match cmd {
         DbCommand::Rebuild { .. } => {
@@ -191,8 +211,8 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 println!("  {thread}");
             }
         }
-        // Answered before the lock above.
-        DbCommand::Stats { .. } => {}
+        // Answered before the lock above, or above.
+        DbCommand::Stats { .. } | DbCommand::Copy { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
 }
