@@ -27,11 +27,10 @@ const OPERATIONAL_COLUMNS: &[&str] = &["last_seen_at_us"];
 /// Errors: a target URL that is not PostgreSQL, an unreachable target, a non-empty
 /// target, a failed import, or projections that differ (the copy is then not usable).
 pub async fn copy(db: &Path, to: &str, resume: bool) -> anyhow::Result<ExitCode> {
-    let url = match StoreLocation::parse(Some(to))? {
-        StoreLocation::Postgres(url) => url,
-        _ => bail!(
+    let StoreLocation::Postgres(url) = StoreLocation::parse(Some(to))? else {
+        bail!(
             "knife db copy copies into PostgreSQL: pass --to postgres://user:password@host:port/database"
-        ),
+        );
     };
     let shown = knife_store_postgres::redact(&url);
     let source = knife_store_sqlite::open(db).await?;
