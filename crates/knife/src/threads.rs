@@ -167,6 +167,11 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if let (DbCommand::Rebuild { .. } | DbCommand::Purge { .. }, Some(url)) =
+        (&cmd, postgres_url(&config)?)
+    {
+        return db_on_postgres(&url, &cmd, what).await;
+    }
     let db = config.data_dir(data_dir.as_deref())?.join(DB_FILE);
     if !db.is_file() {
         anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
@@ -188,12 +193,46 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
         return crate::db_copy::copy(&db, to, *resume).await;
     }
     let store = knife_store_sqlite::open(&db).await?;
+    maintain(&store, &db.display().to_string(), &cmd).await
+}
+
+/// `[store] url` when it names PostgreSQL (SCALE-01): `knife db rebuild|purge` and
+/// `knife threads` then work on that database instead of the data directory's file.
+fn postgres_url(config: &Config) -> anyhow::Result<Option<String>> {
+    Ok(
+        match crate::store_url::StoreLocation::parse(config.store.url.as_deref())? {
+            crate::store_url::StoreLocation::Postgres(url) => Some(url),
+            _ => None,
+        },
+    )
+}
+
+/// `knife db rebuild|purge` on PostgreSQL: refused while any node is live on it (its
+/// membership heartbeat, SCALE-05), since the nodes' writes would race it.
+async fn db_on_postgres(url: &str, cmd: &DbCommand, what: &str) -> anyhow::Result<ExitCode> {
+    let shown = knife_store_postgres::redact(url);
+    let store = knife_store_postgres::open(url).await?;
+    let live = store.live_nodes().await?;
+    if !live.is_empty() {
+        let nodes: Vec<String> = live
+            .iter()
+            .map(|m| format!("{} at {}", m.node, m.location))
+            .collect();
+        anyhow::bail!(
+            "knife nodes are running on {shown} ({}); stop them first, then run `knife db {what}` again",
+            nodes.join(", ")
+        );
+    }
+    maintain(&store, &shown, cmd).await
+}
+
+/// Runs `knife db rebuild|purge` on `store` (described as `shown`).
+async fn maintain(store: &Store, shown: &str, cmd: &DbCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         DbCommand::Rebuild { .. } => {
             let stats = store.rebuild().await?;
             println!(
-                "rebuilt the projections of {} from {} events in {:.1} ms",
-                db.display(),
+                "rebuilt the projections of {shown} from {} events in {:.1} ms",
                 stats.events,
                 stats.elapsed.as_secs_f64() * 1000.0
             );
@@ -211,7 +250,7 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 println!("  {thread}");
             }
         }
-        // Answered before the lock above, or above.
+        // Answered before.
         DbCommand::Stats { .. } | DbCommand::Copy { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
@@ -241,6 +280,9 @@ impl Reader {
             find_server(config, source.server.as_deref(), source.data_dir.as_deref()).await?
         {
             return Ok(Reader::Api(client));
+        }
+        if let Some(url) = postgres_url(config)? {
+            return Ok(Reader::Db(knife_store_postgres::open(&url).await?));
         }
         let dir = config.data_dir(source.data_dir.as_deref())?;
         let db = dir.join(DB_FILE);

@@ -290,5 +290,23 @@ async fn scale_09_db_copy_moves_a_stopped_sqlite_installation_into_postgresql() 
     assert_eq!(answers(&p), source_answers);
     let (status, _) = pg.api.get(&format!("/api/threads/{gone}")).await;
     assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+    // `knife db rebuild` on `[store] url` is refused while a node runs on it...
+    let busy = run_cli(pg.path(), &["db", "rebuild"]).await;
+    assert!(!busy.status.success());
+    assert!(busy.stderr.contains("stop them first"), "{}", busy.stderr);
     assert!(pg.proc.terminate().await.success());
+    // ...and works on it, like `knife threads`, once the nodes are stopped.
+    let rebuilt = run_cli(pg.path(), &["db", "rebuild"]).await;
+    assert!(rebuilt.status.success(), "{}", rebuilt.stderr);
+    assert!(
+        rebuilt
+            .stdout
+            .contains(&format!("from {} events", source_log.len())),
+        "{}",
+        rebuilt.stdout
+    );
+    let listed = run_cli(pg.path(), &["threads", "list"]).await;
+    assert!(listed.status.success(), "{}", listed.stderr);
+    assert!(listed.stdout.contains(&thread), "{}", listed.stdout);
+    assert!(!listed.stdout.contains(&gone), "{}", listed.stdout);
 }
