@@ -88,6 +88,10 @@ pub struct LiveSession {
     /// Attached threads holding an MCP credential of this session (empty when MCP is off).
     #[serde(default)]
     pub mcp_threads: Vec<ThreadId>,
+    /// The node holding the session (its `[store] node_id`; `local` on one node):
+    /// the node that answered, since each node lists the sessions it runs (SCALE-06).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// `POST /api/sessions/{id}/close`.

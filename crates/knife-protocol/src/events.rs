@@ -140,6 +140,12 @@ event_bodies! {
         /// A revert of a thread's files, whole (CHG-04); the revert journal (CHG-10).
         /// Changes no projection table: reverts are read back from the log by type.
         "revert.updated" => RevertUpdated(crate::Revert),
+        /// A command for the node driving a run (SCALE-06: an interrupt, a steer or an
+        /// approval answer sent to another node); changes no projection.
+        "thread.command" => ThreadCommanded(crate::ThreadCommand),
+        /// What the node driving the run did with a `thread.command` (SCALE-06);
+        /// changes no projection.
+        "thread.command_applied" => ThreadCommandApplied(crate::ThreadCommandApplied),
     }
 }
 
@@ -172,6 +178,10 @@ impl EventBody {
                 thread_id, run_id, ..
             } => (Some(thread_id.clone()), run_id.clone()),
             EventBody::McpToolCalled(c) => (Some(c.thread_id.clone()), None),
+            EventBody::ThreadCommanded(c) => (Some(c.thread_id.clone()), Some(c.run_id.clone())),
+            EventBody::ThreadCommandApplied(a) => {
+                (Some(a.thread_id.clone()), Some(a.run_id.clone()))
+            }
         }
     }
 }

@@ -80,6 +80,8 @@ string_id!(/// A revert of a thread's files to a checkpoint (CHG-04).
     RevertId, "revert");
 string_id!(/// A message waiting in a thread's queue, or a steer not yet delivered (TURN-01).
     QueuedMessageId, "queued");
+string_id!(/// A command to the node driving a thread's run (SCALE-06, `thread.command`).
+    ThreadCommandId, "command");
 
 impl RunId {
     /// The deterministic id of run `ordinal` (1-based) of `thread`: `run:<thread>:<ordinal>`.

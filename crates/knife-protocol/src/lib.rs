@@ -8,6 +8,7 @@
 pub mod adapter;
 pub mod api;
 pub mod changes;
+pub mod commands;
 pub mod entities;
 pub mod events;
 pub mod ids;
@@ -20,6 +21,7 @@ pub mod search;
 pub use adapter::*;
 pub use api::*;
 pub use changes::*;
+pub use commands::*;
 pub use entities::*;
 pub use events::*;
 pub use ids::*;

@@ -7,6 +7,7 @@
 //! nothing here names [`crate::boot`], which builds on it.
 
 pub mod answers;
+pub(crate) mod commanded;
 pub(crate) mod queue;
 pub mod runs;
 mod service;

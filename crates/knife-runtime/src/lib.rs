@@ -17,6 +17,7 @@ pub mod fork;
 pub mod ingest;
 pub mod lifecycle;
 pub mod live;
+pub mod live_relay;
 pub mod mcp;
 pub mod process_groups;
 pub mod reaper;

@@ -9,10 +9,16 @@ use knife_runtime::RuntimeError;
 use crate::AppState;
 use crate::error::ApiErr;
 
-/// `GET /api/sessions`: every live session, sorted by id (threads, busy turns, idle
-/// deadline, pin, MCP threads). No side effects (does not touch idle timers).
+/// `GET /api/sessions`: every live session of this node, sorted by id (threads, busy
+/// turns, idle deadline, pin, MCP threads), each naming the node that holds it
+/// (SCALE-06). No side effects (does not touch idle timers).
 pub(crate) async fn list_sessions(State(s): State<AppState>) -> Json<Vec<LiveSession>> {
-    Json(s.execution.manager().describe())
+    let node = s.store.node().node().to_owned();
+    let mut sessions = s.execution.manager().describe();
+    for session in &mut sessions {
+        session.node = Some(node.clone());
+    }
+    Json(sessions)
 }
 
 /// `POST /api/sessions/{id}/close`: releases live session `id` (reason

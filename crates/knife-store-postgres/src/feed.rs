@@ -1,12 +1,14 @@
 // The live feed on PostgreSQL: one LISTEN connection per node wakes a pump that reads the
-// newly committed rows from `events` in sequence order and publishes them in-process.
+// newly committed rows from `events` in sequence order and publishes them in-process; the
+// same connection receives the other nodes' relayed live deltas (crate::relay).
 
 use crate::error::PgResult;
 use crate::read::read_events;
+use crate::relay::{DELTA_CHANNEL, Reassembler};
 use crate::write::CHANNEL;
 use futures::StreamExt;
 use knife_protocol::StoredEvent;
-use knife_store::StreamFilter;
+use knife_store::{RelayedLive, StreamFilter};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -30,6 +32,10 @@ pub(crate) struct Pump {
     /// Longest wait between table reads without a wake-up (a missed NOTIFY, a lost
     /// LISTEN connection); never a correctness matter, only latency.
     pub poll_fallback: Duration,
+    /// Where the LISTEN connection's reassembled live messages of other nodes go.
+    pub relayed: broadcast::Sender<Arc<RelayedLive>>,
+    /// This node's sender id on `knife_deltas` (its own frames are skipped).
+    pub sender: u64,
 }
 
 impl Pump {
@@ -41,12 +47,17 @@ impl Pump {
         let mut last = self.after;
         let mut listener: Option<Listener> = None;
         loop {
+            let mut fresh = false;
             if listener
                 .as_ref()
                 .is_none_or(|l| l.closed.load(Ordering::Acquire))
             {
-                listener = match Listener::connect(&self.config, self.wake.clone()).await {
-                    Ok(l) => Some(l),
+                let relay = Reassembler::new(self.sender, self.relayed.clone());
+                listener = match Listener::connect(&self.config, self.wake.clone(), relay).await {
+                    Ok(l) => {
+                        fresh = true;
+                        Some(l)
+                    }
                     Err(e) => {
                         tracing::warn!(error = %knife_store::StoreError::from(e),
                             "cannot LISTEN for knife events; polling the table meanwhile");
@@ -59,9 +70,13 @@ impl Pump {
             } else {
                 RECONNECT.min(self.poll_fallback)
             };
-            tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(wait) => {}
+            // A new LISTEN hears only later commits: read what was committed before it
+            // at once instead of at the next poll.
+            if !fresh {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
             }
             last = self.drain(last).await;
         }
@@ -105,7 +120,11 @@ struct Listener {
 }
 
 impl Listener {
-    async fn connect(config: &tokio_postgres::Config, wake: Arc<Notify>) -> PgResult<Listener> {
+    async fn connect(
+        config: &tokio_postgres::Config,
+        wake: Arc<Notify>,
+        mut relay: Reassembler,
+    ) -> PgResult<Listener> {
         let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
         let closed = Arc::new(AtomicBool::new(false));
         let flag = closed.clone();
@@ -113,6 +132,11 @@ impl Listener {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(n))
+                        if n.channel() == DELTA_CHANNEL =>
+                    {
+                        relay.frame(n.payload());
+                    }
                     Ok(tokio_postgres::AsyncMessage::Notification(_)) => wake.notify_one(),
                     Ok(_) => {}
                     Err(e) => {
@@ -124,7 +148,9 @@ impl Listener {
             flag.store(true, Ordering::Release);
             wake.notify_one();
         });
-        client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        client
+            .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {DELTA_CHANNEL}"))
+            .await?;
         Ok(Listener {
             _client: client,
             closed,

@@ -20,9 +20,11 @@ mod claims;
 mod cluster;
 mod error;
 mod feed;
+mod fold;
 mod import;
 mod leases;
 mod read;
+mod relay;
 mod schema;
 mod write;
 
@@ -106,6 +108,11 @@ struct Inner {
     live: broadcast::Sender<StoredEvent>,
     wake: Arc<Notify>,
     pump: tokio::task::AbortHandle,
+    /// This node's live messages for the other nodes (crate::relay).
+    outbox: relay::Outbox,
+    /// The other nodes' live messages, reassembled by the LISTEN connection.
+    relayed: broadcast::Sender<Arc<knife_store::RelayedLive>>,
+    sender: tokio::task::AbortHandle,
 }
 
 impl std::fmt::Debug for Inner {
@@ -119,6 +126,7 @@ impl std::fmt::Debug for Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.pump.abort();
+        self.sender.abort();
     }
 }
 
@@ -175,6 +183,12 @@ impl PgStore {
         drop(client);
         let (live, _) = broadcast::channel(options.live_capacity.max(1));
         let wake = Arc::new(Notify::new());
+        let (relayed, _) = broadcast::channel(options.live_capacity.max(1));
+        let sender_id = {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new()
+                .hash_one((std::process::id(), std::time::SystemTime::now()))
+        };
         let pump = tokio::spawn(
             feed::Pump {
                 pool: pool.clone(),
@@ -183,10 +197,15 @@ impl PgStore {
                 wake: wake.clone(),
                 after,
                 poll_fallback: options.poll_fallback,
+                relayed: relayed.clone(),
+                sender: sender_id,
             }
             .run(),
         )
         .abort_handle();
+        let (outbox, outgoing) = relay::Outbox::new();
+        let sender =
+            tokio::spawn(relay::run_sender(pool.clone(), sender_id, outgoing)).abort_handle();
         tracing::debug!(%location, "knife store open on PostgreSQL");
         Ok(PgStore {
             inner: Arc::new(Inner {
@@ -195,6 +214,9 @@ impl PgStore {
                 live,
                 wake,
                 pump,
+                outbox,
+                relayed,
+                sender,
             }),
         })
     }
@@ -380,6 +402,18 @@ impl Maintenance for PgStore {
         let mut pooled = self.client().await?;
         let client: &mut tokio_postgres::Client = &mut pooled;
         Ok(import::import_events(client, events).await?)
+    }
+}
+
+/// Live deltas to and from the other nodes: chunked NOTIFY payloads on `knife_deltas`
+/// (crate::relay; issue 17 item 2).
+impl knife_store::LiveRelay for PgStore {
+    fn relay_live(&self, message: knife_store::RelayedLive) {
+        self.inner.outbox.send(message);
+    }
+
+    fn relayed_live(&self) -> Option<broadcast::Receiver<Arc<knife_store::RelayedLive>>> {
+        Some(self.inner.relayed.subscribe())
     }
 }
 

@@ -13,6 +13,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -82,13 +83,20 @@ pub fn postgres_bin() -> Result<PathBuf, String> {
 }
 
 async fn start() -> Result<TestCluster, String> {
+    start_cluster(false).await
+}
+
+/// Starts a new throwaway cluster (initdb, a few seconds) owned by the caller; it stops
+/// and its dir is deleted when this process exits. `durable` keeps PostgreSQL's
+/// `fsync` on (as in production; `knife bench cluster`), else off (test speed).
+pub async fn start_cluster(durable: bool) -> Result<TestCluster, String> {
     let bin = postgres_bin()?;
     let dir = tempfile::Builder::new()
         .prefix("knife-pg-")
         .tempdir()
         .map_err(|e| format!("cannot create a temp dir: {e}"))?
         .keep();
-    let started = start_in(&bin, &dir).await;
+    let started = start_in(&bin, &dir, durable).await;
     if started.is_err() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -96,7 +104,7 @@ async fn start() -> Result<TestCluster, String> {
 }
 
 /// initdb + the watchdog'd postgres in `dir`; returns the port once it accepts.
-async fn start_in(bin: &Path, dir: &Path) -> Result<u16, String> {
+async fn start_in(bin: &Path, dir: &Path, durable: bool) -> Result<u16, String> {
     let as_root = std::fs::metadata("/proc/self")
         .map(|m| m.uid() == 0)
         .unwrap_or(false);
@@ -145,7 +153,7 @@ async fn start_in(bin: &Path, dir: &Path) -> Result<u16, String> {
     // died) stops it and deletes the temp dir. Bounded by the test binary's life.
     let script = r#"
         "$4/postgres" -D "$1/data" -k "$1" -p "$2" -c listen_addresses=127.0.0.1 \
-            -c fsync=off -c full_page_writes=off -c max_connections=200 >"$1/log" 2>&1 &
+            -c fsync=$5 -c full_page_writes=$5 -c max_connections=200 >"$1/log" 2>&1 &
         pg=$!
         while [ -d "/proc/$3" ] && kill -0 "$pg" 2>/dev/null; do sleep 0.5; done
         kill -INT "$pg" 2>/dev/null; wait "$pg"; rm -rf "$1"
@@ -156,6 +164,7 @@ async fn start_in(bin: &Path, dir: &Path) -> Result<u16, String> {
         .arg(port.to_string())
         .arg(std::process::id().to_string())
         .arg(bin)
+        .arg(if durable { "on" } else { "off" })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -187,4 +196,87 @@ fn id_of(flag: &str) -> Result<u32, String> {
         .trim()
         .parse()
         .map_err(|_| "no `postgres` user: install Debian's postgresql package".to_owned())
+}
+
+/// Creates database `name` on the server of `server_url` (any database of it the user
+/// may connect to), with `settings` as its defaults (`ALTER DATABASE … SET`), and
+/// returns the key=value URL of the new database.
+///
+/// Errors: the server cannot be reached, or refuses (a message saying which).
+pub async fn create_database(
+    server_url: &str,
+    name: &str,
+    settings: &[(&str, &str)],
+) -> Result<String, String> {
+    let config = tokio_postgres::Config::from_str(server_url)
+        .map_err(|e| format!("not a PostgreSQL URL ({e})"))?;
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", crate::redact(server_url)))?;
+    let driver = tokio::spawn(connection);
+    let mut done = client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await;
+    for (key, value) in settings {
+        if done.is_ok() {
+            done = client
+                .batch_execute(&format!("ALTER DATABASE {name} SET {key} = '{value}'"))
+                .await;
+        }
+    }
+    let done = done.map_err(|e| format!("cannot create database {name}: {}", db_message(&e)));
+    drop(client);
+    let _ = driver.await;
+    done?;
+    Ok(database_url(&config, name))
+}
+
+/// Drops database `name` of `server_url`'s server (best effort: errors are returned as
+/// text for the caller to print).
+pub async fn drop_database(server_url: &str, name: &str) -> Result<(), String> {
+    let (client, connection) = tokio_postgres::connect(server_url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let driver = tokio::spawn(connection);
+    let done = client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await
+        .map_err(|e| format!("cannot drop database {name}: {}", db_message(&e)));
+    drop(client);
+    let _ = driver.await;
+    done
+}
+
+/// `config` pointed at database `db`, as a key=value URL.
+fn database_url(config: &tokio_postgres::Config, db: &str) -> String {
+    let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+    let mut parts = Vec::new();
+    if let Some(host) = config.get_hosts().first() {
+        let host = match host {
+            tokio_postgres::config::Host::Tcp(h) => h.clone(),
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        };
+        parts.push(format!("host={}", quote(&host)));
+    }
+    if let Some(port) = config.get_ports().first() {
+        parts.push(format!("port={port}"));
+    }
+    if let Some(user) = config.get_user() {
+        parts.push(format!("user={}", quote(user)));
+    }
+    if let Some(password) = config.get_password() {
+        parts.push(format!(
+            "password={}",
+            quote(&String::from_utf8_lossy(password))
+        ));
+    }
+    parts.push(format!("dbname={db}"));
+    parts.join(" ")
+}
+
+/// The server's message of a driver error (its `Display` alone says only "db error").
+fn db_message(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_owned())
 }

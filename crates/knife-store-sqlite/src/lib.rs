@@ -325,6 +325,9 @@ impl Maintenance for SqliteStore {
     }
 }
 
+/// One node: nothing to relay (the defaults).
+impl knife_store::LiveRelay for SqliteStore {}
+
 #[async_trait::async_trait]
 impl knife_store::Search for SqliteStore {
     async fn search(

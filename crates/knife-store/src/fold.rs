@@ -363,7 +363,10 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
         EventBody::ThreadErrorRaised { .. }
         | EventBody::McpToolCalled(_)
         | EventBody::CheckpointRecorded(_)
-        | EventBody::RevertUpdated(_) => Vec::new(),
+        | EventBody::RevertUpdated(_)
+        // Commands between nodes (SCALE-06) are read from the log by their listeners.
+        | EventBody::ThreadCommanded(_)
+        | EventBody::ThreadCommandApplied(_) => Vec::new(),
     })
 }
 

@@ -11,7 +11,8 @@
 //! * The contract is a set of object-safe `async_trait` traits grouped by concern:
 //!   [`EventLog`] (append, compare-and-set), [`EventFeed`] (gap-free replay-then-live
 //!   streams, log reads), [`ProjectionReads`], [`Claims`], [`ProcessGroups`],
-//!   [`Activity`], [`Maintenance`], [`Leases`] (SCALE-04), [`Cluster`] (SCALE-05/07). [`StoreBackend`] is all of them.
+//!   [`Activity`], [`Maintenance`], [`Leases`] (SCALE-04), [`Cluster`] (SCALE-05/07), [`LiveRelay`]
+//!   (live deltas between nodes). [`StoreBackend`] is all of them.
 //! * [`Store`] is the handle callers hold: a cheap clone of `Arc<dyn StoreBackend>`
 //!   that derefs to the backend, so `store.write(events)` calls [`EventLog::write`]
 //!   without importing the trait.
@@ -34,6 +35,7 @@ mod error;
 pub mod fold;
 pub mod leases;
 mod node;
+pub mod relay;
 pub mod search;
 mod stream;
 mod traits;
@@ -46,6 +48,7 @@ pub use cluster::{Cluster, NodeMember};
 pub use error::{BackendError, StoreError};
 pub use leases::{DEFAULT_LEASE_HEARTBEAT, DEFAULT_LEASE_TTL, Lease, Leases, TakeScope};
 pub use node::{Fences, LOCAL_NODE, NodeLeases};
+pub use relay::{LiveRelay, RelayedLive};
 pub use search::SearchQuery;
 pub use stream::{REPLAY_PAGE, StreamSource, replay_then_live};
 pub use traits::{

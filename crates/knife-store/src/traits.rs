@@ -240,6 +240,7 @@ pub trait StoreBackend:
     + crate::leases::Leases
     + crate::cluster::Cluster
     + Search
+    + crate::relay::LiveRelay
     + std::fmt::Debug
     + Send
     + Sync
@@ -259,6 +260,7 @@ impl<T> StoreBackend for T where
         + crate::cluster::Cluster
         + crate::cluster::Cluster
         + Search
+        + crate::relay::LiveRelay
         + std::fmt::Debug
         + Send
         + Sync

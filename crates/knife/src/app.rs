@@ -45,6 +45,9 @@ pub struct App {
     /// Renews this node's leases and takes over expired claims; [`App::serve`] starts
     /// it (SCALE-04/05).
     pub leases: knife_runtime::boot::takeover::LeaseKeeper,
+    /// The store is shared with other nodes (PostgreSQL): [`App::serve`] then follows
+    /// the commands other nodes send for the runs this node drives (SCALE-06).
+    pub shared_store: bool,
     /// Connection cap and header timeout of the server loop (SEC-04).
     pub limits: knife_server::ServerLimits,
     /// The sandbox of model-run commands (SEC-01), for `/healthz/detail`.
@@ -342,6 +345,9 @@ impl App {
             adapters,
             manager_options,
         );
+        // Several nodes: this node's live deltas also go to the other nodes (a no-op on
+        // SQLite); the inbound half starts with the server (App::serve).
+        manager.live().relay_to(store.clone());
         let reaper = Reaper::new(
             store.clone(),
             clock.clone(),
@@ -465,6 +471,7 @@ impl App {
             state,
             reaper,
             leases,
+            shared_store: matches!(location, crate::store_url::StoreLocation::Postgres(_)),
             limits: config.server.limits(),
             sandbox,
             disk,
@@ -514,6 +521,17 @@ impl App {
         // Stopped with the reaper: a stopping node takes nothing over any more (its
         // interrupted runs keep their claims and leases, which then run out).
         let keeper = self.leases.clone().start(reaper_stop.clone());
+        // The other nodes' live deltas, for this node's subscribers (None on SQLite).
+        let relay = knife_runtime::live_relay::start(
+            self.execution.manager().live().clone(),
+            self.store.clone(),
+            reaper_stop.clone(),
+        );
+        // SCALE-06: interrupts, steers and approval answers other nodes took for the
+        // runs this node drives. One node (SQLite) gets none, so it does not listen.
+        let commands = self
+            .shared_store
+            .then(|| self.execution.start_command_listener(reaper_stop.clone()));
         let execution = self.execution.clone();
         let closing = self.state.closing.clone();
         let stop_reaper = reaper_stop.clone();
@@ -547,6 +565,12 @@ impl App {
         self.execution.manager().shutdown().await;
         let _ = reaper.await;
         let _ = keeper.await;
+        if let Some(relay) = relay {
+            let _ = relay.await;
+        }
+        if let Some(commands) = commands {
+            let _ = commands.await;
+        }
         if let Some(membership) = self.membership.take() {
             membership.leave().await;
         }

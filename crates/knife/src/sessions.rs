@@ -115,6 +115,9 @@ fn render_list(sessions: &[LiveSession]) -> String {
                 .unwrap_or_default()
         );
         let _ = writeln!(out, "  folder   {}", s.cwd);
+        if let Some(node) = &s.node {
+            let _ = writeln!(out, "  node     {node}");
+        }
         let threads: Vec<_> = s.threads.iter().map(|t| t.to_string()).collect();
         let _ = writeln!(out, "  threads  {}", join_or_none(&threads));
         let turns: Vec<_> = s.busy_turns.iter().map(|t| t.to_string()).collect();

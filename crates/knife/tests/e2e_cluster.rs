@@ -474,3 +474,200 @@ async fn scale_07_a_restarting_node_stops_only_its_own_sessions_never_a_live_nod
     );
     drop(a);
 }
+
+/// SCALE-10: `knife bench cluster` at a tiny size against the test cluster: three
+/// nodes append, and the table states the batch size and `synchronous_commit` of each
+/// row, events/s, and cross-node delivery p50/p99 over every event seen by the two
+/// other nodes. The figures themselves are the bench's to print, not asserted here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery() {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        knife_command(dir.path())
+            .args(["bench", "cluster", "--database"])
+            .arg(cluster.url("postgres"))
+            .args(["--events", "300", "--batch", "10", "--writers", "1"])
+            .args(["--synchronous-commit", "on,off"])
+            .output(),
+    )
+    .await
+    .expect("the bench to finish within 120 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].contains("3 nodes") && lines[0].contains("batch size 10"),
+        "{stdout}"
+    );
+    let header: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "synchronous_commit",
+            "batch",
+            "size",
+            "events/s",
+            "delivery",
+            "p50",
+            "delivery",
+            "p99",
+            "delivery",
+            "max",
+            "deliveries"
+        ],
+        "{stdout}"
+    );
+    for (line, sync) in lines[2..].iter().zip(["on", "off"]) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        // on 10 1234 3.1 ms 9.8 ms 12.0 ms 600
+        assert_eq!(cells.len(), 10, "{line}");
+        assert_eq!(cells[0], sync);
+        assert_eq!(cells[1], "10");
+        assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{line}");
+        let p50: f64 = cells[3].parse().unwrap();
+        let p99: f64 = cells[5].parse().unwrap();
+        assert!(p50 <= p99, "{line}");
+        assert_eq!((cells[4], cells[6], cells[8]), ("ms", "ms", "ms"));
+        // 300 events, each seen by the two nodes that did not write it.
+        assert_eq!(cells[9], "600", "{line}");
+    }
+    assert_eq!(lines.len(), 4, "{stdout}");
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A WebSocket subscription of `thread` on `server` from `after`.
+async fn subscribe_ws(server: &Server, thread: &str, after: u64) -> Ws {
+    use futures::SinkExt;
+    let url = format!("ws://{}/api/ws", server.proc.addr);
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let msg = serde_json::json!({"type": "subscribe", "thread_id": thread, "after": after});
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        msg.to_string().into(),
+    ))
+    .await
+    .unwrap();
+    ws
+}
+
+/// One server message (30 s box).
+async fn next_ws(ws: &mut Ws) -> WsServerMessage {
+    use futures::StreamExt;
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("no websocket message within 30 s")
+            .expect("websocket closed")
+            .expect("websocket error");
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = msg {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
+
+/// SCALE-03 for live deltas (issue 17 item 2): a run on node A streams its answer; a
+/// WebSocket subscriber of the thread on node B (which runs nothing itself, so every
+/// delta it gets came from A through the database) receives `delta` messages whose
+/// offsets continue exactly what it shows (durable snapshots + deltas: no text twice,
+/// none missing), some ahead of any durable snapshot, and ends with A's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() {
+    let answer: String = (0..60).map(|i| format!("word{i} ")).collect();
+    let script = format!("[[response]]\ntext = \"{answer}\"\nstream_deltas_ms = 20\n");
+    let mock = MockLlm::script(&script, &[]).await;
+    let cluster = cluster().await;
+    let db = cluster.fresh_database().await;
+    let url = cluster.tcp_url(&db);
+    let mut a = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-a")).await;
+    let b = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-b")).await;
+    let project = a.api.create_project(&a.project_dir()).await;
+    let thread = a.api.create_thread(&project).await;
+    let mut ws = subscribe_ws(&b, &thread, 0).await;
+    loop {
+        if let WsServerMessage::Subscribed { .. } = next_ws(&mut ws).await {
+            break;
+        }
+    }
+    let run = a.api.post_message(&thread, "answer").await;
+
+    // Per (item, field): the durable text, and what the subscriber shows.
+    let mut durable: BTreeMap<(TurnItemId, DeltaField), String> = BTreeMap::new();
+    let mut shown: BTreeMap<(TurnItemId, DeltaField), String> = BTreeMap::new();
+    let (mut deltas, mut ahead) = (0usize, 0usize);
+    loop {
+        match next_ws(&mut ws).await {
+            WsServerMessage::Event { event } => {
+                let body = &event.event.body;
+                if let EventBody::TurnItemUpdated(item) = body {
+                    for field in [DeltaField::Text, DeltaField::Reasoning] {
+                        let Some(text) = field.durable_text(item) else {
+                            continue;
+                        };
+                        let key = (item.id.clone(), field);
+                        durable.insert(key.clone(), text.to_owned());
+                        let s = shown.entry(key).or_default();
+                        if text.len() >= s.len() {
+                            assert!(text.starts_with(s.as_str()), "{text:?} vs {s:?}");
+                            *s = text.to_owned();
+                        } else {
+                            assert!(s.starts_with(text), "{s:?} vs {text:?}");
+                        }
+                    }
+                }
+                if let EventBody::RunUpdated(r) = body
+                    && r.id.as_str() == run
+                    && r.status.is_terminal()
+                {
+                    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+                    break;
+                }
+            }
+            WsServerMessage::Delta(d) => {
+                deltas += 1;
+                let key = (d.item_id.clone(), d.field);
+                if d.end() > durable.get(&key).map_or(0, String::len) as u64 {
+                    ahead += 1;
+                }
+                let s = shown.entry(key).or_default();
+                assert_eq!(
+                    d.offset,
+                    s.len() as u64,
+                    "delta {d:?} does not continue the shown {s:?}"
+                );
+                s.push_str(&d.text);
+            }
+            WsServerMessage::Reset(r) => panic!("no reset expected: {r:?}"),
+            WsServerMessage::Error { error } => panic!("websocket error: {error:?}"),
+            WsServerMessage::Subscribed { .. } => {}
+        }
+    }
+    eprintln!("node B got {deltas} deltas from node A, {ahead} ahead of their snapshot");
+    assert!(deltas >= 5, "deltas on node B: {deltas}");
+    assert!(ahead >= 1, "no delta was ahead of the durable snapshots");
+    let texts: Vec<&String> = shown
+        .iter()
+        .filter(|((_, f), t)| *f == DeltaField::Text && !t.is_empty())
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(texts.len(), 1, "{texts:?}");
+    assert_eq!(texts[0].trim_end(), answer.trim_end());
+    assert!(a.proc.terminate().await.success());
+}

@@ -52,35 +52,48 @@ impl ExecutionService {
                 .get_thread(thread_id)
                 .await?
                 .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
-            // Busy = a run this process drives. A run the store shows active but
-            // nobody drives (its drive panicked) is settled by the start below.
+            // Busy = a run this process drives, or one another node holds the lease
+            // of (SCALE-06: queued here in the thread row, which that node's terminal
+            // write re-reads). A run the store shows active but nobody drives (its
+            // drive panicked) is settled by the start below.
+            let remote = match &thread.active_run_id {
+                Some(_) if !self.is_active(thread_id) => self.remote_holder(thread_id).await?,
+                _ => None,
+            };
             let running = thread
                 .active_run_id
                 .clone()
-                .filter(|_| self.is_active(thread_id));
+                .filter(|_| self.is_active(thread_id) || remote.is_some());
             let Some(run) = running else {
                 let start = RunStart::User {
                     text: text.clone(),
                     model: model.clone(),
                 };
-                match self.begin(thread_id, start).await? {
-                    Begun::Started { run, .. } => return Ok(started(thread_id, &run, mode)),
-                    // A run being created (or a revert): its id shows up shortly.
-                    Begun::Busy(_) if tokio::time::Instant::now() < deadline => {
+                match self.begin(thread_id, start).await {
+                    Ok(Begun::Started { run, .. }) => return Ok(started(thread_id, &run, mode)),
+                    // A run being created (or a revert): its id shows up shortly. Or
+                    // another node holds the lease of a thread that looked idle: it is
+                    // starting a run, or letting its lease go after its run's end
+                    // (SCALE-06). Look again.
+                    Ok(Begun::Busy(_))
+                    | Err(RuntimeError::Store(knife_store::StoreError::LeaseHeld { .. }))
+                        if tokio::time::Instant::now() < deadline =>
+                    {
                         tokio::time::sleep(BUSY_POLL).await;
                         continue;
                     }
-                    Begun::Busy(run) => {
+                    Ok(Begun::Busy(run)) => {
                         return Err(RuntimeError::RunInProgress {
                             thread: thread_id.clone(),
                             run: run.unwrap_or_else(|| RunId::from("(starting)")),
                         });
                     }
-                    Begun::NotClaimed | Begun::Exhausted { .. } => {
+                    Ok(Begun::NotClaimed | Begun::Exhausted { .. }) => {
                         return Err(RuntimeError::Internal(
                             "a user message was answered as a resume".into(),
                         ));
                     }
+                    Err(e) => return Err(e),
                 }
             };
             if mode == MessageMode::Reject {
@@ -119,7 +132,13 @@ impl ExecutionService {
             }
             return Ok(match mode {
                 MessageMode::Interrupt => {
-                    self.signal_interrupt(thread_id, InterruptReason::Superseded);
+                    if remote.is_some() {
+                        let reason = CommandInterruptReason::Superseded;
+                        self.command(thread_id, &run, CommandAction::Interrupt { reason })
+                            .await?;
+                    } else {
+                        self.signal_interrupt(thread_id, InterruptReason::Superseded);
+                    }
                     queued(
                         thread_id,
                         &run,
@@ -130,16 +149,62 @@ impl ExecutionService {
                         )),
                     )
                 }
-                MessageMode::Steer => self.deliver_steer(thread_id, &run, entry).await?,
+                MessageMode::Steer => match remote {
+                    Some(node) => self.steer_remote(thread_id, &run, entry, &node).await?,
+                    None => self.deliver_steer(thread_id, &run, entry).await?,
+                },
                 _ => queued(thread_id, &run, entry, position, None),
             });
         }
         Err(RuntimeError::Conflict)
     }
 
+    /// Asks node `node`, which drives `run`, to hand steer `entry` (already in the
+    /// queue) to its turn (SCALE-06), and answers as [`Self::deliver_steer`] does there.
+    /// A node that does not answer in time leaves the entry a plain queued message.
+    async fn steer_remote(
+        &self,
+        thread_id: &ThreadId,
+        run: &RunId,
+        entry: QueuedMessage,
+        node: &str,
+    ) -> Result<PostMessageResponse, RuntimeError> {
+        let action = CommandAction::Steer {
+            entry_id: entry.id.clone(),
+        };
+        let note = match self.command(thread_id, run, action).await? {
+            Some(CommandOutcome::Applied) => {
+                let position = self
+                    .inner
+                    .store
+                    .get_thread(thread_id)
+                    .await?
+                    .and_then(|t| t.queue.position(&entry.id));
+                return Ok(PostMessageResponse {
+                    thread_id: thread_id.clone(),
+                    status: MessageDelivery::Steering,
+                    run_id: Some(run.clone()),
+                    queued: Some(entry),
+                    position,
+                    note: None,
+                });
+            }
+            // That node queued it already, with this note.
+            Some(CommandOutcome::Refused { reason }) => reason,
+            None => format!(
+                "node {node}, which runs {run}, did not take this message within {} s; it was \
+                 queued and starts when run {run} ends",
+                super::remote::COMMAND_WAIT.as_secs()
+            ),
+        };
+        let (entry, position) = self.unsteer(thread_id, entry, &note).await?;
+        let note = entry.note.clone().unwrap_or(note);
+        Ok(queued(thread_id, run, entry, position, Some(note)))
+    }
+
     /// Hands steer `entry` (already in the queue) to the turn of `run`; when the
     /// runtime cannot take it, the entry becomes a plain queued message.
-    async fn deliver_steer(
+    pub(super) async fn deliver_steer(
         &self,
         thread_id: &ThreadId,
         run: &RunId,
@@ -307,7 +372,9 @@ impl ExecutionService {
         for _ in 0..CAS_ATTEMPTS {
             self.wait_if_finishing(thread_id).await;
             let (version, mut thread) = self.thread_row(thread_id).await?;
-            let busy = thread.active_run_id.is_some() && self.is_active(thread_id);
+            // Busy here, or on the node holding the lease (SCALE-06).
+            let busy = thread.active_run_id.is_some()
+                && (self.is_active(thread_id) || self.remote_holder(thread_id).await?.is_some());
             let first = thread
                 .queue
                 .entries

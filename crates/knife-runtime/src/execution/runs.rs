@@ -70,6 +70,12 @@ pub(crate) enum Created {
     /// A continuation found the budget spent: the thread was terminalised with
     /// `aborted`, its claim released and its counter reset, in one transaction.
     Exhausted { attempts: u32 },
+    /// A continuation found its run stopped through another node (SCALE-06): it was
+    /// ended `interrupted` and the claim released instead ([`crate::execution::commanded`]).
+    Stopped,
+    /// As `Stopped`, by a superseding message: its run was opened in the same
+    /// transaction (thread, project, run, the message's text).
+    Next(Box<(Thread, Project, Run, String)>),
 }
 
 /// Creates run N+1 of `thread_id` in one compare-and-set transaction on the thread
@@ -111,6 +117,14 @@ pub(crate) async fn create_run(
         // This node takes (or takes again) the thread's lease before it writes for the
         // claim: every write of the resume is fenced by the new epoch (SCALE-04).
         store.hold_lease(thread_id).await?;
+        // SCALE-06: the user stopped this run through another node and its node died
+        // before it applied the stop: end it as asked, never resume it.
+        if let Some(active) = thread.active_run_id.clone()
+            && let Some(reason) =
+                crate::execution::commanded::stop_asked(store, thread_id, &active).await?
+        {
+            return crate::execution::commanded::stop(store, version, thread, reason, now).await;
+        }
         let attempts = thread.resume_attempts.saturating_add(1);
         if attempts > *max_attempts {
             let events = exhausted_events(store, &mut thread, now).await?;

@@ -30,7 +30,8 @@ use crate::sessions::{SessionHandle, SessionManager};
 // `impl ExecutionService` continues in `execution/turn.rs` (driving one run's turn),
 // `execution/messages.rs` (the message queue, TURN-01/02), `execution/budget_raise.rs`
 // (TURN-07),
-// `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04) and
+// `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04),
+// `execution/remote.rs` (commands to the node driving a run, SCALE-06) and
 // `execution/worktrees.rs` (CHG-07): children of this module so they share the
 // service's private state.
 #[path = "budget_raise.rs"]
@@ -40,6 +41,9 @@ pub use budget_raise::{BUDGET_CONTINUE_DESCRIPTION, CONTINUE_AFTER_BUDGET_RAISE}
 mod checkpoints;
 #[path = "messages.rs"]
 mod messages;
+#[path = "remote.rs"]
+mod remote;
+pub use remote::COMMAND_WAIT;
 #[path = "revert.rs"]
 mod revert;
 #[path = "turn.rs"]
@@ -376,9 +380,19 @@ impl ExecutionService {
                 &start,
             )
             .await?;
-            let (thread, project, run) = match created {
-                Created::Started(started) => *started,
-                Created::NotClaimed => return Ok(Begun::NotClaimed),
+            let continuation = matches!(start, RunStart::Continuation { .. });
+            let (thread, project, run, text, continuation) = match created {
+                Created::Started(started) => {
+                    let (thread, project, run) = *started;
+                    (thread, project, run, start.text().to_owned(), continuation)
+                }
+                // A stop commanded through another node ended the run (SCALE-06); a
+                // superseding message starts instead.
+                Created::Next(next) => {
+                    let (thread, project, run, text) = *next;
+                    (thread, project, run, text, false)
+                }
+                Created::NotClaimed | Created::Stopped => return Ok(Begun::NotClaimed),
                 Created::Exhausted { attempts } => return Ok(Begun::Exhausted { attempts }),
             };
             reservation.disarm();
@@ -404,8 +418,8 @@ impl ExecutionService {
                     root,
                     project_root: PathBuf::from(&project.root),
                     run,
-                    text: start.text().to_owned(),
-                    continuation: matches!(start, RunStart::Continuation { .. }),
+                    text,
+                    continuation,
                     end_events: Vec::new(),
                     cancel,
                     reason,
@@ -449,10 +463,24 @@ impl ExecutionService {
                 _ => None,
             });
         }
-        match self.inner.store.get_thread(thread).await? {
-            Some(_) => Ok(None),
-            None => Err(RuntimeError::ThreadNotFound(thread.clone())),
+        let Some(row) = self.inner.store.get_thread(thread).await? else {
+            return Err(RuntimeError::ThreadNotFound(thread.clone()));
+        };
+        // SCALE-06: a run another node drives is stopped by that node. The command is
+        // durable: a node that died before applying it leaves it to the takeover, which
+        // does not resume a run the user stopped.
+        if let Some(run) = row.active_run_id
+            && self.remote_holder(thread).await?.is_some()
+        {
+            let reason = match why {
+                InterruptReason::Superseded => CommandInterruptReason::Superseded,
+                InterruptReason::User | InterruptReason::Shutdown => CommandInterruptReason::User,
+            };
+            self.command(thread, &run, CommandAction::Interrupt { reason })
+                .await?;
+            return Ok(Some(run));
         }
+        Ok(None)
     }
 
     /// Stops driving the active run of `thread` because this node lost its lease
@@ -493,7 +521,7 @@ impl ExecutionService {
         request: &RuntimeRequestId,
         answer: RequestAnswer,
     ) -> Result<RuntimeRequest, RuntimeError> {
-        use crate::execution::answers::{check_pending, no_live_turn, refused, wait_resolved};
+        use crate::execution::answers::{check_pending, no_live_turn, wait_resolved};
         if let Some(m) = answer.message.as_deref().and_then(|m| {
             knife_protocol::limits::over_bytes(
                 "message",
@@ -504,20 +532,70 @@ impl ExecutionService {
             return Err(RuntimeError::Invalid(m));
         }
         check_pending(&self.inner.store, thread, request).await?;
+        if self.session_of(thread).is_none() {
+            // SCALE-06: the turn waiting for the answer may run on another node.
+            let active = self
+                .inner
+                .store
+                .get_thread(thread)
+                .await?
+                .and_then(|t| t.active_run_id);
+            if let Some(run) = active
+                && let Some(node) = self.remote_holder(thread).await?
+            {
+                let action = CommandAction::AnswerRequest {
+                    request_id: request.clone(),
+                    answer,
+                };
+                return match self.command(thread, &run, action).await? {
+                    Some(CommandOutcome::Applied) => {
+                        wait_resolved(&self.inner.store, request).await
+                    }
+                    Some(CommandOutcome::Refused { reason }) => {
+                        Err(RuntimeError::RequestNotPending {
+                            request: request.clone(),
+                            reason,
+                        })
+                    }
+                    None => Err(RuntimeError::RequestNotPending {
+                        request: request.clone(),
+                        reason: format!(
+                            "node {node}, which runs {run}, did not take the answer within {} s \
+                             (it may have stopped; another node then takes the run over and \
+                             the request expires); send a new message instead",
+                            remote::COMMAND_WAIT.as_secs()
+                        ),
+                    }),
+                };
+            }
+            return Err(no_live_turn(request));
+        }
+        self.answer_here(thread, request, answer).await?;
+        wait_resolved(&self.inner.store, request).await
+    }
+
+    /// Hands `answer` to the runtime of the run this node drives on `thread`, after
+    /// checking `request` is still pending (no wait for its resolution). Errors: those of
+    /// [`Self::respond_to_request`].
+    async fn answer_here(
+        &self,
+        thread: &ThreadId,
+        request: &RuntimeRequestId,
+        answer: RequestAnswer,
+    ) -> Result<(), RuntimeError> {
+        use crate::execution::answers::{check_pending, no_live_turn, refused};
+        check_pending(&self.inner.store, thread, request).await?;
         let Some(handle) = self.session_of(thread) else {
             return Err(no_live_turn(request));
         };
         match handle.respond_to_runtime_request(request, answer).await {
-            Ok(()) => {}
-            Err(crate::SessionError::Runtime(e)) => return Err(refused(request, e)),
-            Err(e) => {
-                return Err(RuntimeError::RequestNotPending {
-                    request: request.clone(),
-                    reason: e.to_string(),
-                });
-            }
+            Ok(()) => Ok(()),
+            Err(crate::SessionError::Runtime(e)) => Err(refused(request, e)),
+            Err(e) => Err(RuntimeError::RequestNotPending {
+                request: request.clone(),
+                reason: e.to_string(),
+            }),
         }
-        wait_resolved(&self.inner.store, request).await
     }
 
     /// Waits until `thread` has no active run in this process.

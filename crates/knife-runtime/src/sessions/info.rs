@@ -74,6 +74,8 @@ impl SessionManager {
                         .and_then(|since| since.checked_add(idle_timeout))
                         .and_then(to_wall),
                     pinned_since: st.pinned_since.and_then(to_wall),
+                    // The manager does not know the node; the API fills it in.
+                    node: None,
                 }
             })
             .collect();

@@ -2,6 +2,7 @@
 //! Prints tables; nothing here asserts a speed (benchmarks measure, tests prove).
 
 mod checkpoint;
+mod cluster;
 mod processor;
 mod restart;
 mod search;
@@ -77,6 +78,29 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 200)]
         queries: usize,
     },
+    /// SCALE-10: three nodes on one PostgreSQL database append in batches at once:
+    /// events/s of the three together, and cross-node delivery p50/p99 (from the
+    /// append returning on one node to the event leaving an `after=N` stream on
+    /// another). Targets: at least 20,000 events/s, p99 at most 50 ms. Without
+    /// `--database` it starts a throwaway cluster (fsync on) from Debian's binaries.
+    Cluster {
+        /// A PostgreSQL server URL (`postgres://user:pw@host:port/db`); the bench creates
+        /// (and drops) its own databases there.
+        #[arg(long)]
+        database: Option<String>,
+        /// Events appended by the three nodes together.
+        #[arg(long, default_value_t = 60_000)]
+        events: usize,
+        /// Events per append.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+        /// Concurrent appenders per node.
+        #[arg(long, default_value_t = 2)]
+        writers: usize,
+        /// `synchronous_commit` settings to measure (one row each).
+        #[arg(long, value_delimiter = ',', default_value = "on,off")]
+        synchronous_commit: Vec<String>,
+    },
     /// N claimed threads and a restart sweep over no-op drains: time from boot to the
     /// first drain of the last thread, and memory.
     Restart {
@@ -97,6 +121,22 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             message_bytes,
         } => subscribers::run(ws, sse, message_bytes).await?,
         BenchCommand::Restart { threads } => restart::run(threads).await?,
+        BenchCommand::Cluster {
+            database,
+            events,
+            batch,
+            writers,
+            synchronous_commit,
+        } => {
+            cluster::run(cluster::ClusterBench {
+                database,
+                events,
+                batch,
+                writers,
+                synchronous_commit,
+            })
+            .await?
+        }
         BenchCommand::Search { items, queries } => search::run(items, queries).await?,
         BenchCommand::Checkpoint {
             files,

@@ -1,0 +1,85 @@
+//! Commands between knife nodes (SPEC.md SCALE-06): what a node that took an HTTP request
+//! asks of the node driving the thread's run, and that node's answer, both as events.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+use crate::api::RequestAnswer;
+use crate::ids::*;
+
+/// Event name of [`ThreadCommand`] (`EventBody::ThreadCommanded`).
+pub const THREAD_COMMAND: &str = "thread.command";
+/// Event name of [`ThreadCommandApplied`] (`EventBody::ThreadCommandApplied`).
+pub const THREAD_COMMAND_APPLIED: &str = "thread.command_applied";
+
+/// A command to whichever node drives run `run_id` of thread `thread_id` (SCALE-06),
+/// appended to the event log by the node that took the request. The node driving
+/// exactly that run applies it through the same code as a local request and answers
+/// with a [`ThreadCommandApplied`]; every other node, and a later run of the thread,
+/// ignores it (a stale command never acts on another run).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ThreadCommand {
+    pub id: ThreadCommandId,
+    pub thread_id: ThreadId,
+    /// The run it acts on.
+    pub run_id: RunId,
+    /// The node that took the HTTP request (its `[store] node_id`).
+    pub from_node: String,
+    /// When that node wrote it (its clock).
+    pub issued_at: Timestamp,
+    #[serde(flatten)]
+    pub action: CommandAction,
+}
+
+/// What a [`ThreadCommand`] asks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CommandAction {
+    /// Stop the run (`POST /api/threads/{id}/interrupt`, or a message with
+    /// `mode = interrupt`: reason `superseded`).
+    Interrupt { reason: CommandInterruptReason },
+    /// Hand queue entry `entry_id` (already in the thread's queue as a steer of the
+    /// run) to the running turn (a message with `mode = steer`).
+    Steer { entry_id: QueuedMessageId },
+    /// Answer runtime request `request_id` (a tool approval) with `answer`.
+    AnswerRequest {
+        request_id: RuntimeRequestId,
+        answer: RequestAnswer,
+    },
+}
+
+/// Why a commanded interrupt stops the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandInterruptReason {
+    /// The user asked to stop (pauses the queue, TURN-02).
+    User,
+    /// A message sent with `mode = interrupt` replaces the run.
+    Superseded,
+}
+
+/// The answer of the node that drove the run to a [`ThreadCommand`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ThreadCommandApplied {
+    pub command_id: ThreadCommandId,
+    pub thread_id: ThreadId,
+    pub run_id: RunId,
+    /// The node that applied it.
+    pub node: String,
+    /// When it applied it (its clock).
+    pub applied_at: Timestamp,
+    #[serde(flatten)]
+    pub outcome: CommandOutcome,
+}
+
+/// How a command went on the node driving the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CommandOutcome {
+    /// Done: the run was asked to stop, the steer was handed to the turn, the answer
+    /// was handed to the runtime.
+    Applied,
+    /// Refused, with the words a one-node answer would give (a steer the runtime
+    /// cannot take was queued instead; an answer the runtime refused).
+    Refused { reason: String },
+}

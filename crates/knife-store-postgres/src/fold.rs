@@ -1,0 +1,361 @@
+// The fold on PostgreSQL: each event's row changes (knife_store::fold::plan) as prepared
+// statements sent in one pipeline per batch, in order, inside the append transaction.
+
+//! Why a pipeline: an append holds the cluster-wide append lock (crate::write::APPEND_LOCK)
+//! until COMMIT, so every round trip inside it caps the throughput of all nodes
+//! together. The statements of a batch are queued on the connection in order and their
+//! answers read afterwards (tokio-postgres sends a prepared statement's Bind/Execute on
+//! the future's first poll), so a batch costs one round trip however many rows it
+//! changes; PostgreSQL still runs them one after the other in that order, exactly as if
+//! each were awaited. Reads the fold needs are done up front (deleted threads, once
+//! per batch) or by flushing the pipeline first (the rare project-root check).
+
+use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::task::Poll;
+
+use crate::error::{PgError, PgResult};
+use deadpool_postgres::Transaction;
+use knife_protocol::{ProjectId, StoredEvent};
+use knife_store::StoreError;
+use knife_store::fold::{Cell, FoldMode, RowChange, THREAD_TABLES, TOMBSTONE_TYPE};
+use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
+use tokio_postgres::Statement;
+
+/// One statement parameter, owned (the pipeline outlives the fold's borrows).
+pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
+
+/// Statements queued for one round trip, in execution order.
+#[derive(Default)]
+pub(crate) struct Pipeline {
+    queued: Vec<(Statement, Vec<Param>)>,
+    /// Rows affected by each statement flushed so far, in order.
+    affected: Vec<u64>,
+}
+
+impl Pipeline {
+    /// Queues `sql` (prepared once per connection) with `params`.
+    pub(crate) async fn push(
+        &mut self,
+        tx: &Transaction<'_>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> PgResult<()> {
+        let statement = tx.prepare_cached(sql).await?;
+        self.queued.push((statement, params));
+        Ok(())
+    }
+
+    /// Rows affected by each statement flushed so far, in the order queued.
+    pub(crate) fn affected(&self) -> &[u64] {
+        &self.affected
+    }
+
+    /// Sends every queued statement, then reads their answers in order: the first
+    /// failure is the error (the transaction is then aborted; the caller drops it).
+    pub(crate) async fn flush(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
+        let queued = std::mem::take(&mut self.queued);
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = queued
+            .iter()
+            .map(|(_, params)| params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect())
+            .collect();
+        let mut futures: Vec<Pin<Box<_>>> = queued
+            .iter()
+            .zip(&refs)
+            .map(|((statement, _), params)| Box::pin(tx.execute(statement, params)))
+            .collect();
+        // The first poll of each, in order, queues its request on the connection.
+        let mut early = Vec::with_capacity(futures.len());
+        for future in &mut futures {
+            early.push(match futures::poll!(future.as_mut()) {
+                Poll::Ready(result) => Some(result),
+                Poll::Pending => None,
+            });
+        }
+        for (future, early) in futures.into_iter().zip(early) {
+            let result = match early {
+                Some(result) => result,
+                None => future.await,
+            };
+            self.affected.push(result.map_err(PgError::from)?);
+        }
+        Ok(())
+    }
+}
+
+/// The fold of a run of events in one transaction: which threads are deleted (their
+/// later events change nothing, CHG-08) and the statements queued so far.
+pub(crate) struct Folder {
+    pub(crate) pipeline: Pipeline,
+    deleted: HashSet<String>,
+    mode: FoldMode,
+}
+
+impl Folder {
+    /// A fold whose deleted threads are `deleted` (those with a tombstone before the
+    /// first event folded).
+    pub(crate) fn new(mode: FoldMode, deleted: HashSet<String>) -> Folder {
+        Folder {
+            pipeline: Pipeline::default(),
+            deleted,
+            mode,
+        }
+    }
+
+    /// Queues the row changes of `stored` (`plan` = knife_store::fold::plan of it).
+    pub(crate) async fn fold(
+        &mut self,
+        tx: &Transaction<'_>,
+        stored: &StoredEvent,
+        plan: Vec<RowChange>,
+    ) -> PgResult<()> {
+        let seq = i64::try_from(stored.sequence).unwrap_or(i64::MAX);
+        let thread = stored
+            .event
+            .thread_id
+            .as_ref()
+            .map(|t| t.as_str().to_owned());
+        if thread.as_ref().is_some_and(|t| self.deleted.contains(t)) {
+            return Ok(());
+        }
+        for change in plan {
+            self.apply(tx, change, seq).await?;
+        }
+        if let Some(thread) = thread
+            && stored.event.event_type() == TOMBSTONE_TYPE
+        {
+            self.deleted.insert(thread);
+        }
+        Ok(())
+    }
+
+    async fn apply(&mut self, tx: &Transaction<'_>, change: RowChange, seq: i64) -> PgResult<()> {
+        let p = &mut self.pipeline;
+        match change {
+            RowChange::Upsert {
+                table,
+                id,
+                columns,
+                payload,
+            } => upsert(p, tx, table, id, columns, payload, seq).await,
+            RowChange::UpsertProject {
+                id,
+                root,
+                updated_at_us,
+                payload,
+            } => {
+                // A read: what is queued must have run first.
+                p.flush(tx).await?;
+                let holder = tx
+                    .query_opt(
+                        "SELECT id FROM projects WHERE root = $1 AND id <> $2",
+                        &[&root, &id],
+                    )
+                    .await?
+                    .map(|r| r.get::<_, String>(0));
+                let root = match (holder, self.mode) {
+                    (None, _) => Cell::Text(root),
+                    (Some(holder), FoldMode::Write) => {
+                        return Err(StoreError::ProjectRootTaken {
+                            root,
+                            project_id: ProjectId::from(holder.as_str()),
+                        }
+                        .into());
+                    }
+                    (Some(_), FoldMode::Rebuild) => Cell::Null,
+                };
+                let columns = vec![
+                    ("updated_at_us", Cell::Integer(updated_at_us)),
+                    ("root", root),
+                ];
+                upsert(p, tx, "projects", id, columns, payload, seq).await
+            }
+            RowChange::RaiseLastSeen { session_id, at_us } => {
+                p.push(
+                    tx,
+                    "UPDATE provider_sessions \
+                     SET last_seen_at_us = GREATEST(COALESCE(last_seen_at_us, $2), $2) \
+                     WHERE id = $1",
+                    vec![Box::new(session_id), Box::new(at_us)],
+                )
+                .await
+            }
+            RowChange::Bind {
+                session_id,
+                thread_id,
+            } => {
+                p.push(
+                    tx,
+                    "INSERT INTO provider_session_bindings \
+                     (provider_session_id, thread_id, bound_sequence, last_sequence) \
+                     VALUES ($1, $2, $3, $3) \
+                     ON CONFLICT (provider_session_id, thread_id) \
+                     DO UPDATE SET last_sequence = excluded.last_sequence",
+                    vec![Box::new(session_id), Box::new(thread_id), Box::new(seq)],
+                )
+                .await
+            }
+            RowChange::Unbind {
+                session_id,
+                thread_id,
+            } => {
+                p.push(
+                    tx,
+                    "DELETE FROM provider_session_bindings \
+                     WHERE provider_session_id = $1 AND thread_id = $2",
+                    vec![Box::new(session_id), Box::new(thread_id)],
+                )
+                .await
+            }
+            RowChange::DropThread { thread_id } => {
+                for table in THREAD_TABLES {
+                    p.push(
+                        tx,
+                        &format!("DELETE FROM {table} WHERE thread_id = $1"),
+                        vec![Box::new(thread_id.clone())],
+                    )
+                    .await?;
+                }
+                p.push(
+                    tx,
+                    "DELETE FROM threads WHERE id = $1",
+                    vec![Box::new(thread_id)],
+                )
+                .await
+            }
+            RowChange::IndexText {
+                id,
+                thread_id,
+                run_id,
+                kind,
+                body,
+            } => {
+                // An unchanged body (a thread.updated with the same title) writes nothing.
+                p.push(
+                    tx,
+                    "INSERT INTO search_docs (id, thread_id, run_id, kind, body) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (id) DO UPDATE SET thread_id = EXCLUDED.thread_id, \
+                     run_id = EXCLUDED.run_id, kind = EXCLUDED.kind, body = EXCLUDED.body \
+                     WHERE search_docs.body IS DISTINCT FROM EXCLUDED.body \
+                     OR search_docs.kind IS DISTINCT FROM EXCLUDED.kind",
+                    vec![
+                        Box::new(id),
+                        Box::new(thread_id),
+                        Box::new(run_id),
+                        Box::new(kind),
+                        Box::new(body),
+                    ],
+                )
+                .await
+            }
+            RowChange::UnindexText { id } => {
+                p.push(
+                    tx,
+                    "DELETE FROM search_docs WHERE id = $1",
+                    vec![Box::new(id)],
+                )
+                .await
+            }
+            RowChange::SetAgentStatus { thread_id, status } => {
+                p.push(
+                    tx,
+                    "UPDATE threads SET payload_json = \
+                     jsonb_set(payload_json::jsonb, '{agent_status}', $1::text::jsonb)::text, \
+                     last_sequence = $2, version = version + 1 WHERE id = $3",
+                    vec![Box::new(status), Box::new(seq), Box::new(thread_id)],
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Of `threads`, those with a `thread.deleted` tombstone in the log already.
+pub(crate) async fn deleted_threads(
+    tx: &Transaction<'_>,
+    threads: Vec<String>,
+) -> PgResult<HashSet<String>> {
+    if threads.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let statement = tx
+        .prepare_cached(
+            "SELECT DISTINCT thread_id FROM events WHERE thread_id = ANY($1) AND type = $2",
+        )
+        .await?;
+    let rows = tx.query(&statement, &[&threads, &TOMBSTONE_TYPE]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Queues the upsert of one entity row: `version` 1 on insert / +1 on update,
+/// `created_sequence` kept, `last_sequence` = `seq`.
+async fn upsert(
+    p: &mut Pipeline,
+    tx: &Transaction<'_>,
+    table: &str,
+    id: String,
+    columns: Vec<(&'static str, Cell)>,
+    payload: String,
+    seq: i64,
+) -> PgResult<()> {
+    let sql = upsert_sql(table, &columns);
+    let mut params: Vec<Param> = vec![Box::new(id), Box::new(payload), Box::new(seq)];
+    params.extend(columns.into_iter().map(|c| Box::new(PgCell(c.1)) as Param));
+    p.push(tx, &sql, params).await
+}
+
+/// The upsert statement of `table` with these indexed columns (cached per shape).
+fn upsert_sql(table: &str, columns: &[(&'static str, Cell)]) -> String {
+    thread_local! {
+        static CACHE: std::cell::RefCell<HashMap<(String, Vec<&'static str>), String>> =
+            std::cell::RefCell::default();
+    }
+    let names: Vec<&'static str> = columns.iter().map(|c| c.0).collect();
+    let key = (table.to_owned(), names);
+    CACHE.with(|cache| {
+        if let Some(sql) = cache.borrow().get(&key) {
+            return sql.clone();
+        }
+        let names = &key.1;
+        let placeholders: String = (0..names.len()).map(|i| format!(", ${}", i + 4)).collect();
+        let updates: String = names
+            .iter()
+            .map(|n| format!("{n} = excluded.{n}, "))
+            .collect();
+        let sql = format!(
+            "INSERT INTO {table} (id, payload_json, created_sequence, last_sequence, version, \
+             {cols}) VALUES ($1, $2, $3, $3, 1{placeholders}) \
+             ON CONFLICT (id) DO UPDATE SET {updates}payload_json = excluded.payload_json, \
+             last_sequence = excluded.last_sequence, version = {table}.version + 1",
+            cols = names.join(", "),
+        );
+        cache.borrow_mut().insert(key.clone(), sql.clone());
+        sql
+    })
+}
+
+/// A fold [`Cell`] as a statement parameter of whatever type the column has.
+#[derive(Debug)]
+struct PgCell(Cell);
+
+impl ToSql for PgCell {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match &self.0 {
+            Cell::Null => Ok(IsNull::Yes),
+            Cell::Integer(i) if *ty == Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+            Cell::Integer(i) => i.to_sql(ty, out),
+            Cell::Text(s) => s.as_str().to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
