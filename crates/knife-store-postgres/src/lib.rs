@@ -21,6 +21,7 @@ mod cluster;
 mod error;
 mod feed;
 mod fold;
+mod import;
 mod leases;
 mod read;
 mod relay;
@@ -395,6 +396,12 @@ impl Maintenance for PgStore {
             events_kept,
             elapsed,
         })
+    }
+
+    async fn import_events(&self, events: Vec<StoredEvent>) -> Result<(), StoreError> {
+        let mut pooled = self.client().await?;
+        let client: &mut tokio_postgres::Client = &mut pooled;
+        Ok(import::import_events(client, events).await?)
     }
 }
 

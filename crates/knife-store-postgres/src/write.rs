@@ -205,8 +205,8 @@ pub(crate) async fn purge_deleted_threads(
         .await?;
     let threads: Vec<String> = tx
         .query(
-            "SELECT DISTINCT thread_id FROM events WHERE type = $1 AND thread_id IS NOT NULL \
-             ORDER BY thread_id COLLATE \"C\"",
+            "SELECT DISTINCT thread_id COLLATE \"C\" FROM events \
+             WHERE type = $1 AND thread_id IS NOT NULL ORDER BY 1",
             &[&TOMBSTONE_TYPE],
         )
         .await?

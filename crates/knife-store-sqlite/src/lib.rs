@@ -28,6 +28,7 @@ mod claims;
 mod cluster;
 mod error;
 mod fold;
+mod import;
 mod leases;
 mod purge;
 mod queries;
@@ -314,6 +315,13 @@ impl Maintenance for SqliteStore {
             events_kept,
             elapsed,
         })
+    }
+
+    async fn import_events(&self, events: Vec<StoredEvent>) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .run(move |conn| import::import_events(conn, events))
+            .await
     }
 }
 

@@ -160,6 +160,18 @@ pub enum StoreError {
         /// When its row expires unless heartbeated again.
         expires_at: Timestamp,
     },
+    /// An imported event's sequence is not above the log's last one (SCALE-09): the
+    /// target already holds events at or after it, or the batch is out of order.
+    #[error(
+        "cannot import the event with sequence {sequence}: the log already reaches sequence \
+         {head}; copy into an empty database (or continue a copy from where it stopped)"
+    )]
+    ImportOrder {
+        /// The imported event's sequence.
+        sequence: u64,
+        /// The highest sequence already in the log (or of the batch so far).
+        head: u64,
+    },
     /// A read task failed (panicked or was cancelled at runtime shutdown).
     #[error("a knife store read failed: {0}; retry, or restart knife if it keeps failing")]
     ReadTask(String),

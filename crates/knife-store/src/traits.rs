@@ -196,6 +196,16 @@ pub trait Maintenance: Send + Sync {
     /// Errors: [`StoreError::Database`] (nothing is removed then), [`StoreError::Serde`],
     /// [`StoreError::WriterGone`].
     async fn purge_deleted_threads(&self) -> Result<PurgeStats, StoreError>;
+    /// Appends events that already have their sequences (read from another store:
+    /// `knife db copy`, SPEC SCALE-09), in the given order, in one transaction, keeping
+    /// each sequence; later appends continue above the highest. The projections are not
+    /// folded: call [`Maintenance::rebuild`] once every batch is in. Nothing is
+    /// published to live streams. Meant for an empty store with no server on it.
+    ///
+    /// Errors: [`StoreError::ImportOrder`] when a sequence is not above the log's last
+    /// (or the previous one of the batch); [`StoreError::DuplicateEvent`];
+    /// [`StoreError::Database`]. Nothing of the batch is written then.
+    async fn import_events(&self, events: Vec<StoredEvent>) -> Result<(), StoreError>;
 }
 
 /// Full-text search over threads (SPEC.md TURN-08): the index the fold keeps

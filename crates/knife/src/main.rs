@@ -9,6 +9,7 @@ mod changes;
 mod checkpoints;
 mod client;
 mod config;
+mod db_copy;
 mod demo;
 mod disk;
 mod doctor;
@@ -103,7 +104,8 @@ enum Command {
     /// database, and say what to fix (exit 1 when something is broken).
     Doctor(doctor::DoctorArgs),
     /// Database maintenance: `db rebuild` recomputes every projection from the event
-    /// log; `db purge` removes deleted threads' events for good.
+    /// log; `db purge` removes deleted threads' events for good; `db copy --to URL` moves
+    /// a stopped SQLite installation into PostgreSQL.
     #[command(subcommand)]
     Db(threads::DbCommand),
     /// Benchmarks: `bench store`, `bench stream`, `bench processor`, `bench restart`.

@@ -131,6 +131,22 @@ pub enum DbCommand {
         #[arg(long, env = "KNIFE_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Copy this (stopped) SQLite installation into a PostgreSQL database: the events
+    /// with their sequences, then the projections, compared with the source's (SCALE-09).
+    /// Refused while a server uses the data directory, and into a non-empty database
+    /// unless `--continue` finishes an interrupted copy.
+    Copy {
+        /// Data directory (default $XDG_DATA_HOME/knife).
+        #[arg(long, env = "KNIFE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// The target: postgres://user:password@host:port/database.
+        #[arg(long)]
+        to: String,
+        /// Continue an earlier copy into a target that holds this installation's first
+        /// events.
+        #[arg(long = "continue")]
+        resume: bool,
+    },
     /// Space used: the event log (database files) and the checkpoint repositories
     /// (reads file sizes: works next to a running server).
     Stats {
@@ -145,11 +161,17 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
     let (data_dir, what) = match &cmd {
         DbCommand::Rebuild { data_dir } => (data_dir, "rebuild"),
         DbCommand::Purge { data_dir } => (data_dir, "purge"),
+        DbCommand::Copy { data_dir, .. } => (data_dir, "copy"),
         DbCommand::Stats { data_dir } => {
             crate::changes::db_stats(&config.data_dir(data_dir.as_deref())?).await?;
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if let (DbCommand::Rebuild { .. } | DbCommand::Purge { .. }, Some(url)) =
+        (&cmd, postgres_url(&config)?)
+    {
+        return db_on_postgres(&url, &cmd, what).await;
+    }
     let db = config.data_dir(data_dir.as_deref())?.join(DB_FILE);
     if !db.is_file() {
         anyhow::bail!("there is no database at {}; pass --data-dir", db.display());
@@ -167,13 +189,50 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
         );
     }
     let _lock = crate::lock::DataDirLock::acquire(dir).await?;
+    if let DbCommand::Copy { to, resume, .. } = &cmd {
+        return crate::db_copy::copy(&db, to, *resume).await;
+    }
     let store = knife_store_sqlite::open(&db).await?;
+    maintain(&store, &db.display().to_string(), &cmd).await
+}
+
+/// `[store] url` when it names PostgreSQL (SCALE-01): `knife db rebuild|purge` and
+/// `knife threads` then work on that database instead of the data directory's file.
+fn postgres_url(config: &Config) -> anyhow::Result<Option<String>> {
+    Ok(
+        match crate::store_url::StoreLocation::parse(config.store.url.as_deref())? {
+            crate::store_url::StoreLocation::Postgres(url) => Some(url),
+            _ => None,
+        },
+    )
+}
+
+/// `knife db rebuild|purge` on PostgreSQL: refused while any node is live on it (its
+/// membership heartbeat, SCALE-05), since the nodes' writes would race it.
+async fn db_on_postgres(url: &str, cmd: &DbCommand, what: &str) -> anyhow::Result<ExitCode> {
+    let shown = knife_store_postgres::redact(url);
+    let store = knife_store_postgres::open(url).await?;
+    let live = store.live_nodes().await?;
+    if !live.is_empty() {
+        let nodes: Vec<String> = live
+            .iter()
+            .map(|m| format!("{} at {}", m.node, m.location))
+            .collect();
+        anyhow::bail!(
+            "knife nodes are running on {shown} ({}); stop them first, then run `knife db {what}` again",
+            nodes.join(", ")
+        );
+    }
+    maintain(&store, &shown, cmd).await
+}
+
+/// Runs `knife db rebuild|purge` on `store` (described as `shown`).
+async fn maintain(store: &Store, shown: &str, cmd: &DbCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         DbCommand::Rebuild { .. } => {
             let stats = store.rebuild().await?;
             println!(
-                "rebuilt the projections of {} from {} events in {:.1} ms",
-                db.display(),
+                "rebuilt the projections of {shown} from {} events in {:.1} ms",
                 stats.events,
                 stats.elapsed.as_secs_f64() * 1000.0
             );
@@ -191,8 +250,8 @@ pub async fn db(config_path: Option<&Path>, cmd: DbCommand) -> anyhow::Result<Ex
                 println!("  {thread}");
             }
         }
-        // Answered before the lock above.
-        DbCommand::Stats { .. } => {}
+        // Answered before.
+        DbCommand::Stats { .. } | DbCommand::Copy { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -221,6 +280,9 @@ impl Reader {
             find_server(config, source.server.as_deref(), source.data_dir.as_deref()).await?
         {
             return Ok(Reader::Api(client));
+        }
+        if let Some(url) = postgres_url(config)? {
+            return Ok(Reader::Db(knife_store_postgres::open(&url).await?));
         }
         let dir = config.data_dir(source.data_dir.as_deref())?;
         let db = dir.join(DB_FILE);

@@ -29,6 +29,7 @@
 pub mod claims;
 pub mod cluster;
 pub mod fixtures;
+pub mod import;
 pub mod leases;
 pub mod log;
 pub mod project_root;
@@ -95,6 +96,7 @@ macro_rules! store_contract_tests {
             cluster::scale_07_process_groups_are_recorded_per_node_and_one_node_never_forgets_another_s,
             cluster::scale_07_a_cluster_singleton_is_held_by_one_node_at_a_time,
             cluster::scale_05_a_node_id_is_held_by_one_live_process_and_taken_back_by_its_own_place,
+            import::scale_09_imported_events_keep_their_sequences_and_rebuild_to_the_same_projections,
             search::turn_08_search_finds_settled_items_and_titles_ranked_with_snippets,
             search::turn_08_a_project_filter_finds_old_matches_behind_many_newer_ones,
         );
