@@ -164,6 +164,21 @@ async fn scale_06_a_steer_and_a_queued_message_sent_to_node_b_reach_node_as_run(
     let thread = a.create_thread(&nodes.project).await;
     let run1 = RunId::from(a.post_message(&thread, "answer slowly").await);
     wait_streaming(b, &thread).await;
+    // B's thread view names the node running it.
+    let lease = b.projection(&thread).await.lease.unwrap();
+    assert_eq!(lease.node, "node-a", "{lease:?}");
+    let url = nodes.b.proc.url();
+    let show = run_cli(
+        nodes.b.path(),
+        &["threads", "show", &thread, "--server", &url],
+    )
+    .await;
+    assert!(show.status.success(), "{}", show.stderr);
+    assert!(
+        show.stdout.contains("node     node-a (lease epoch"),
+        "{}",
+        show.stdout
+    );
 
     // The session runs on A, and A says so; B holds none of it.
     let (s, sessions) = a.get("/api/sessions").await;
@@ -416,12 +431,12 @@ async fn scale_06_an_approval_answer_sent_to_node_b_resolves_the_request_on_node
 const STOPPED_OWNER_SCRIPT: &str = r#"
 [[response]]
 text = "a slow answer of thread one that node A streams when it is paused"
-deltas = 80
+deltas = 160
 stream_deltas_ms = 50
 
 [[response]]
 text = "a slow answer of thread two that node A streams when it is paused"
-deltas = 80
+deltas = 160
 stream_deltas_ms = 50
 
 [[response]]
