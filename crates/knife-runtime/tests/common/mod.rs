@@ -191,12 +191,26 @@ impl Harness {
             ))
     }
 
+    /// A fresh execution service on node `node` (its own leases, SCALE-04/06) over the
+    /// same database: two of them are two nodes sharing one store.
+    pub fn execution_on(&self, node: &str) -> ExecutionService {
+        let store = self.store.clone().with_node(knife_store::NodeLeases::new(
+            node,
+            knife_store::DEFAULT_LEASE_TTL,
+        ));
+        self.execution_over(store)
+    }
+
     /// A fresh execution service (a new "process") over the same store.
     pub fn execution(&self) -> ExecutionService {
+        self.execution_over(self.store.clone())
+    }
+
+    fn execution_over(&self, store: Store) -> ExecutionService {
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
         adapters.insert(self.instance.clone(), Arc::new(self.drains.adapter.clone()));
         let manager = SessionManager::new(
-            Arc::new(self.store.clone()),
+            Arc::new(store.clone()),
             self.clock.clone(),
             adapters,
             // Paused time auto-advances while the store's writer thread works: a
@@ -206,7 +220,7 @@ impl Harness {
                 ..Default::default()
             },
         );
-        ExecutionService::new(self.store.clone(), self.clock.clone(), manager)
+        ExecutionService::new(store, self.clock.clone(), manager)
     }
 
     /// A restart sweep over `exec` with budget `max`.
