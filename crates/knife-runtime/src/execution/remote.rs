@@ -9,7 +9,7 @@
 //! stale command never acts on a later run.
 
 use futures::StreamExt;
-use knife_store::{EventLog, StreamFilter};
+use knife_store::StreamFilter;
 
 use super::*;
 
