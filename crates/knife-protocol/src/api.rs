@@ -265,6 +265,22 @@ pub struct ThreadProjection {
     /// `None` where no `/mcp` endpoint runs (SPEC.md MCP-12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<crate::McpCredentialInfo>,
+    /// The thread's lease (SCALE-04/06): the node that runs (or last ran) its claimed
+    /// work; filled by the server, `None` when the thread never had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<ThreadLease>,
+}
+
+/// Which node holds a thread's lease (`ThreadProjection::lease`, SCALE-06).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ThreadLease {
+    /// The node's `[store] node_id` (`local` on one node).
+    pub node: String,
+    /// Grows with every acquisition of the thread's lease.
+    pub epoch: u64,
+    /// When it expires unless renewed (the database's clock); a lease in the past was
+    /// let go or belonged to a node that stopped.
+    pub expires_at: Timestamp,
 }
 
 /// `GET /api/events/latest`: the highest sequence in the whole event log (0 when

@@ -42,7 +42,7 @@ async fn scale_08_a_node_without_the_threads_workspace_leaves_the_claim_to_a_nod
     std::fs::rename(&root, &away).unwrap();
 
     // node-a restarts without the folder: the claim stays, nothing runs.
-    let exec_a = h.execution_on(a);
+    let exec_a = h.execution_over(a);
     let sweep = h
         .restart(&exec_a, 10)
         .resume_suspended_threads()
@@ -57,7 +57,7 @@ async fn scale_08_a_node_without_the_threads_workspace_leaves_the_claim_to_a_nod
 
     // node-b lacks it too: it takes the expired claim, gives it straight back, and
     // leaves it alone at its next beats.
-    let keeper_b = LeaseKeeper::new(h.execution_on(b.clone()), RestartOptions::default());
+    let keeper_b = LeaseKeeper::new(h.execution_over(b.clone()), RestartOptions::default());
     let beat = keeper_b.beat().await;
     assert_eq!(beat.not_here, vec![(thread.clone(), root.clone())]);
     assert!(beat.resumed.is_empty());
@@ -78,7 +78,7 @@ async fn scale_08_a_node_without_the_threads_workspace_leaves_the_claim_to_a_nod
 
     // node-c has the folder (here: it is back): it takes the claim over and resumes it.
     std::fs::rename(&away, &root).unwrap();
-    let exec_c = h.execution_on(c);
+    let exec_c = h.execution_over(c);
     let keeper_c = LeaseKeeper::new(exec_c.clone(), RestartOptions::default());
     let beat = keeper_c.beat().await;
     assert_eq!(beat.resumed.len(), 1, "{beat:?}");

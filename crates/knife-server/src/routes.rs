@@ -300,6 +300,12 @@ async fn get_thread(
     match s.store.thread_projection(&id).await? {
         Some(mut p) => {
             p.mcp = s.mcp.as_ref().map(|m| m.registry.info(&id));
+            // Which node runs the thread (SCALE-06).
+            p.lease = s.store.get_lease(&id).await?.map(|l| ThreadLease {
+                node: l.node,
+                epoch: l.epoch,
+                expires_at: l.expires_at,
+            });
             Ok(Json(p))
         }
         None => Err(ApiErr::not_found(format!(

@@ -159,6 +159,7 @@ pub(crate) async fn thread_projection(
         .await?,
         latest_sequence: latest_sequence(&tx, Some(thread_id)).await?,
         mcp: None,
+        lease: None,
     };
     tx.commit().await?;
     Ok(Some(projection))

@@ -202,6 +202,7 @@ pub(crate) fn thread_projection(
         )?,
         latest_sequence: latest_sequence(&tx, Some(thread_id))?,
         mcp: None,
+        lease: None,
     };
     tx.finish()?;
     Ok(Some(projection))

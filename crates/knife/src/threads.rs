@@ -562,6 +562,19 @@ fn print_projection(p: &ThreadProjection, usage: &UsageReport) {
         ),
         None => println!("claim    none"),
     }
+    // SCALE-06: the node running the claimed work (or the last one that did).
+    if let Some(lease) = &p.lease {
+        let until = lease
+            .expires_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        match t.time_suspended {
+            Some(_) => println!(
+                "node     {} (lease epoch {}, until {until})",
+                lease.node, lease.epoch
+            ),
+            None => println!("node     last run on {}", lease.node),
+        }
+    }
     if let Some(parent) = &t.parent_thread_id {
         println!("parent   {parent}");
     }

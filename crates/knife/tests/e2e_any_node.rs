@@ -83,9 +83,24 @@ async fn wait_streaming(api: &Api, thread: &str) {
     .await;
 }
 
+/// Longest wait for a takeover after a node was paused: its lease runs out (3 s), and a
+/// node paused inside an append holds every node's appends until the database drops its
+/// session (5 s), on a loaded machine.
+const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(45);
+
 /// Waits until `thread` has `runs` runs and none active.
 async fn wait_settled(api: &Api, thread: &str, runs: usize) -> ThreadProjection {
-    poll_until("the thread's runs to end", RUN_TIMEOUT, || async {
+    wait_settled_within(api, thread, runs, RUN_TIMEOUT).await
+}
+
+/// [`wait_settled`] for up to `timeout`.
+async fn wait_settled_within(
+    api: &Api,
+    thread: &str,
+    runs: usize,
+    timeout: Duration,
+) -> ThreadProjection {
+    poll_until("the thread's runs to end", timeout, || async {
         let p = api.projection(thread).await;
         (p.runs.len() == runs
             && p.thread.active_run_id.is_none()
@@ -164,6 +179,21 @@ async fn scale_06_a_steer_and_a_queued_message_sent_to_node_b_reach_node_as_run(
     let thread = a.create_thread(&nodes.project).await;
     let run1 = RunId::from(a.post_message(&thread, "answer slowly").await);
     wait_streaming(b, &thread).await;
+    // B's thread view names the node running it.
+    let lease = b.projection(&thread).await.lease.unwrap();
+    assert_eq!(lease.node, "node-a", "{lease:?}");
+    let url = nodes.b.proc.url();
+    let show = run_cli(
+        nodes.b.path(),
+        &["threads", "show", &thread, "--server", &url],
+    )
+    .await;
+    assert!(show.status.success(), "{}", show.stderr);
+    assert!(
+        show.stdout.contains("node     node-a (lease epoch"),
+        "{}",
+        show.stdout
+    );
 
     // The session runs on A, and A says so; B holds none of it.
     let (s, sessions) = a.get("/api/sessions").await;
@@ -416,12 +446,12 @@ async fn scale_06_an_approval_answer_sent_to_node_b_resolves_the_request_on_node
 const STOPPED_OWNER_SCRIPT: &str = r#"
 [[response]]
 text = "a slow answer of thread one that node A streams when it is paused"
-deltas = 80
+deltas = 160
 stream_deltas_ms = 50
 
 [[response]]
 text = "a slow answer of thread two that node A streams when it is paused"
-deltas = 80
+deltas = 160
 stream_deltas_ms = 50
 
 [[response]]
@@ -464,14 +494,29 @@ async fn scale_06_a_stop_the_owning_node_never_applied_is_honoured_by_the_takeov
             .unwrap()
             .success()
     );
-    // Both sent at once, while A's leases are still live.
-    let interrupt = format!("/api/threads/{one}/interrupt");
-    let empty = json!({});
+    // Both sent at once, while A's leases are still live. B answers after its wait for
+    // A (3 s), and its write may first wait for the database to drop A's session if A
+    // was paused inside an append (idle_in_transaction_session_timeout, 5 s): a longer
+    // HTTP timeout than the harness's 10 s.
+    let slow_post = |path: String, body: Value| {
+        let b = b.clone();
+        async move {
+            let resp = b
+                .http
+                .post(format!("{}{path}", b.base))
+                .json(&body)
+                .timeout(Duration::from_secs(40))
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
     let ((s1, asked), (s2, superseding)) = tokio::join!(
-        b.post(&interrupt, &empty),
-        message(
-            &b,
-            &two,
+        slow_post(format!("/api/threads/{one}/interrupt"), json!({})),
+        slow_post(
+            format!("/api/threads/{two}/messages"),
             json!({"text": "do this instead", "mode": "interrupt"})
         ),
     );
@@ -485,10 +530,14 @@ async fn scale_06_a_stop_the_owning_node_never_applied_is_honoured_by_the_takeov
         format!("run {run_two} is being stopped (superseded); this message starts next"),
     );
 
-    let p = poll_until("node B to end thread one's run", RUN_TIMEOUT, || async {
-        let p = b.projection(&one).await;
-        (p.runs[0].status.is_terminal() && p.thread.active_run_id.is_none()).then_some(p)
-    })
+    let p = poll_until(
+        "node B to end thread one's run",
+        TAKEOVER_TIMEOUT,
+        || async {
+            let p = b.projection(&one).await;
+            (p.runs[0].status.is_terminal() && p.thread.active_run_id.is_none()).then_some(p)
+        },
+    )
     .await;
     assert_eq!(p.runs.len(), 1, "not resumed: {:?}", p.runs);
     assert_eq!(p.runs[0].status, RunStatus::Interrupted);
@@ -497,7 +546,7 @@ async fn scale_06_a_stop_the_owning_node_never_applied_is_honoured_by_the_takeov
         Some("user")
     );
     assert!(!p.thread.is_claimed(), "{:?}", p.thread);
-    let p = wait_settled(&b, &two, 2).await;
+    let p = wait_settled_within(&b, &two, 2, TAKEOVER_TIMEOUT).await;
     assert_eq!(p.runs[0].status, RunStatus::Interrupted, "{:?}", p.runs);
     assert_eq!(
         p.runs[0].error.as_ref().and_then(|e| e.code.as_deref()),

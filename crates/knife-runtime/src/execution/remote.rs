@@ -55,7 +55,11 @@ impl ExecutionService {
             action,
         };
         let id = command.id.clone();
+        // Written past this node's fence: a request taken here is not work of a thread
+        // this node may have lost (a lost lease refuses this node's own writes for the
+        // thread for a while, SCALE-04); the answer of the node driving the run is fenced.
         let stored = store
+            .backend()
             .write(vec![DomainEvent::new(
                 now,
                 EventBody::ThreadCommanded(command),

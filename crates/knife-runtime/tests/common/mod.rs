@@ -191,14 +191,24 @@ impl Harness {
             ))
     }
 
+    /// A fresh execution service on node `node` (its own leases, SCALE-04/06) over the
+    /// same database: two of them are two nodes sharing one store.
+    pub fn execution_on(&self, node: &str) -> ExecutionService {
+        let store = self.store.clone().with_node(knife_store::NodeLeases::new(
+            node,
+            knife_store::DEFAULT_LEASE_TTL,
+        ));
+        self.execution_over(store)
+    }
+
     /// A fresh execution service (a new "process") over the same store.
     pub fn execution(&self) -> ExecutionService {
-        self.execution_on(self.store.clone())
+        self.execution_over(self.store.clone())
     }
 
     /// [`Self::execution`] writing through `store` (e.g. the same store as another node,
     /// `store.with_node(..)`).
-    pub fn execution_on(&self, store: Store) -> ExecutionService {
+    pub fn execution_over(&self, store: Store) -> ExecutionService {
         let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
         adapters.insert(self.instance.clone(), Arc::new(self.drains.adapter.clone()));
         let manager = SessionManager::new(
