@@ -95,14 +95,14 @@ pub(crate) async fn write_batch(
     for fence in fenced {
         fence?;
     }
-    if let (Some(guard), Some(current)) = (guard, current?) {
-        if current != guard.expected_version {
-            tracing::debug!(
-                kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
-                ?current, "compare-and-set write skipped: the row moved"
-            );
-            return Ok(None); // `tx` drops: ROLLBACK
-        }
+    if let (Some(guard), Some(current)) = (guard, current?)
+        && current != guard.expected_version
+    {
+        tracing::debug!(
+            kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
+            ?current, "compare-and-set write skipped: the row moved"
+        );
+        return Ok(None); // `tx` drops: ROLLBACK
     }
     if ready.is_empty() {
         return Ok(Some(Vec::new()));
