@@ -30,8 +30,8 @@ struct Ready {
 ///
 /// Round trips under the append lock are few and do not grow with the batch (they
 /// cap the whole cluster's throughput, docs/2026-12-01-store-postgres.md): the lock
-/// with the log head and the deleted-thread check (one pipeline), one per fence, one
-/// for a guard, then ONE pipeline holding the multi-row `INSERT … SELECT FROM
+/// with the log head, the deleted-thread check, the fences and a guard (one pipeline,
+/// plus one prepare for a fence or guard), then ONE pipeline holding the multi-row `INSERT … SELECT FROM
 /// UNNEST` of the events, every fold statement (crate::fold), the log head update and
 /// the NOTIFY, and the COMMIT. Encoding and planning happen before the lock.
 pub(crate) async fn write_batch(
@@ -65,32 +65,44 @@ pub(crate) async fn write_batch(
     let head = tx
         .prepare_cached("SELECT last_sequence FROM log_head")
         .await?;
-    // Pipelined (`futures::join!` polls in order, so the requests go out in order):
-    // the head and the tombstones are read by statements that start once the lock is
-    // held, so they see every commit before ours.
-    let (locked, head, deleted) = futures::join!(
+    // Pipelined (`futures::join!` and a short `join_all` poll in order, so the requests
+    // go out in order): the head, the tombstones, the fences and the guard are read by
+    // statements that start once the lock is held, so they see every commit before ours.
+    // Fencing (SCALE-04): the lease row is read FOR SHARE, so a takeover in flight
+    // finishes first and this write then sees its epoch. The guard is re-read under the
+    // append lock: no other write can land before our COMMIT.
+    let fence_checks = futures::future::join_all(
+        fences
+            .iter()
+            .map(|lease| crate::leases::check_fence(&*tx, lease)),
+    );
+    let guard_read = async {
+        match guard {
+            Some(g) => read_version(&*tx, g.kind.table(), &g.id).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (locked, head, deleted, fenced, current) = futures::join!(
         tx.execute(&lock, &[&APPEND_LOCK]),
         tx.query_one(&head, &[]),
         fold::deleted_threads(&tx, threads),
+        fence_checks,
+        guard_read,
     );
     locked?;
     let first: i64 = head?.get(0);
     let deleted = deleted?;
-    for lease in fences {
-        // Fencing (SCALE-04): the lease row is read FOR SHARE, so a takeover in flight
-        // finishes first and this write then sees its epoch.
-        crate::leases::check_fence(&*tx, lease).await?;
+    for fence in fenced {
+        fence?;
     }
-    if let Some(guard) = guard {
-        // Re-read under the append lock: no other write can land before our COMMIT.
-        let current = read_version(&*tx, guard.kind.table(), &guard.id).await?;
-        if current != guard.expected_version {
-            tracing::debug!(
-                kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
-                ?current, "compare-and-set write skipped: the row moved"
-            );
-            return Ok(None); // `tx` drops: ROLLBACK
-        }
+    if let (Some(guard), Some(current)) = (guard, current?)
+        && current != guard.expected_version
+    {
+        tracing::debug!(
+            kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
+            ?current, "compare-and-set write skipped: the row moved"
+        );
+        return Ok(None); // `tx` drops: ROLLBACK
     }
     if ready.is_empty() {
         return Ok(Some(Vec::new()));

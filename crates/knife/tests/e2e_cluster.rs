@@ -671,3 +671,110 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
     assert_eq!(texts[0].trim_end(), answer.trim_end());
     assert!(a.proc.terminate().await.success());
 }
+
+/// SCALE-02 over HTTP: three `knife serve` nodes on one database each run a streaming
+/// turn at the same time (one thread per node, all appending at once). A WebSocket
+/// subscriber on every node follows all three threads from `after=0`; for each thread
+/// every node delivers exactly the thread's events of the log, in sequence order, up to
+/// its run's end: the identical sequence on each node, no gap, no duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_02_three_serving_nodes_streaming_at_once_give_every_subscriber_the_same_sequence() {
+    let answer: String = (0..40).map(|i| format!("token{i} ")).collect();
+    let script = format!(
+        "[[response]]\ntext = \"{answer}\"\nstream_deltas_ms = 15\n\n\
+         [[response]]\ntext = \"{answer}\"\nstream_deltas_ms = 15\n\n\
+         [[response]]\ntext = \"{answer}\"\nstream_deltas_ms = 15\n"
+    );
+    let mock = MockLlm::script(&script, &[]).await;
+    let cluster = cluster().await;
+    let db = cluster.fresh_database().await;
+    let url = cluster.tcp_url(&db);
+    let mut nodes = Vec::new();
+    for n in 0..3 {
+        let config = node_config(&mock.base_url(), &url, &format!("node-{n}"));
+        nodes.push(Server::start_with_config(&config).await);
+    }
+    let project = nodes[0].api.create_project(&nodes[0].project_dir()).await;
+    let mut threads = Vec::new();
+    for node in &nodes {
+        threads.push(node.api.create_thread(&project).await);
+    }
+    let mut subscribers = Vec::new();
+    for node in &nodes {
+        use futures::SinkExt;
+        let mut ws = subscribe_ws(node, &threads[0], 0).await;
+        for thread in &threads[1..] {
+            let msg = serde_json::json!({"type": "subscribe", "thread_id": thread, "after": 0});
+            ws.send(tokio_tungstenite::tungstenite::Message::Text(
+                msg.to_string().into(),
+            ))
+            .await
+            .unwrap();
+        }
+        // Subscriptions replay from `after=0`: the messages are read below.
+        subscribers.push(ws);
+    }
+    // Each node runs its own thread's turn: three appenders at once.
+    let mut runs = Vec::new();
+    for (node, thread) in nodes.iter().zip(&threads) {
+        runs.push(node.api.post_message(thread, "stream").await);
+    }
+    // Per node, per thread: the sequences delivered up to the thread's run end.
+    let mut seen: Vec<BTreeMap<String, Vec<u64>>> = Vec::new();
+    for ws in &mut subscribers {
+        let mut by_thread: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut ended = 0;
+        while ended < runs.len() {
+            let WsServerMessage::Event { event } = next_ws(ws).await else {
+                continue;
+            };
+            let thread = event.event.thread_id.as_ref().unwrap().to_string();
+            let list = by_thread.entry(thread).or_default();
+            assert!(
+                list.last().is_none_or(|last| *last < event.sequence),
+                "sequence {} after {list:?}: out of order or twice",
+                event.sequence
+            );
+            list.push(event.sequence);
+            if let EventBody::RunUpdated(r) = &event.event.body
+                && runs.contains(&r.id.to_string())
+                && r.status.is_terminal()
+            {
+                assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+                ended += 1;
+            }
+        }
+        seen.push(by_thread);
+    }
+    let store = knife_store_postgres::open(&cluster.url(&db)).await.unwrap();
+    for thread in &threads {
+        let end = store
+            .read_events(
+                &StreamFilter::thread(ThreadId::from(thread.as_str()), 0),
+                100_000,
+            )
+            .await
+            .unwrap();
+        // The log's own events of the thread, up to the shortest delivered prefix end
+        // (events after the run's end may still be on their way).
+        let delivered: Vec<&Vec<u64>> = seen.iter().map(|s| &s[thread]).collect();
+        let upto = delivered.iter().map(|d| *d.last().unwrap()).min().unwrap();
+        let log: Vec<u64> = end
+            .iter()
+            .map(|e| e.sequence)
+            .filter(|s| *s <= upto)
+            .collect();
+        assert!(log.len() > 10, "{log:?}");
+        for (n, d) in delivered.iter().enumerate() {
+            let prefix: Vec<u64> = d.iter().copied().filter(|s| *s <= upto).collect();
+            assert_eq!(prefix, log, "node-{n}'s subscriber for {thread}");
+        }
+    }
+    for node in &mut nodes {
+        assert!(node.proc.terminate().await.success());
+    }
+}
