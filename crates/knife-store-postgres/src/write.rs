@@ -4,7 +4,7 @@
 use crate::error::{PgError, PgResult};
 use knife_protocol::{DomainEvent, ProjectId, StoredEvent};
 use knife_store::fold::{
-    Cell, FoldMode, PROJECTION_TABLES, RowChange, THREAD_TABLES, TOMBSTONE_TYPE, plan,
+    Cell, FoldMode, PROJECTION_TABLES, RowChange, THREAD_TABLES, TOMBSTONE_TYPE, plan, plan_append,
 };
 use knife_store::{RowGuard, StoreError};
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
@@ -325,6 +325,19 @@ async fn apply(tx: &Transaction<'_>, change: RowChange, seq: i64, mode: FoldMode
         RowChange::UnindexText { id } => {
             tx.execute("DELETE FROM search_docs WHERE id = $1", &[&id])
                 .await?;
+            Ok(())
+        }
+        RowChange::AppendItemText { chunk } => {
+            let current = tx
+                .query_opt(
+                    "SELECT payload_json FROM turn_items WHERE id = $1",
+                    &[&chunk.item_id.as_str()],
+                )
+                .await?
+                .map(|r| r.get::<_, String>(0));
+            for change in plan_append(current.as_deref(), &chunk)? {
+                Box::pin(apply(tx, change, seq, mode)).await?;
+            }
             Ok(())
         }
         RowChange::SetAgentStatus { thread_id, status } => {

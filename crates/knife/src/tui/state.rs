@@ -74,6 +74,8 @@ impl ThreadView {
         self.after = self.after.max(event.sequence);
         match &event.event.body {
             EventBody::TurnItemUpdated(item) => self.upsert(item.clone()),
+            // Appended durable text continues the item like a delta (LIVE-03).
+            EventBody::TurnItemAppended(chunk) => self.delta(&chunk.as_delta()),
             EventBody::RunCreated(run) | EventBody::RunUpdated(run) => {
                 match self.runs.iter_mut().find(|r| r.id == run.id) {
                     Some(r) => *r = run.clone(),
