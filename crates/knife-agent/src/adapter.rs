@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::stream::BoxStream;
 use knife_llm::LlmClient;
@@ -365,12 +366,11 @@ impl SessionRuntime for BuiltinSession {
         // Spawned, not awaited: start_turn returns once the turn is accepted. The
         // slot lock is held across the spawn so the task cannot free the slot
         // before it is filled (the task's on_finish waits on the same lock).
-        let handle = tokio::spawn(run_turn(
-            recorder,
-            plan,
-            cancel.clone(),
-            Arc::clone(&reason),
-        ));
+        // In the caller's span (the run's): the turn's model calls join the run's trace.
+        let handle = tokio::spawn(
+            run_turn(recorder, plan, cancel.clone(), Arc::clone(&reason))
+                .instrument(tracing::Span::current()),
+        );
         *active = Some(ActiveTurn {
             thread_id: input.thread_id,
             generation,

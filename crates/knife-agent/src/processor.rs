@@ -13,6 +13,7 @@ use knife_llm::retry::{RetryDecision, RetryPolicy};
 use knife_llm::{FinishReason, LlmClient, LlmError, LlmEvent, LlmRequest, Usage};
 use knife_protocol::{AgentError, AgentStatus, RunError};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::llm_failures::{gave_up, run_error, wait_for_retry};
 use crate::messages::parse_arguments;
@@ -192,7 +193,12 @@ impl Processor<'_> {
             rec.set_status(AgentStatus::Busy);
             calls_made += 1;
             let mut message = AssistantMessage::default();
-            let error = match self.attempt(rec, request, &mut message).await {
+            let call = model_call_span(request);
+            let error = match self
+                .attempt(rec, request, &mut message)
+                .instrument(call)
+                .await
+            {
                 Attempt::Finished { overflow } => {
                     rec.end_step();
                     if overflow {
@@ -314,6 +320,7 @@ impl Processor<'_> {
                 }
                 LlmEvent::StepFinish { reason, usage, .. } => {
                     rec.step_finished(usage.as_ref());
+                    record_usage(&tracing::Span::current(), reason, usage.as_ref());
                     message.finish = Some(reason);
                     message.usage.clone_from(&usage);
                     // The provider says the context filled up (Anthropic
@@ -325,6 +332,33 @@ impl Processor<'_> {
                 }
             }
         }
+    }
+}
+
+/// The span of one model call, after the OpenTelemetry GenAI semantic conventions
+/// (`chat {model}`; `gen_ai.usage.*` recorded at the step's finish, see [`record_usage`]).
+fn model_call_span(request: &LlmRequest) -> tracing::Span {
+    tracing::info_span!(
+        "model_call",
+        otel.name = %format!("chat {}", request.model),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.request.model = %request.model,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+    )
+}
+
+/// Records a finished step's tokens (input, output) and finish reason on its span.
+fn record_usage(span: &tracing::Span, reason: FinishReason, usage: Option<&Usage>) {
+    span.record(
+        "gen_ai.response.finish_reasons",
+        format!("{reason:?}").to_lowercase(),
+    );
+    if let Some(u) = usage {
+        span.record("gen_ai.usage.input_tokens", u.input_tokens);
+        span.record("gen_ai.usage.output_tokens", u.output_tokens);
     }
 }
 

@@ -121,6 +121,20 @@ pub fn router(state: AppState) -> Router {
             knife_protocol::limits::BODY_MAX_BYTES,
         ))
         .layer(middleware::from_fn(crate::limits::body_limit))
+        // One span per HTTP request (`http{method=… path=…}`), around everything.
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                |req: &axum::http::Request<axum::body::Body>| {
+                    tracing::info_span!(
+                        "http",
+                        otel.name = %format!("{} {}", req.method(), req.uri().path()),
+                        otel.kind = "server",
+                        http.request.method = %req.method(),
+                        url.path = %req.uri().path(),
+                    )
+                },
+            ),
+        )
         .with_state(state)
 }
 

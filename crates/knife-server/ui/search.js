@@ -1,12 +1,12 @@
 // The sidebar's search box (UX-07): filters the thread list by title as you type, and,
-// on Enter, asks the server's full-text search (`GET /api/search?q=`, TURN-08) when it
-// offers one, listing the matching threads with a snippet.
+// on Enter, asks the server's full-text search (`GET /api/search?q=`, TURN-08), listing
+// the matching threads with the matched words marked in a snippet.
 
 import { h, replace } from './dom.js';
 import { api } from './api.js';
 
 export function installSearch(sidebar) {
-  const input = h('input', { id: 'thread-search', type: 'search', placeholder: 'Search threads ( / )', autocomplete: 'off' });
+  const input = h('input', { id: 'thread-search', type: 'search', placeholder: 'Search threads ( / ), Enter: full text', autocomplete: 'off' });
   const results = h('div', { id: 'search-results', class: 'search-results', hidden: true });
   const filter = () => {
     const q = input.value.trim().toLowerCase();
@@ -24,19 +24,33 @@ export function installSearch(sidebar) {
     const q = input.value.trim();
     if (!q) return;
     try {
-      const hits = await api(`/search?q=${encodeURIComponent(q)}`);
-      const list = Array.isArray(hits) ? hits : (hits.results || []);
+      // `GET /api/search` answers `{ query, hits: [{ thread_id, thread_title, kind, snippet, … }] }`.
+      const answer = await api(`/search?q=${encodeURIComponent(q)}&limit=20`);
+      const hits = (answer && answer.hits) || [];
       results.hidden = false;
-      replace(results, list.length
-        ? list.slice(0, 20).map((r) => h('a', { class: 'search-hit', href: `#/thread/${encodeURIComponent(r.thread_id)}` },
-          h('span', { class: 'title' }, r.title || r.thread_id), r.snippet ? h('span', { class: 'muted' }, ` · ${r.snippet}`) : null))
+      replace(results, hits.length
+        ? hits.map((r) => h('a', { class: 'search-hit', href: `#/thread/${encodeURIComponent(r.thread_id)}`, dataset: { thread: r.thread_id, kind: r.kind } },
+          h('strong', {}, r.thread_title || r.thread_id), ' ', h('span', { class: 'muted' }, String(r.kind || '').replace('_', ' ')),
+          snippet(r.snippet || '')))
         : h('p', { class: 'muted' }, `No thread mentions “${q}”.`));
     } catch (err) {
-      // No full-text search on this server (404): the title filter above is what there is.
-      results.hidden = err.status !== 404 ? false : true;
-      if (err.status !== 404) replace(results, h('p', { class: 'error' }, err.message));
+      results.hidden = false;
+      replace(results, h('p', { class: 'error' }, err.message));
     }
   });
-  sidebar.el.prepend(input, results);
+  sidebar.el.prepend(h('div', { class: 'search' }, input, results));
   sidebar.onChange(filter);
+}
+
+/** A hit's snippet: the server marks the matched words with `[` and `]`; they become <mark>. */
+function snippet(text) {
+  const parts = [];
+  const re = /\[([^\]]*)\]/g;
+  let at = 0;
+  for (let m = re.exec(text); m; m = re.exec(text)) {
+    parts.push(text.slice(at, m.index), h('mark', {}, m[1]));
+    at = m.index + m[0].length;
+  }
+  parts.push(text.slice(at));
+  return h('div', { class: 'search-snippet' }, parts);
 }

@@ -43,34 +43,12 @@ export class Sidebar {
     this.forms = new Map(); // project id -> its "new thread" form, kept across redraws
     this.providers = null; // GET /api/providers once it answered: [{id, driver, model, default}]
     this.loaded = false; // the lists were read once
-    this.el = h('aside', { class: 'sidebar' }, this.searchBox(), this.projectForm(), this.error, this.offline, this.list);
+    this.el = h('aside', { class: 'sidebar' }, this.projectForm(), this.error, this.offline, this.list);
     this.socket = null;
     this.subscribed = new Set(); // thread ids followed on the socket
     this.onConnection = onConnection;
     this.refresh();
     this.timer = setInterval(() => this.refresh(), REFRESH_MS);
-  }
-
-  /** The search box (TURN-08): `GET /api/search`, hits link to their thread. */
-  searchBox() {
-    const input = h('input', { id: 'search-input', type: 'search', placeholder: 'search threads', autocomplete: 'off' });
-    const results = h('div', { class: 'search-results', id: 'search-results', hidden: true });
-    const form = h('form', { class: 'search', id: 'search' }, input, results);
-    form.addEventListener('submit', async (e) => {
-      e.preventDefault();
-      const q = input.value.trim();
-      if (!q) { results.hidden = true; return; }
-      try {
-        const found = await api(`/search?q=${encodeURIComponent(q)}`);
-        replace(results, found.hits.length ? found.hits.map((hit) => h('a', { class: 'search-hit', href: `#/thread/${encodeURIComponent(hit.thread_id)}` },
-          h('strong', {}, hit.thread_title || hit.thread_id), ' ', h('span', { class: 'muted' }, hit.kind.replace('_', ' ')),
-          h('div', { class: 'search-snippet' }, hit.snippet))) : h('p', { class: 'muted' }, 'Nothing found.'));
-      } catch (err) {
-        replace(results, h('p', { class: 'error' }, err.message));
-      }
-      results.hidden = false;
-    });
-    return form;
   }
 
   /** `fn()` is called whenever a thread's status or the lists change. */

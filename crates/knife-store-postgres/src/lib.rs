@@ -56,6 +56,14 @@ pub struct PgOptions {
     /// Longest wait between table reads of the live feed when no NOTIFY arrives
     /// (default 1 s): bounds latency after a lost notification, never correctness.
     pub poll_fallback: Duration,
+    /// How long the server lets one of this node's connections sit idle inside a
+    /// transaction before it ends that session (PostgreSQL
+    /// `idle_in_transaction_session_timeout`; default 5 s, `None` leaves the server's
+    /// setting). A node paused or cut off mid-append (SIGSTOP, a frozen VM, a network
+    /// partition that keeps the TCP connection) would otherwise hold the cluster-wide
+    /// append lock and stall every node's writes and the takeover of its own threads
+    /// (SCALE-04/05). Its transaction is rolled back: nothing half-written.
+    pub idle_in_transaction_timeout: Option<Duration>,
 }
 
 impl Default for PgOptions {
@@ -64,6 +72,7 @@ impl Default for PgOptions {
             max_connections: 8,
             live_capacity: 4096,
             poll_fallback: Duration::from_secs(1),
+            idle_in_transaction_timeout: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -122,11 +131,23 @@ impl PgStore {
             location: location.clone(),
             message,
         };
-        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
             open_err(format!(
                 "not a PostgreSQL URL ({e}); use postgres://user:password@host:port/database"
             ))
         })?;
+        if let Some(timeout) = options.idle_in_transaction_timeout {
+            // Appended to the URL's own `options`, so a setting given there is kept.
+            let setting = format!(
+                "-c idle_in_transaction_session_timeout={}",
+                timeout.as_millis().max(1)
+            );
+            let options = match config.get_options() {
+                Some(given) if !given.is_empty() => format!("{given} {setting}"),
+                _ => setting,
+            };
+            config.options(&options);
+        }
         let manager = deadpool_postgres::Manager::from_config(
             config.clone(),
             tokio_postgres::NoTls,
@@ -467,8 +488,11 @@ impl ProjectionReads for PgStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use super::redact;
+    use super::*;
+    use knife_protocol::EventBody;
+    use knife_store::contract::fixtures::{ev, project};
 
     #[test]
     fn redact_hides_the_password_in_both_url_forms() {
@@ -484,5 +508,50 @@ mod tests {
             redact("host=/tmp port=5 user=k password=s3cret dbname=x"),
             "host=/tmp port=5 user=k password=*** dbname=x"
         );
+    }
+
+    /// A node paused in the middle of an append (SIGSTOP, a frozen VM) holds the
+    /// cluster-wide append lock inside an open transaction; the server ends that
+    /// session after `idle_in_transaction_timeout`, so the other nodes' writes go on
+    /// (SCALE-04/05: the takeover of the paused node's threads must be able to write).
+    #[tokio::test]
+    #[cfg_attr(
+        not(knife_has_postgres),
+        ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+    )]
+    async fn scale_04_a_node_stalled_inside_an_append_does_not_stall_the_other_nodes() {
+        let cluster = testing::cluster().await;
+        let db = cluster.fresh_database().await;
+        let stalled = PgStore::open_with(
+            &cluster.url(&db),
+            PgOptions {
+                idle_in_transaction_timeout: Some(Duration::from_millis(300)),
+                ..PgOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        let other = open(&cluster.url(&db)).await.unwrap();
+        let client = stalled.inner.pool.get().await.unwrap();
+        client.batch_execute("BEGIN").await.unwrap();
+        client
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&write::APPEND_LOCK])
+            .await
+            .unwrap();
+        // The stalled node sends nothing more; the other node's append waits for the
+        // lock only until the server ends the stalled session.
+        let written = tokio::time::timeout(
+            Duration::from_secs(20),
+            other.write(vec![ev(EventBody::ProjectCreated(project("p1", 1)))]),
+        )
+        .await
+        .expect("the other node's append is stalled by the paused node's transaction")
+        .unwrap();
+        assert_eq!(written.len(), 1);
+        let err = client
+            .execute("SELECT 1", &[])
+            .await
+            .expect_err("the stalled session was ended by the server");
+        assert!(err.is_closed() || err.to_string().contains("idle"), "{err}");
     }
 }

@@ -25,6 +25,7 @@ mod search;
 mod serve;
 mod sessions;
 mod store_url;
+mod telemetry;
 mod thread_ids;
 mod thread_lifecycle;
 mod threads;
@@ -136,7 +137,7 @@ fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Tui(cli.tui));
     // The full-screen view has no log lines: they would draw over it.
     if !matches!(command, Command::Tui(_)) {
-        init_tracing(matches!(command, Command::Serve(_) | Command::MockLlm(_)));
+        telemetry::init_tracing(matches!(command, Command::Serve(_) | Command::MockLlm(_)));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -177,16 +178,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs to stderr; `RUST_LOG` overrides. Servers log at info, other commands at warn.
-fn init_tracing(server: bool) {
-    let default = if server { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
 }

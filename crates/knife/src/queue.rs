@@ -14,6 +14,7 @@ use crate::config::Config;
 /// Flags of `knife threads queue`.
 #[derive(Args)]
 pub struct QueueArgs {
+    /// The thread: its id or a unique prefix of one (UX-04).
     pub id: String,
     /// Cancel this queued message (its id from the listing).
     #[arg(long, conflicts_with_all = ["clear", "resume"])]
@@ -44,7 +45,8 @@ pub async fn queue(config_path: Option<&Path>, args: QueueArgs) -> anyhow::Resul
              the data directory until then)"
         );
     };
-    let path = format!("/api/threads/{}/queue", args.id);
+    let thread = crate::thread_ids::resolve(&client, &args.id).await?;
+    let path = format!("/api/threads/{thread}/queue");
     let queue: QueueResponse = if let Some(entry) = &args.cancel {
         client.delete(&format!("{path}/{entry}")).await?
     } else if args.clear {
@@ -105,6 +107,7 @@ pub fn render(q: &QueueResponse) -> String {
 /// Flags of `knife threads budget`.
 #[derive(Args)]
 pub struct BudgetArgs {
+    /// The thread: its id or a unique prefix of one (UX-04).
     pub id: String,
     /// Tokens to add to every budget this thread's runs are checked against.
     #[arg(long)]
@@ -130,9 +133,10 @@ pub async fn budget(config_path: Option<&Path>, args: BudgetArgs) -> anyhow::Res
             "no knife server is running; start it with `knife serve`, then raise the budget"
         );
     };
+    let thread = crate::thread_ids::resolve(&client, &args.id).await?;
     let raised: RaiseBudgetResponse = client
         .post(
-            &format!("/api/threads/{}/budget", args.id),
+            &format!("/api/threads/{thread}/budget"),
             &RaiseBudgetRequest {
                 tokens: args.tokens,
                 cost_usd: args.cost_usd,

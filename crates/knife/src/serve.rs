@@ -62,6 +62,14 @@ pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resul
         tracing::warn!("{why} (accepted on a loopback address only)");
     }
     raise_open_file_limit(config.server.limits().max_connections);
+    let otlp = match config.telemetry.otlp_endpoint.as_deref() {
+        Some(endpoint) => {
+            let guard = crate::telemetry::export_otlp(endpoint).await?;
+            tracing::info!(endpoint, "exporting traces over OTLP/HTTP");
+            Some(guard)
+        }
+        None => None,
+    };
     let app = App::build(&config, &data_dir, token).await?;
     let listener = bind(addr).await?;
     let local = listener.local_addr()?;
@@ -73,6 +81,9 @@ pub async fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resul
     println!("web page: http://{local}/");
     app.serve(listener, shutdown_signal()).await?;
     tracing::info!("knife stopped");
+    if let Some(otlp) = otlp {
+        otlp.shutdown().await;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -92,10 +92,12 @@ async fn turn_01_turn_02_queue_over_http_and_cli_pauses_on_interrupt_and_resumes
         shown.stdout
     );
 
-    // Resuming starts it at once (the thread is idle) as run 2.
+    // Resuming starts it at once (the thread is idle) as run 2; a unique prefix of the
+    // id names the thread (UX-04).
+    let prefix = &thread[..thread.len() - 6];
     let resumed = run_cli(
         &cwd,
-        &["threads", "queue", &thread, "--resume", "--server", &url],
+        &["threads", "queue", prefix, "--resume", "--server", &url],
     )
     .await;
     assert!(resumed.status.success(), "{}", resumed.stderr);

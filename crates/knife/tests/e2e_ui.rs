@@ -129,7 +129,8 @@ fn screenshot_dir() -> PathBuf {
 /// Prepares the "restart" scenario: thread "Resumed thread" streams a slow answer
 /// and thread "Expired approval" waits for a `bash` approval when the server is
 /// killed (SIGKILL: nothing settles the approval); the new process on the same data
-/// dir resumes both threads (a slow answer: about 6 s) and expires the approval.
+/// dir resumes both threads (a slow answer: about 14 s, so a browser that starts
+/// slowly on a loaded machine still sees it streaming) and expires the approval.
 /// Returns once the resumed run is running.
 async fn stop_mid_stream_and_restart(server: &mut Server) {
     let api = server.api.clone();
@@ -310,7 +311,7 @@ async fn e2e_ui_browser_suite_against_knife_serve() {
              [[response]]\ntext = \"a slow answer that is still streaming when the server stops\"\n\
              deltas = 80\nstream_deltas_ms = 50\n\n\
              [[response]]\ntool_calls = [{{ name = \"bash\", arguments = {{ command = \"echo never-run\" }} }}]\n\n\
-             [[response]]\ntext = \"Picked up where I left off, slowly: {}.\"\nstream_deltas_ms = 150\n",
+             [[response]]\ntext = \"Picked up where I left off, slowly: {}.\"\nstream_deltas_ms = 350\n",
                 words("r", 40)
             ),
             "",

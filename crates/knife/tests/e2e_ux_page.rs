@@ -115,17 +115,22 @@ async fn ux_06_approvals_sit_in_their_call_output_folds_by_lines_interrupts_are_
     browser(&[("transcript", script)], &["ux_06_transcript"]).await;
 }
 
-/// UX-07's parts that need no other branch: per-run tokens and cost, notifications,
-/// shortcuts, thread search. (Named `ux_07_…` once the diff view and the queue are in
-/// the same test.)
+/// UX-07: per-run tokens and cost, opt-in notifications while the tab is hidden,
+/// shortcuts under `?`, the search box (title filter and full text with marked words),
+/// the message queue strip (queue, cancel, the rest runs after), and rename / archive /
+/// delete / model picker present. Their actions, the diff view per run and its revert
+/// are driven in e2e_ui's browser suite (`model_picker`,
+/// `approve_write_diff_and_thread_lifecycle`, `changes_panel_revert_and_undo`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_browser),
     ignore = "needs Node, playwright-core and Chromium: run scripts/test"
 )]
-async fn page_run_cost_notifications_shortcuts_and_search() {
+async fn ux_07_the_page_shows_run_cost_notifies_lists_shortcuts_searches_and_queues() {
     let script = "[[response]]\ntext = \"First answer.\"\nusage = { prompt_tokens = 1000, completion_tokens = 200 }\n\n\
                   [[response]]\ntool_calls = [{ name = \"bash\", arguments = { command = \"echo hi\" } }]\n\n\
-                  [[response]]\ntext = \"Ran it.\"\n";
+                  [[response]]\ntext = \"Ran it.\"\n\n\
+                  [[response]]\ntext = \"A slow answer, long enough to queue two messages behind it.\"\ndeltas = 40\nstream_deltas_ms = 100\n\n\
+                  [[response]]\ntext = \"The queued answer.\"\n";
     browser(&[("tools", script.to_owned())], &["ux_07_page_tools"]).await;
 }

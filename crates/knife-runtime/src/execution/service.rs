@@ -18,6 +18,7 @@ use knife_store::Store;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::adapter::*;
 use crate::clock::SharedClock;
@@ -413,8 +414,14 @@ impl ExecutionService {
                 };
                 // A run whose terminal write started the next queued message
                 // (TURN-01) hands over to it: same task, same reservation.
-                while let Some(next) = driver.drive(ctx).await {
-                    ctx = driver.rearm(next, &run_tx);
+                // Every log line of the run carries its thread and run (one span per run,
+                // also for each queued run this task hands over to).
+                loop {
+                    let span = run_span(&ctx);
+                    match driver.drive(ctx).instrument(span).await {
+                        Some(next) => ctx = driver.rearm(next, &run_tx),
+                        None => break,
+                    }
                 }
             });
             Ok(started)
@@ -710,6 +717,18 @@ impl Drop for Reservation {
             lock(&self.inner.active).remove(&self.thread);
         }
     }
+}
+
+/// The span of one run: `run{thread=… run=… ordinal=…}` on every log line it writes (and
+/// the root of its OTLP trace when `[telemetry] otlp_endpoint` is set).
+fn run_span(ctx: &RunContext) -> tracing::Span {
+    tracing::info_span!(
+        "run",
+        thread = %ctx.thread.id,
+        run = %ctx.run.id,
+        ordinal = ctx.run.ordinal,
+        provider = %ctx.thread.provider_instance_id,
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

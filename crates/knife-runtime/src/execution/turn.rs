@@ -3,6 +3,7 @@
 //! deadline), then write the run's terminal state and claim (EXEC-01/02/04/05/09).
 
 use std::sync::atomic::Ordering;
+use tracing::Instrument;
 
 use futures::StreamExt;
 use knife_protocol::*;
@@ -28,7 +29,10 @@ impl ExecutionService {
             outcome,
             usage,
             teardown,
-        } = self.run_turn(&ctx).await;
+        } = self
+            .run_turn(&ctx)
+            .instrument(tracing::info_span!("turn", continuation = ctx.continuation))
+            .await;
         ctx.finishing.store(true, Ordering::SeqCst);
         // After it, however it ended (CHG-02); a failure is recorded, never raised.
         if let Some(event) = self.record_end(&mut ctx).await {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use knife_protocol::*;
+use tracing::Instrument;
 
 use super::entry::{CloseSubscribers, Entry};
 use super::store::WriteKind;
@@ -29,7 +30,16 @@ pub(crate) fn start(
     let inner = Arc::clone(inner);
     let entry = Arc::clone(entry);
     let tasks = inner.tasks.clone();
-    tasks.spawn(async move { run(inner, entry, events).await });
+    // Every log line of the session's pump carries the session and its instance. Its own
+    // root (no parent): a session outlives the run that opened it.
+    let span = tracing::info_span!(
+        parent: None,
+        "provider_session",
+        session = %entry.id,
+        instance = %entry.instance,
+        driver = %entry.driver,
+    );
+    tasks.spawn(async move { run(inner, entry, events).await }.instrument(span));
 }
 
 /// Session-scoped runtime-request artifacts (no run): persisted directly under the

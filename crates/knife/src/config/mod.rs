@@ -62,9 +62,23 @@ pub struct Config {
     /// `[budgets]`: limits in tokens or USD per thread, project and day (TURN-07).
     #[serde(default)]
     pub budgets: budgets::BudgetsConfig,
+    /// `[telemetry]`: OTLP export of knife's spans (runs, turns, provider sessions, HTTP
+    /// requests, model calls).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// The file this config was read from (hidden from sandboxed commands, SEC-01).
     #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// `[telemetry]`: where `knife serve` sends its traces.
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP endpoint (JSON encoding) of an OpenTelemetry collector, e.g.
+    /// `http://127.0.0.1:4318`: spans are POSTed to `<endpoint>/v1/traces` (an endpoint
+    /// already ending in `/v1/traces` is used as is). Unset: no export.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[checkpoints]`: knife's own git checkpoints of working trees before and after

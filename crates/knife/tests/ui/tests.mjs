@@ -85,7 +85,8 @@ export const tests = {
       const marker = page.locator('.marker.restart');
       await marker.waitFor();
       assert.match(await marker.locator('.marker-label').innerText(), /continuing after restart/i);
-      await assistant(page).locator('.md', { hasText: 'r39.' }).waitFor();
+      // The resumed answer streams for about 14 s (e2e_ui.rs).
+      await assistant(page).locator('.md', { hasText: 'r39.' }).waitFor({ timeout: 45000 });
       await link.locator('.status-idle').waitFor();
       assert.equal(await page.locator('.item-user_message .user-text', { hasText: 'answer slowly' }).count(), 1);
       await page.screenshot({ path: shot.replace(/\.png$/, '-resumed.png') });

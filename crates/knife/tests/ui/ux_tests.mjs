@@ -1,4 +1,4 @@
-// Browser tests of the page's UX (SPEC UX-05, UX-06), run by e2e_ux_page.rs through
+// Browser tests of the page's UX (SPEC UX-05, UX-06, UX-07), run by e2e_ux_page.rs through
 // run.mjs ($KNIFE_UI_TESTS) against real `knife serve` + `knife mock-llm` processes.
 
 import assert from 'node:assert/strict';
@@ -141,9 +141,10 @@ export const tests = {
     allowConsole: [],
   },
 
-  // The page's tools (UX-07, the parts that do not wait for other work): per-run tokens
-  // and cost, opt-in notifications while the tab is hidden, shortcuts under `?`, the
-  // thread search box, rename / archive / delete and the model picker present.
+  // The page's tools (UX-07): per-run tokens and cost, opt-in notifications while the tab
+  // is hidden, shortcuts under `?`, the thread search box (title filter and full text),
+  // the message queue, rename / archive / delete and the model picker present (tests.mjs
+  // exercises those, the diff view and revert).
   ux_07_page_tools: {
     server: 'tools',
     async run({ page, server, shot }) {
@@ -220,7 +221,38 @@ export const tests = {
       await page.locator('.thread-view .thread-title', { hasText: 'Tools thread' }).waitFor();
       await page.keyboard.press('k');
       await page.locator('.thread-view .thread-title', { hasText: 'Other thread' }).waitFor();
+
+      // Full-text search (Enter): the answer's word is found in the Tools thread, marked
+      // in the snippet; the hit opens the thread.
+      await page.fill('#thread-search', 'ran');
+      await page.locator('#thread-search').press('Enter');
+      const hit = page.locator('#search-results .search-hit', { hasText: 'Tools thread' }).first();
+      await hit.waitFor();
+      assert.equal((await hit.locator('mark').first().innerText()).toLowerCase(), 'ran');
+      await page.locator('#thread-search').press('Escape');
+      await hit.click();
+      await page.locator('.thread-view .thread-title', { hasText: 'Tools thread' }).waitFor();
+      await page.fill('#thread-search', '');
+      await page.locator('#thread-search').dispatchEvent('input');
+
+      // The message queue: while a slow answer streams, Send queues; the strip lists the
+      // entries, × cancels one, the other runs when the answer ended.
+      await send(page, 'answer slowly');
+      await page.locator('#interrupt').waitFor({ state: 'visible' });
+      for (const text of ['queued one', 'queued two']) {
+        await page.fill('#composer-input', text);
+        await page.click('#send');
+      }
+      await page.locator('#queue .queue-entry', { hasText: '2. queued: queued two' }).waitFor();
+      assert.match(await page.locator('#queue').innerText(), /1\. queued: queued one/);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-queue.png') });
+      await page.locator('#queue .queue-entry', { hasText: 'queued two' }).locator('.queue-cancel').click();
+      await page.locator('#queue .queue-entry', { hasText: 'queued two' }).waitFor({ state: 'detached' });
+      await page.locator('.item-assistant_message .md', { hasText: 'The queued answer.' }).waitFor();
+      await page.locator('.item-user_message .user-text', { hasText: 'queued one' }).waitFor();
+      assert.equal(await page.locator('.item-user_message .user-text', { hasText: 'queued two' }).count(), 0);
+      await page.locator('#queue').waitFor({ state: 'hidden' });
     },
-    allowConsole: [/status of 404/, /HTTP 404 for .*\/search/],
+    allowConsole: [/status of 404/],
   },
 };
