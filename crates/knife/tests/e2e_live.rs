@@ -501,7 +501,7 @@ async fn bytes_of_a_turn(count: usize, size: usize, pace_ms: u64) -> (usize, usi
             WsServerMessage::Error { error } => panic!("websocket error: {error:?}"),
         }
     }
-    eprintln!("BYTES {by_type:#?}");
+    eprintln!("bytes per message type (count, bytes): {by_type:?}");
     assert_eq!(client.text_of(DeltaField::Text), vec![answer.clone()]);
     assert!(client.chunks > 0, "no turn-item.appended chunk was written");
     // A client replaying the whole log afterwards (the store's durable events) shows
