@@ -9,6 +9,7 @@ use futures::StreamExt;
 use knife_agent::tools::{Tool, ToolContext, ToolError, ToolSet};
 use knife_llm::*;
 use knife_protocol::*;
+use knife_runtime::recording::DurableStates;
 use knife_runtime::{AdapterError, InterruptReason};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -321,10 +322,12 @@ async fn interrupt_mid_stream_settles_items_as_interrupted() {
     .unwrap();
     // Wait until the text is visible, then interrupt.
     let mut seen = Vec::new();
+    let mut states = DurableStates::default();
     loop {
         let e = h.events.next().await.unwrap().unwrap();
-        let done = matches!(&e, AdapterEvent::TurnItemUpdated(i)
-            if matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "Working on"));
+        let done = states.fold(std::slice::from_ref(&e)).iter().any(|i| {
+            matches!(&i.kind, TurnItemKind::AssistantMessage { text, .. } if text == "Working on")
+        });
         seen.push(e);
         if done {
             break;
@@ -483,7 +486,8 @@ async fn streamed_text_is_emitted_within_the_flush_interval() {
     let mut h = open(llm, |c| c.flush_interval = Duration::from_millis(50), None).await;
     h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
     tx.send(Ok(LlmEvent::TextStart { id: "t".into() })).unwrap();
-    let started = next_item(&mut h.events).await.unwrap();
+    let mut seen = DurableStates::default();
+    let started = next_item(&mut h.events, &mut seen).await.unwrap();
     assert_eq!(text_of(&started), "");
 
     let t0 = Instant::now();
@@ -498,7 +502,7 @@ async fn streamed_text_is_emitted_within_the_flush_interval() {
     }))
     .unwrap();
     // Too soon after the start snapshot: held back, then flushed at the deadline.
-    let item = next_item(&mut h.events).await.unwrap();
+    let item = next_item(&mut h.events, &mut seen).await.unwrap();
     assert_eq!(text_of(&item), "Hello");
     let waited = t0.elapsed();
     assert!(waited <= Duration::from_millis(50), "waited {waited:?}");
@@ -515,7 +519,7 @@ async fn streamed_text_is_emitted_within_the_flush_interval() {
         text: "!".into(),
     }))
     .unwrap();
-    let item = next_item(&mut h.events).await.unwrap();
+    let item = next_item(&mut h.events, &mut seen).await.unwrap();
     assert_eq!(text_of(&item), "Hello!");
     assert_eq!(t1.elapsed(), Duration::ZERO);
 
@@ -528,7 +532,7 @@ async fn streamed_text_is_emitted_within_the_flush_interval() {
         }))
         .unwrap();
     }
-    let item = next_item(&mut h.events).await.unwrap();
+    let item = next_item(&mut h.events, &mut seen).await.unwrap();
     assert_eq!(text_of(&item).len(), "Hello!".len() + 4096);
     assert_eq!(t2.elapsed(), Duration::ZERO);
 
@@ -538,10 +542,12 @@ async fn streamed_text_is_emitted_within_the_flush_interval() {
     assert_eq!(outcome(&events).0, TurnOutcome::Completed);
 }
 
-/// The next turn item snapshot, skipping other events (turn and status updates).
-async fn next_item(events: &mut Events) -> Option<TurnItem> {
+/// The next durable state of a turn item (a whole snapshot, or an appended chunk
+/// folded into the state `seen` holds, LIVE-03), skipping other events.
+async fn next_item(events: &mut Events, seen: &mut DurableStates) -> Option<TurnItem> {
     loop {
-        if let AdapterEvent::TurnItemUpdated(item) = events.next().await.unwrap().unwrap() {
+        let event = events.next().await.unwrap().unwrap();
+        if let Some(item) = seen.fold(&[event]).pop() {
             return Some(item);
         }
     }

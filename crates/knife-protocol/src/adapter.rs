@@ -24,6 +24,9 @@ pub enum AdapterEvent {
     ProviderTurnUpdated(ProviderTurn),
     NodeUpdated(Node),
     TurnItemUpdated(TurnItem),
+    /// Durable text appended to a streaming item since its previous durable state
+    /// (LIVE-03); becomes `turn-item.appended`. Only the one recorder emits it.
+    TurnItemAppended(crate::live::TurnItemAppend),
     /// More streaming text of an item, handed to subscribers at once and never
     /// persisted (LIVE-01); the durable snapshots follow through `TurnItemUpdated`.
     TurnItemDelta(crate::live::ItemDelta),

@@ -1,5 +1,6 @@
 //! The domain event log: what knife appends to SQLite and streams to clients.
-//! Each event carries a whole entity (upsert by id); projections are a fold of them.
+//! Each event carries a whole entity (upsert by id), except the appended text of a
+//! streaming item (`turn-item.appended`, LIVE-03); projections are a fold of them.
 
 use crate::Timestamp;
 use crate::entities::*;
@@ -119,6 +120,10 @@ event_bodies! {
         "provider-turn.updated" => ProviderTurnUpdated(ProviderTurn),
         "runtime-request.updated" => RuntimeRequestUpdated(RuntimeRequest),
         "turn-item.updated" => TurnItemUpdated(TurnItem),
+        /// Text appended to a streaming item's field since its previous durable state
+        /// (LIVE-03); the fold appends it to the `turn_items` row. The item's first and
+        /// settled states stay whole `turn-item.updated` snapshots.
+        "turn-item.appended" => TurnItemAppended(crate::live::TurnItemAppend),
         /// The agent's live status on the thread (PROC-06); sets `Thread::agent_status`.
         "thread.status" => ThreadStatusChanged {
             thread_id: ThreadId,
@@ -171,6 +176,7 @@ impl EventBody {
             }
             EventBody::RuntimeRequestUpdated(r) => (Some(r.thread_id.clone()), r.run_id.clone()),
             EventBody::TurnItemUpdated(i) => (Some(i.thread_id.clone()), i.run_id.clone()),
+            EventBody::TurnItemAppended(c) => (Some(c.thread_id.clone()), c.run_id.clone()),
             EventBody::ThreadStatusChanged {
                 thread_id, run_id, ..
             }

@@ -91,3 +91,128 @@ pub struct ItemReset {
     pub thread_id: ThreadId,
     pub item_id: TurnItemId,
 }
+
+/// Durable appended text of one streaming item (LIVE-03): the event
+/// `turn-item.appended`. `text` continues the item's `field` at byte `offset` of its
+/// previous durable state (the last `turn-item.updated` snapshot plus the chunks
+/// after it), so a streaming answer costs O(text) in the log instead of one whole
+/// snapshot per persistence window. The item's other fields are unchanged, except
+/// `updated_at`. The one recorder writes the item's first state and its settled state
+/// as whole snapshots; chunks come only between them (docs/2026-12-01-live-chunks.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TurnItemAppend {
+    pub thread_id: ThreadId,
+    pub run_id: Option<RunId>,
+    pub item_id: TurnItemId,
+    /// The item's transcript position ([`TurnItem::ordinal`]).
+    pub ordinal: u64,
+    pub field: DeltaField,
+    /// Where `text` starts in the field, in UTF-8 bytes (never inside a character).
+    pub offset: u64,
+    pub text: String,
+    /// The item's new `updated_at`.
+    pub updated_at: crate::Timestamp,
+}
+
+/// Why a [`TurnItemAppend`] does not continue an item (the fold skips such a chunk).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    /// The item has no growing text `field` (another kind, or a parsed tool input).
+    #[error("item {item} has no growing {field:?} text to append to; the chunk is skipped")]
+    NoSuchField { item: TurnItemId, field: DeltaField },
+    /// The chunk starts past the field's end (a chunk is missing before it).
+    #[error(
+        "chunk of item {item} starts at byte {offset} but its {field:?} text has {len} bytes; \
+         the chunk is skipped (rebuild from a log that has the missing chunk)"
+    )]
+    Gap {
+        item: TurnItemId,
+        field: DeltaField,
+        offset: u64,
+        len: u64,
+    },
+    /// The chunk starts inside a character of the field's text.
+    #[error("chunk of item {item} starts inside a UTF-8 character (byte {offset}); skipped")]
+    NotCharBoundary { item: TurnItemId, offset: u64 },
+}
+
+impl TurnItemAppend {
+    /// The byte offset right after this chunk.
+    pub fn end(&self) -> u64 {
+        self.offset + self.text.len() as u64
+    }
+
+    /// The same text as a live delta (clients that print text as it comes).
+    pub fn as_delta(&self) -> ItemDelta {
+        ItemDelta {
+            thread_id: self.thread_id.clone(),
+            run_id: self.run_id.clone(),
+            item_id: self.item_id.clone(),
+            ordinal: self.ordinal,
+            field: self.field,
+            offset: self.offset,
+            text: self.text.clone(),
+        }
+    }
+
+    /// Folds this chunk into `item` (its previous durable state): the field becomes
+    /// its first `offset` bytes followed by `text`, and `updated_at` is the chunk's.
+    /// A chunk ending at or before the field's end changes nothing (already folded:
+    /// returns `Ok(false)`). Errors: [`AppendError`] (the item is left unchanged).
+    pub fn apply_to(&self, item: &mut TurnItem) -> Result<bool, AppendError> {
+        let field = self.field;
+        let target: &mut String = match (field, &mut item.kind) {
+            (DeltaField::Text, TurnItemKind::AssistantMessage { text, .. })
+            | (DeltaField::Reasoning, TurnItemKind::Reasoning { text, .. }) => text,
+            (
+                DeltaField::Input,
+                TurnItemKind::ToolCall {
+                    input: Value::String(s),
+                    ..
+                },
+            ) => s,
+            (DeltaField::Output, TurnItemKind::ToolCall { output, .. })
+                if output.is_some() || self.offset == 0 =>
+            {
+                output.get_or_insert_with(String::new)
+            }
+            (DeltaField::Output, TurnItemKind::ToolCall { .. }) => {
+                return Err(AppendError::Gap {
+                    item: item.id.clone(),
+                    field,
+                    offset: self.offset,
+                    len: 0,
+                });
+            }
+            _ => {
+                return Err(AppendError::NoSuchField {
+                    item: item.id.clone(),
+                    field,
+                });
+            }
+        };
+        let len = target.len() as u64;
+        if self.offset > len {
+            return Err(AppendError::Gap {
+                item: item.id.clone(),
+                field,
+                offset: self.offset,
+                len,
+            });
+        }
+        if self.end() <= len {
+            return Ok(false);
+        }
+        let at = usize::try_from(self.offset).unwrap_or(usize::MAX);
+        if !target.is_char_boundary(at) {
+            return Err(AppendError::NotCharBoundary {
+                item: item.id.clone(),
+                offset: self.offset,
+            });
+        }
+        target.truncate(at);
+        target.push_str(&self.text);
+        item.updated_at = self.updated_at;
+        Ok(true)
+    }
+}

@@ -11,6 +11,7 @@ pub fn to_domain(event: &AdapterEvent) -> Option<EventBody> {
         AdapterEvent::ProviderTurnUpdated(t) => EventBody::ProviderTurnUpdated(t.clone()),
         AdapterEvent::NodeUpdated(n) => EventBody::NodeUpdated(n.clone()),
         AdapterEvent::TurnItemUpdated(i) => EventBody::TurnItemUpdated(i.clone()),
+        AdapterEvent::TurnItemAppended(c) => EventBody::TurnItemAppended(c.clone()),
         AdapterEvent::RuntimeRequestUpdated(r) => EventBody::RuntimeRequestUpdated(r.clone()),
         AdapterEvent::AgentStatusChanged {
             thread_id,
@@ -38,26 +39,53 @@ pub fn to_domain(event: &AdapterEvent) -> Option<EventBody> {
 }
 
 /// Appends `body` to `batch` as an event of `thread`, coalescing with the previous
-/// entry when both are snapshots of the same turn item (the later snapshot is the
-/// whole entity, so the earlier one carries nothing the log needs). This bounds the
-/// write rate of fast token streams without delaying the first delta.
+/// entry when both describe the same turn item: a later whole snapshot replaces what
+/// came before it, a chunk continuing the previous chunk (or snapshot) of the item is
+/// folded into it (LIVE-03). This bounds the write rate of fast token streams without
+/// delaying the first delta, and never makes the log larger than the chunks alone.
 pub fn push_coalesced(
     batch: &mut Vec<DomainEvent>,
     thread: &ThreadId,
     at: Timestamp,
     body: EventBody,
 ) {
-    if let (Some(last), EventBody::TurnItemUpdated(item)) = (batch.last_mut(), &body)
-        && let EventBody::TurnItemUpdated(prev) = &last.body
-        && prev.id == item.id
+    if let Some(last) = batch.last_mut()
+        && let Some(merged) = coalesce(&last.body, &body)
     {
-        last.body = body;
+        last.body = merged;
         last.occurred_at = at;
         return;
     }
     // Session-level events name no thread themselves; file them under the thread
     // whose turn produced them so the thread's stream shows them.
     batch.push(DomainEvent::new(at, body).with_thread(thread));
+}
+
+/// `next` folded into `prev` when both describe one item and the result says what
+/// both say; `None` keeps them apart.
+fn coalesce(prev: &EventBody, next: &EventBody) -> Option<EventBody> {
+    match (prev, next) {
+        (EventBody::TurnItemUpdated(p), EventBody::TurnItemUpdated(n)) if p.id == n.id => {
+            Some(next.clone())
+        }
+        (EventBody::TurnItemAppended(p), EventBody::TurnItemUpdated(n)) if p.item_id == n.id => {
+            Some(next.clone())
+        }
+        (EventBody::TurnItemUpdated(p), EventBody::TurnItemAppended(c)) if p.id == c.item_id => {
+            let mut item = p.clone();
+            c.apply_to(&mut item).ok()?;
+            Some(EventBody::TurnItemUpdated(item))
+        }
+        (EventBody::TurnItemAppended(p), EventBody::TurnItemAppended(c))
+            if p.item_id == c.item_id && p.field == c.field && p.end() == c.offset =>
+        {
+            let mut chunk = p.clone();
+            chunk.text.push_str(&c.text);
+            chunk.updated_at = c.updated_at;
+            Some(EventBody::TurnItemAppended(chunk))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -130,5 +158,46 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    fn chunk(id: &str, offset: u64, text: &str) -> EventBody {
+        EventBody::TurnItemAppended(TurnItemAppend {
+            thread_id: ThreadId::from("t"),
+            run_id: None,
+            item_id: TurnItemId::from(id),
+            ordinal: 1,
+            field: DeltaField::Text,
+            offset,
+            text: text.into(),
+            updated_at: chrono::Utc::now(),
+        })
+    }
+
+    #[test]
+    fn live_03_chunks_coalesce_with_the_previous_state_of_their_item_only() {
+        let t = ThreadId::from("t");
+        let now = chrono::Utc::now();
+        let mut batch = Vec::new();
+        // A chunk after a snapshot of its item folds into the snapshot.
+        push_coalesced(&mut batch, &t, now, item("a", "h"));
+        push_coalesced(&mut batch, &t, now, chunk("a", 1, "é"));
+        // Contiguous chunks merge; another item's or a gapped chunk does not.
+        push_coalesced(&mut batch, &t, now, chunk("b", 4, "x"));
+        push_coalesced(&mut batch, &t, now, chunk("b", 5, "yz"));
+        push_coalesced(&mut batch, &t, now, chunk("b", 9, "late"));
+        // A later whole snapshot replaces the chunk before it.
+        push_coalesced(&mut batch, &t, now, chunk("a", 3, "!"));
+        push_coalesced(&mut batch, &t, now, item("a", "hé!?"));
+        let bodies: Vec<&EventBody> = batch.iter().map(|e| &e.body).collect();
+        assert_eq!(bodies.len(), 4, "{bodies:?}");
+        assert!(matches!(bodies[0], EventBody::TurnItemUpdated(i)
+            if i.kind == TurnItemKind::AssistantMessage { text: "hé".into(), streaming: true }));
+        match bodies[1] {
+            EventBody::TurnItemAppended(c) => assert_eq!((c.offset, c.text.as_str()), (4, "xyz")),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(bodies[2], EventBody::TurnItemAppended(c) if c.offset == 9));
+        assert!(matches!(bodies[3], EventBody::TurnItemUpdated(i)
+            if i.kind == TurnItemKind::AssistantMessage { text: "hé!?".into(), streaming: true }));
     }
 }

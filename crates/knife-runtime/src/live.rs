@@ -320,6 +320,34 @@ impl LiveHub {
         state.durable.push((sequence, lens));
     }
 
+    /// A chunk of `item` (of `generation`) is committed at `sequence`: `field`'s
+    /// durable text now ends at byte `end`, the other fields as in the item's previous
+    /// committed state (LIVE-03).
+    pub fn committed_chunk(
+        &self,
+        thread: &ThreadId,
+        item: &TurnItemId,
+        generation: u32,
+        sequence: u64,
+        field: DeltaField,
+        end: u64,
+    ) {
+        let lens = {
+            let map = self.lock();
+            let Some(state) = map.get(thread).and_then(|t| t.items.get(item)) else {
+                return;
+            };
+            let mut lens = state
+                .durable
+                .last()
+                .map(|(_, lens)| lens.clone())
+                .unwrap_or_default();
+            lens.insert(field, end);
+            lens
+        };
+        self.committed(thread, item, generation, sequence, lens);
+    }
+
     /// The item's settled snapshot of `generation` is committed: the item leaves the
     /// hub, unless a reset started a new generation meanwhile.
     pub fn settled(&self, thread: &ThreadId, item: &TurnItemId, generation: u32) {

@@ -217,6 +217,18 @@ impl Merge {
                     self.items.insert(item.id.clone(), view);
                 }
             }
+            // Appended text (LIVE-03): the subscriber now holds the field up to its end.
+            EventBody::TurnItemAppended(chunk) => {
+                let view = self
+                    .items
+                    .entry(chunk.item_id.clone())
+                    .or_insert_with(|| ItemView {
+                        run_id: chunk.run_id.clone(),
+                        ..ItemView::default()
+                    });
+                let sent = view.sent.entry(chunk.field).or_insert(0);
+                *sent = (*sent).max(chunk.end());
+            }
             EventBody::RunUpdated(run) if run.status.is_terminal() => {
                 self.items
                     .retain(|_, v| v.run_id.as_ref() != Some(&run.id) || v.pending.is_some());

@@ -224,6 +224,9 @@ export class ThreadView {
       case 'turn-item.updated':
         this.upsert(p);
         break;
+      case 'turn-item.appended':
+        this.append(p);
+        break;
       case 'runtime-request.updated':
         this.requests.set(p.id, p);
         for (const item of this.items.values()) {
@@ -313,6 +316,28 @@ export class ThreadView {
       else out[field] = cur.text;
     }
     return out;
+  }
+
+  /**
+   * Appended durable text (LIVE-03): `p.text` continues the item's `p.field` at UTF-8
+   * byte `p.offset` of its durable state (the last whole snapshot plus the chunks
+   * since). Text the durable copy already has adds nothing; a chunk past its end (never
+   * sent: the whole snapshot comes first) is ignored.
+   */
+  append(p) {
+    const item = this.items.get(p.item_id);
+    const durable = durableText(item, p.field);
+    if (durable === null) return;
+    const bytes = byteLength(durable);
+    const end = p.offset + byteLength(p.text);
+    if (p.offset > bytes || end <= bytes) return;
+    const text = p.offset === bytes
+      ? durable + p.text
+      : UTF8_DECODER.decode(UTF8.encode(durable).slice(0, p.offset)) + p.text;
+    const next = { ...item, updated_at: p.updated_at };
+    if (p.field === 'text' || p.field === 'reasoning') next.text = text;
+    else next[p.field] = text;
+    this.upsert(next);
   }
 
   /** Records `item` (newest copy wins) and schedules its element's redraw. */

@@ -18,7 +18,7 @@ use crate::error::{PgError, PgResult};
 use deadpool_postgres::Transaction;
 use knife_protocol::{ProjectId, StoredEvent};
 use knife_store::StoreError;
-use knife_store::fold::{Cell, FoldMode, RowChange, THREAD_TABLES, TOMBSTONE_TYPE};
+use knife_store::fold::{Cell, FoldMode, RowChange, THREAD_TABLES, TOMBSTONE_TYPE, plan_append};
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::Statement;
 
@@ -256,6 +256,22 @@ impl Folder {
                     vec![Box::new(id)],
                 )
                 .await
+            }
+            RowChange::AppendItemText { chunk } => {
+                // A read: what is queued must have run first (LIVE-03: the chunk extends
+                // the item's folded text).
+                p.flush(tx).await?;
+                let current = tx
+                    .query_opt(
+                        "SELECT payload_json FROM turn_items WHERE id = $1",
+                        &[&chunk.item_id.as_str()],
+                    )
+                    .await?
+                    .map(|r| r.get::<_, String>(0));
+                for change in plan_append(current.as_deref(), &chunk)? {
+                    Box::pin(self.apply(tx, change, seq)).await?;
+                }
+                Ok(())
             }
             RowChange::SetAgentStatus { thread_id, status } => {
                 p.push(

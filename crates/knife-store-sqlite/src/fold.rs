@@ -4,7 +4,7 @@
 use crate::error::DbError;
 use knife_protocol::{DomainEvent, ProjectId, StoredEvent};
 use knife_store::StoreError;
-use knife_store::fold::{Cell, RowChange, THREAD_TABLES, plan};
+use knife_store::fold::{Cell, RowChange, THREAD_TABLES, plan, plan_append};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
@@ -183,6 +183,16 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
         RowChange::UnindexText { id } => {
             conn.prepare_cached("DELETE FROM search_docs WHERE id = ?1")?
                 .execute([id])?;
+            Ok(())
+        }
+        RowChange::AppendItemText { chunk } => {
+            let current: Option<String> = conn
+                .prepare_cached("SELECT payload_json FROM turn_items WHERE id = ?1")?
+                .query_row(params![chunk.item_id.as_str()], |row| row.get(0))
+                .optional()?;
+            for change in plan_append(current.as_deref(), &chunk)? {
+                apply(conn, change, seq, mode)?;
+            }
             Ok(())
         }
         RowChange::SetAgentStatus { thread_id, status } => {

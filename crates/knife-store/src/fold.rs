@@ -5,7 +5,7 @@
 //! identically on every backend (the contract's rebuild == incremental property).
 
 use crate::error::StoreError;
-use knife_protocol::{DomainEvent, EventBody};
+use knife_protocol::{DomainEvent, EventBody, TurnItem, TurnItemAppend};
 use serde::Serialize;
 
 /// Projection tables, in the order a rebuild empties them (bindings first: they
@@ -160,6 +160,14 @@ pub enum RowChange {
     UnindexText {
         /// The document id.
         id: String,
+    },
+    /// Appends a chunk to the `turn_items` row `chunk.item_id` (LIVE-03): the backend
+    /// reads the row's `payload_json` (absent: `None`) and applies the changes
+    /// [`plan_append`] returns for it, in order. This keeps "read the row" the only
+    /// backend-specific part of folding a chunk.
+    AppendItemText {
+        /// The chunk (`turn-item.appended`).
+        chunk: Box<TurnItemAppend>,
     },
     /// Sets `agent_status` inside the thread row's payload to `status` (JSON text),
     /// `last_sequence` = `seq`, `version` + 1. No-op when the thread row is absent.
@@ -329,27 +337,10 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
             ],
             r,
         )?],
-        EventBody::TurnItemUpdated(i) => {
-            let mut changes = vec![upsert(
-                "turn_items",
-                i.id.as_str(),
-                vec![
-                    ("thread_id", Cell::text(i.thread_id.as_str())),
-                    (
-                        "run_id",
-                        Cell::opt_text(i.run_id.as_ref().map(|x| x.as_str())),
-                    ),
-                    (
-                        "ordinal",
-                        Cell::Integer(i64::try_from(i.ordinal).unwrap_or(i64::MAX)),
-                    ),
-                    ("status", Cell::status(&i.status)?),
-                ],
-                i,
-            )?];
-            changes.extend(crate::search::item_doc(i));
-            changes
-        }
+        EventBody::TurnItemUpdated(i) => plan_item(i)?,
+        EventBody::TurnItemAppended(chunk) => vec![RowChange::AppendItemText {
+            chunk: Box::new(chunk.clone()),
+        }],
         // Patches the thread row in place (the event carries no whole thread): the
         // status is live state, last write wins.
         EventBody::ThreadStatusChanged {
@@ -368,6 +359,60 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
         | EventBody::ThreadCommanded(_)
         | EventBody::ThreadCommandApplied(_) => Vec::new(),
     })
+}
+
+/// The rows of turn item `i` as a whole snapshot: its `turn_items` row and its
+/// full-text document.
+fn plan_item(i: &TurnItem) -> Result<Vec<RowChange>, StoreError> {
+    let mut changes = vec![upsert(
+        "turn_items",
+        i.id.as_str(),
+        vec![
+            ("thread_id", Cell::text(i.thread_id.as_str())),
+            (
+                "run_id",
+                Cell::opt_text(i.run_id.as_ref().map(|x| x.as_str())),
+            ),
+            (
+                "ordinal",
+                Cell::Integer(i64::try_from(i.ordinal).unwrap_or(i64::MAX)),
+            ),
+            ("status", Cell::status(&i.status)?),
+        ],
+        i,
+    )?];
+    changes.extend(crate::search::item_doc(i));
+    Ok(changes)
+}
+
+/// The changes of [`RowChange::AppendItemText`] once the backend has read the item's
+/// row: `current` is its `payload_json` (`None` when there is no row). The item with
+/// the chunk folded in is upserted as by a whole snapshot of it, so folding the
+/// chunks of a stream equals folding the equivalent snapshots (LIVE-03).
+///
+/// A chunk that does not continue the row (no row, a gap, another kind: see
+/// [`knife_protocol::AppendError`]) changes nothing and is logged: the log stays as
+/// written and the item's settled snapshot, written whole, repairs the row. A chunk
+/// already folded (a replay) changes nothing either.
+///
+/// Errors: [`StoreError::Serde`] when the row's payload cannot be decoded.
+pub fn plan_append(
+    current: Option<&str>,
+    chunk: &TurnItemAppend,
+) -> Result<Vec<RowChange>, StoreError> {
+    let Some(current) = current else {
+        tracing::warn!(item = %chunk.item_id, "appended text of an item with no row; skipped");
+        return Ok(Vec::new());
+    };
+    let mut item: TurnItem = serde_json::from_str(current)?;
+    match chunk.apply_to(&mut item) {
+        Ok(true) => plan_item(&item),
+        Ok(false) => Ok(Vec::new()),
+        Err(e) => {
+            tracing::warn!(error = %e, "appended text does not continue its item");
+            Ok(Vec::new())
+        }
+    }
 }
 
 fn upsert<T: Serialize>(

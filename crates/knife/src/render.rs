@@ -345,6 +345,8 @@ impl<'p> RunView<'p> {
             EventBody::TurnItemUpdated(item) if item.run_id.as_ref() == Some(run) => {
                 self.item(item)
             }
+            // Appended durable text prints like a delta: only what is new (LIVE-03).
+            EventBody::TurnItemAppended(chunk) => self.delta(&chunk.as_delta(), run),
             EventBody::RuntimeRequestUpdated(r) if r.run_id.as_ref() == Some(run) => {
                 self.request(r)
             }

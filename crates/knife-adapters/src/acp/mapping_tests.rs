@@ -381,12 +381,14 @@ fn acp_style_every_chunk_emits_and_an_answered_tool_waits_for_the_agent() {
     let mut t = turn();
     t.start();
     // No persistence window: each chunk is a snapshot, even back to back.
-    let mut snapshots = Vec::new();
+    // Each chunk is a durable state: the first whole, then appended chunks (LIVE-03).
+    let mut events = Vec::new();
     for part in ["a", "b", "c"] {
-        snapshots.extend(items(&t.apply(update(
+        events.extend(t.apply(update(
             json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": part}}),
-        ))));
+        )));
     }
+    let snapshots = knife_runtime::recording::durable_states(&events);
     let texts: Vec<&str> = snapshots.iter().map(text_of).collect();
     assert_eq!(texts, ["a", "ab", "abc"]);
 

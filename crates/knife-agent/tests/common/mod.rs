@@ -225,14 +225,10 @@ pub async fn collect_turn(events: &mut Events) -> Vec<AdapterEvent> {
     }
 }
 
+/// The durable states of turn items in `events`: whole snapshots, and appended chunks
+/// folded into the item's previous state (LIVE-03).
 pub fn snapshots(events: &[AdapterEvent]) -> Vec<TurnItem> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            AdapterEvent::TurnItemUpdated(item) => Some(item.clone()),
-            _ => None,
-        })
-        .collect()
+    knife_runtime::recording::durable_states(events)
 }
 
 /// The last snapshot of each item, by ordinal.

@@ -55,6 +55,7 @@ async fn proc_12_text_and_reasoning_are_persisted_while_streaming() {
     )
     .await;
     h.session.start_turn(turn(1, "hi", vec![])).await.unwrap();
+    let mut states = DurableStates::default();
     for (id, start) in [
         ("r", LlmEvent::ReasoningStart { id: "r".into() }),
         ("t", LlmEvent::TextStart { id: "t".into() }),
@@ -76,7 +77,7 @@ async fn proc_12_text_and_reasoning_are_persisted_while_streaming() {
         // Every delta is written within 250 ms, without the part ending.
         let t0 = tokio::time::Instant::now();
         tx.send(Ok(delta("a"))).unwrap();
-        until(&mut h.events, |e| {
+        until_in(&mut h.events, &mut states, |e| {
             is_item(e, |i| {
                 matches!(&i.kind,
                 TurnItemKind::Reasoning { text, .. } | TurnItemKind::AssistantMessage { text, .. }
@@ -91,7 +92,7 @@ async fn proc_12_text_and_reasoning_are_persisted_while_streaming() {
         );
         let t0 = tokio::time::Instant::now();
         tx.send(Ok(delta("b"))).unwrap();
-        until(&mut h.events, |e| {
+        until_in(&mut h.events, &mut states, |e| {
             is_item(e, |i| {
                 matches!(&i.kind,
                 TurnItemKind::Reasoning { text, streaming: true }
@@ -108,7 +109,7 @@ async fn proc_12_text_and_reasoning_are_persisted_while_streaming() {
         // 4 KiB unsent is written at once.
         let t1 = tokio::time::Instant::now();
         tx.send(Ok(delta(&"x".repeat(4096)))).unwrap();
-        until(&mut h.events, |e| {
+        until_in(&mut h.events, &mut states, |e| {
             is_item(e, |i| {
                 matches!(&i.kind,
                 TurnItemKind::Reasoning { text, .. } | TurnItemKind::AssistantMessage { text, .. }

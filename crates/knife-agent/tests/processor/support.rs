@@ -9,6 +9,7 @@ use knife_agent::tools::{Tool, ToolContext, ToolError, ToolSet};
 use knife_llm::*;
 use knife_protocol::*;
 use knife_runtime::Clock;
+pub use knife_runtime::recording::DurableStates;
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- helpers
@@ -88,12 +89,29 @@ pub fn reasoning_step(text: &str) -> Vec<Result<LlmEvent, LlmError>> {
     ]
 }
 
-/// Reads events until `pred` matches one; returns everything read.
+/// Reads events until `pred` matches one; returns everything read. `pred` sees an
+/// appended chunk (LIVE-03) as the whole item state it makes (a `TurnItemUpdated` of
+/// the item folded so far), so a predicate on an item's text holds for either shape.
 pub async fn until(events: &mut Events, pred: impl Fn(&AdapterEvent) -> bool) -> Vec<AdapterEvent> {
+    until_in(events, &mut DurableStates::default(), pred).await
+}
+
+/// [`until`] folding chunks into the item states `states` holds from earlier reads.
+pub async fn until_in(
+    events: &mut Events,
+    states: &mut DurableStates,
+    pred: impl Fn(&AdapterEvent) -> bool,
+) -> Vec<AdapterEvent> {
     let mut seen = Vec::new();
     loop {
         let e = events.next().await.unwrap().unwrap();
-        let done = pred(&e);
+        let folded = states.fold(std::slice::from_ref(&e)).pop();
+        let done = match (&e, folded) {
+            (AdapterEvent::TurnItemAppended(_), Some(item)) => {
+                pred(&AdapterEvent::TurnItemUpdated(item))
+            }
+            _ => pred(&e),
+        };
         seen.push(e);
         if done {
             return seen;

@@ -12,12 +12,17 @@
 //! interrupted (`aborted`), so no item is ever left pending.
 //!
 //! Text windows ([`text`]): each text, reasoning and tool-input delta goes out at once
-//! as a live [`AdapterEvent::TurnItemDelta`] (LIVE-01, [`live`]); the durable snapshot
-//! of the item follows the persistence window: emitted at once when the item's last
-//! snapshot is at least [`RecorderStyle::flush_interval`] old or
+//! as a live [`AdapterEvent::TurnItemDelta`] (LIVE-01, [`live`]); the durable state
+//! of the item follows the persistence window: written at once when the item's last
+//! durable state is at least [`RecorderStyle::flush_interval`] old or
 //! [`RecorderStyle::flush_bytes`] arrived since, otherwise the driver calls
 //! [`TurnRecorder::flush`] / [`TurnRecorder::flush_due`] by
-//! [`TurnRecorder::next_flush_deadline`].
+//! [`TurnRecorder::next_flush_deadline`]. What a window writes (LIVE-03): the item's
+//! first durable state is a whole snapshot (`TurnItemUpdated`), each later window
+//! only the text appended since ([`AdapterEvent::TurnItemAppended`], with its
+//! offset), and settling writes the whole final snapshot again, so a turn costs
+//! O(text) and a settled item is one self-contained event
+//! (docs/2026-12-01-live-chunks.md). This recorder is the only place that decides it.
 //!
 //! Items are addressed by the driver's key (a runtime's item id) or by index (the
 //! order of creation); drivers keep only what is their own (the built-in agent's
@@ -40,7 +45,7 @@ pub mod text;
 pub mod tools;
 
 pub use approvals::ApprovalAsk;
-pub use live::{delta, reset, text_field};
+pub use live::{DurableStates, append, delta, durable_states, reset, text_field};
 pub use sink::{EventReceiver, EventSink, RecordSink};
 pub use text::TextKind;
 pub use tools::ToolState;
@@ -105,6 +110,10 @@ pub(crate) struct ItemState {
     pub(crate) unsent: usize,
     /// Text added since the last snapshot.
     pub(crate) dirty: bool,
+    /// Bytes of the item's text at its last durable state, when that state is a
+    /// whole snapshot of the open item followed only by appended text: the next
+    /// window then writes just the text after it (`turn-item.appended`, LIVE-03).
+    pub(crate) durable_len: Option<usize>,
     /// Tool call arguments streamed so far (tool items only).
     pub(crate) raw_input: String,
     /// The complete tool input arrived (tool items only).
@@ -305,6 +314,7 @@ impl TurnRecorder {
             last_emit: None,
             unsent: 0,
             dirty: false,
+            durable_len: None,
             raw_input: String::new(),
             input_complete: false,
         });
@@ -315,7 +325,9 @@ impl TurnRecorder {
         idx
     }
 
-    /// Emits the snapshot of item `idx` (a settled item gets its `completed_at`).
+    /// Emits the whole snapshot of item `idx` (a settled item gets its
+    /// `completed_at`). Streaming text windows emit appended chunks instead
+    /// ([`text`]); any other change of an item goes through here.
     pub fn emit(&mut self, idx: usize) {
         let now = self.clock.now();
         let Some(state) = self.items.get_mut(idx) else {
@@ -328,6 +340,11 @@ impl TurnRecorder {
         state.last_emit = Some(Instant::now());
         state.unsent = 0;
         state.dirty = false;
+        state.durable_len = if state.open {
+            text::growing_text(&state.item.kind).map(str::len)
+        } else {
+            None
+        };
         let snapshot = state.item.clone();
         self.send(AdapterEvent::TurnItemUpdated(snapshot));
     }

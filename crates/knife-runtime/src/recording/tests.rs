@@ -28,14 +28,13 @@ fn drain(rx: &mut EventReceiver) -> Vec<AdapterEvent> {
     out
 }
 
-fn texts(events: &[AdapterEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            AdapterEvent::TurnItemUpdated(TurnItem {
-                kind: TurnItemKind::AssistantMessage { text, .. },
-                ..
-            }) => Some(text.clone()),
+/// The assistant text of each durable state `events` write (snapshots, and chunks
+/// folded into the states `seen` holds).
+fn texts_in(seen: &mut DurableStates, events: &[AdapterEvent]) -> Vec<String> {
+    seen.fold(events)
+        .into_iter()
+        .filter_map(|i| match i.kind {
+            TurnItemKind::AssistantMessage { text, .. } => Some(text),
             _ => None,
         })
         .collect()
@@ -45,6 +44,8 @@ fn texts(events: &[AdapterEvent]) -> Vec<String> {
 async fn streaming_text_is_throttled_and_flushed() {
     let (mut rec, mut rx) = recorder();
     drain(&mut rx);
+    let mut seen = DurableStates::default();
+    let mut texts = |events: &[AdapterEvent]| texts_in(&mut seen, events);
     rec.text_delta("m", TextKind::Assistant, "a");
     rec.text_delta("m", TextKind::Assistant, "b");
     rec.text_delta("m", TextKind::Assistant, "c");
@@ -130,4 +131,106 @@ async fn a_dropped_recorder_ends_its_turn_aborted() {
         events.last(),
         Some(AdapterEvent::TurnTerminal { outcome: TurnOutcome::Interrupted { reason }, .. }) if reason == "aborted"
     ));
+}
+
+/// The durable events of text items: whole snapshots and appended chunks.
+fn durable(events: &[AdapterEvent]) -> Vec<&AdapterEvent> {
+    events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                AdapterEvent::TurnItemUpdated(_) | AdapterEvent::TurnItemAppended(_)
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_03_windows_after_the_first_write_only_the_appended_text_and_settling_writes_it_whole()
+{
+    let (mut rec, mut rx) = recorder();
+    drain(&mut rx);
+    rec.text_started("m", TextKind::Assistant);
+    let mut answer = String::new();
+    for i in 0..40 {
+        let delta = format!("wörd {i} 🦀 ");
+        answer.push_str(&delta);
+        rec.text_delta("m", TextKind::Assistant, &delta);
+        if i % 5 == 4 {
+            tokio::time::advance(FLUSH_INTERVAL).await;
+            rec.flush_due();
+        }
+    }
+    rec.text_done("m", TextKind::Assistant, None);
+    let events = drain(&mut rx);
+    let durable = durable(&events);
+    // First the empty part-start snapshot, last the whole settled one, chunks between.
+    assert!(
+        matches!(durable.first(), Some(AdapterEvent::TurnItemUpdated(i))
+        if i.kind == TurnItemKind::AssistantMessage { text: String::new(), streaming: true })
+    );
+    let Some(AdapterEvent::TurnItemUpdated(last)) = durable.last() else {
+        panic!("no settled snapshot: {durable:?}")
+    };
+    assert_eq!(
+        last.kind,
+        TurnItemKind::AssistantMessage {
+            text: answer.clone(),
+            streaming: false
+        }
+    );
+    assert_eq!(last.status, TurnItemStatus::Completed);
+    let chunks: Vec<&TurnItemAppend> = durable[1..durable.len() - 1]
+        .iter()
+        .map(|e| match e {
+            AdapterEvent::TurnItemAppended(c) => c,
+            other => panic!("a whole snapshot mid-stream: {other:?}"),
+        })
+        .collect();
+    assert!(chunks.len() >= 8, "one chunk per window: {}", chunks.len());
+    // The chunks continue each other from byte 0 and add up to the answer: each
+    // byte of text is written once while streaming, then once whole at settle.
+    let mut end = 0;
+    for c in &chunks {
+        assert_eq!(c.offset, end);
+        assert_eq!(c.field, DeltaField::Text);
+        end = c.end();
+    }
+    let streamed: String = chunks.iter().map(|c| c.text.as_str()).collect();
+    assert_eq!(streamed, answer);
+    // Folding them is the whole text at every window (what a client sees).
+    let states = durable_states(&events);
+    assert_eq!(states.last().map(|i| &i.kind), Some(&last.kind));
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_03_a_revised_item_is_written_whole_and_chunks_continue_from_it() {
+    let (mut rec, mut rx) = recorder();
+    drain(&mut rx);
+    rec.text_delta("m", TextKind::Assistant, "ab");
+    let idx = rec.index_of("m").unwrap();
+    // A driver change of the open item (here its text) is a whole snapshot.
+    rec.update(idx, true, |item| {
+        if let TurnItemKind::AssistantMessage { text, .. } = &mut item.kind {
+            *text = "AB".into();
+        }
+    });
+    tokio::time::advance(FLUSH_INTERVAL).await;
+    rec.text_delta("m", TextKind::Assistant, "c");
+    let events = drain(&mut rx);
+    let durable = durable(&events);
+    assert_eq!(durable.len(), 3, "{durable:?}");
+    assert!(matches!(durable[1], AdapterEvent::TurnItemUpdated(_)));
+    let AdapterEvent::TurnItemAppended(c) = durable[2] else {
+        panic!("expected a chunk: {:?}", durable[2])
+    };
+    assert_eq!((c.offset, c.text.as_str()), (2, "c"));
+    assert_eq!(
+        durable_states(&events).last().map(|i| i.kind.clone()),
+        Some(TurnItemKind::AssistantMessage {
+            text: "ABc".into(),
+            streaming: true
+        })
+    );
 }

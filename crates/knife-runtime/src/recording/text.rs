@@ -1,10 +1,21 @@
 //! Text windows of the one recorder: assistant text and reasoning items, their live
-//! deltas (at once, LIVE-01) and their throttled durable snapshots (PROC-12).
+//! deltas (at once, LIVE-01) and their throttled durable state (PROC-12): a whole
+//! snapshot first, then appended chunks, then the settled snapshot (LIVE-03).
 
 use knife_protocol::*;
 use tokio::time::Instant;
 
 use super::{TurnRecorder, live};
+
+/// The growing text of a text item's kind (assistant message, reasoning).
+pub(crate) fn growing_text(kind: &TurnItemKind) -> Option<&str> {
+    match kind {
+        TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => {
+            Some(text)
+        }
+        _ => None,
+    }
+}
 
 /// Text items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,7 +87,36 @@ impl TurnRecorder {
             || state.unsent >= flush_bytes;
         self.send(live);
         if due {
-            self.emit(idx);
+            self.emit_window(idx);
+        }
+    }
+
+    /// Writes the durable state of open text item `idx` for its window (LIVE-03): the
+    /// text appended since its last durable state as one `TurnItemAppended` chunk, or
+    /// the whole snapshot when the item has no durable state to continue yet.
+    fn emit_window(&mut self, idx: usize) {
+        let now = self.clock.now();
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        let (Some(from), Some(field), Some(text)) = (
+            state.durable_len.filter(|_| state.open),
+            live::text_field(&state.item.kind),
+            growing_text(&state.item.kind),
+        ) else {
+            return self.emit(idx);
+        };
+        let Some(fresh) = text.get(from..) else {
+            return self.emit(idx);
+        };
+        let chunk = (!fresh.is_empty()).then(|| live::append(&state.item, field, from, fresh, now));
+        state.durable_len = Some(text.len());
+        state.item.updated_at = now;
+        state.last_emit = Some(Instant::now());
+        state.unsent = 0;
+        state.dirty = false;
+        if let Some(chunk) = chunk {
+            self.send(chunk);
         }
     }
 
@@ -105,7 +145,7 @@ impl TurnRecorder {
             })
             .collect();
         for idx in due {
-            self.emit(idx);
+            self.emit_window(idx);
         }
     }
 
@@ -115,7 +155,7 @@ impl TurnRecorder {
             .filter(|&i| self.items[i].dirty && self.items[i].open)
             .collect();
         for idx in dirty {
-            self.emit(idx);
+            self.emit_window(idx);
         }
     }
 

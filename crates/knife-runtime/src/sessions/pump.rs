@@ -82,6 +82,10 @@ async fn run(
                     generation = live.generation(&item.thread_id, &item.id);
                     Ok(AdapterEvent::TurnItemUpdated(item))
                 }
+                Ok(AdapterEvent::TurnItemAppended(chunk)) => {
+                    generation = live.generation(&chunk.thread_id, &chunk.item_id);
+                    Ok(AdapterEvent::TurnItemAppended(chunk))
+                }
                 other => other,
             };
             let failed = item.is_err();
@@ -177,10 +181,18 @@ async fn write_queued(
                     live.finish_reset(reset, after);
                 }
                 Ok(event) => {
-                    if let (Some(generation), AdapterEvent::TurnItemUpdated(item)) =
-                        (generation, &event)
-                    {
-                        settles.push((item.thread_id.clone(), item.id.clone(), generation));
+                    match (generation, &event) {
+                        (Some(generation), AdapterEvent::TurnItemUpdated(item)) => {
+                            settles.push((item.thread_id.clone(), item.id.clone(), generation));
+                        }
+                        (Some(generation), AdapterEvent::TurnItemAppended(chunk)) => {
+                            settles.push((
+                                chunk.thread_id.clone(),
+                                chunk.item_id.clone(),
+                                generation,
+                            ));
+                        }
+                        _ => {}
                     }
                     ok.push(event);
                 }
@@ -215,26 +227,37 @@ async fn commit(
     let stored = handle_batch(inner, entry, events, stopped_by_provider).await?;
     let live = &inner.options.live;
     for (thread, item, generation) in settles.drain(..) {
-        // The item's newest stored snapshot (coalescing may have merged several).
-        let Some((sequence, snapshot)) = stored.iter().rev().find_map(|e| match &e.event.body {
-            EventBody::TurnItemUpdated(i) if i.id == item => Some((e.sequence, i)),
+        // The item's newest stored state (coalescing may have merged several): a
+        // whole snapshot, or a chunk that moved one field's durable end (LIVE-03).
+        let Some((sequence, newest)) = stored.iter().rev().find_map(|e| match &e.event.body {
+            EventBody::TurnItemUpdated(i) if i.id == item => Some((e.sequence, Ok(i))),
+            EventBody::TurnItemAppended(c) if c.item_id == item => Some((e.sequence, Err(c))),
             _ => None,
         }) else {
             continue;
         };
-        if is_settled(snapshot) {
-            live.settled(&thread, &item, generation);
-        } else {
-            let lens = [
-                DeltaField::Text,
-                DeltaField::Reasoning,
-                DeltaField::Input,
-                DeltaField::Output,
-            ]
-            .into_iter()
-            .filter_map(|f| f.durable_text(snapshot).map(|t| (f, t.len() as u64)))
-            .collect();
-            live.committed(&thread, &item, generation, sequence, lens);
+        match newest {
+            Ok(snapshot) if is_settled(snapshot) => live.settled(&thread, &item, generation),
+            Ok(snapshot) => {
+                let lens = [
+                    DeltaField::Text,
+                    DeltaField::Reasoning,
+                    DeltaField::Input,
+                    DeltaField::Output,
+                ]
+                .into_iter()
+                .filter_map(|f| f.durable_text(snapshot).map(|t| (f, t.len() as u64)))
+                .collect();
+                live.committed(&thread, &item, generation, sequence, lens);
+            }
+            Err(chunk) => live.committed_chunk(
+                &thread,
+                &item,
+                generation,
+                sequence,
+                chunk.field,
+                chunk.end(),
+            ),
         }
     }
     for event in events.drain(..) {
@@ -376,6 +399,7 @@ fn event_thread(event: &AdapterEvent) -> Option<ThreadId> {
         AdapterEvent::ProviderTurnUpdated(t) => Some(t.thread_id.clone()),
         AdapterEvent::NodeUpdated(n) => Some(n.thread_id.clone()),
         AdapterEvent::TurnItemUpdated(i) => Some(i.thread_id.clone()),
+        AdapterEvent::TurnItemAppended(c) => Some(c.thread_id.clone()),
         AdapterEvent::RuntimeRequestUpdated(r) => Some(r.thread_id.clone()),
         AdapterEvent::TurnTerminal { thread_id, .. }
         | AdapterEvent::AgentStatusChanged { thread_id, .. }

@@ -17,6 +17,7 @@
 //! below; the macro turns each into a `#[tokio::test]` of the same name in the backend's
 //! test binary. Covered: append and reads ([`log`]), compare-and-set ([`log`]),
 //! rebuild == incremental fold ([`log`], [`project_root`], the [`rebuild`] property),
+//! appended text chunks and old whole-snapshot logs ([`chunks`], LIVE-03),
 //! gap-free replay-then-live streams with concurrent appenders and a lagging
 //! subscriber ([`streams`]), claims, process groups and
 //! session activity ([`claims`]), leases and fenced writes ([`leases`]), node
@@ -26,6 +27,7 @@
 //! to the list in [`store_contract_tests!`] (`crate::store_contract_tests`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+pub mod chunks;
 pub mod claims;
 pub mod cluster;
 pub mod fixtures;
@@ -99,7 +101,26 @@ macro_rules! store_contract_tests {
             import::scale_09_imported_events_keep_their_sequences_and_rebuild_to_the_same_projections,
             search::turn_08_search_finds_settled_items_and_titles_ranked_with_snippets,
             search::turn_08_a_project_filter_finds_old_matches_behind_many_newer_ones,
+            chunks::live_03_a_log_of_whole_snapshots_from_before_chunks_rebuilds_to_the_same_projections,
+            chunks::live_03_chunks_extend_the_item_and_a_replayed_or_gapped_chunk_changes_nothing,
         );
+
+        $crate::contract::proptest::proptest! {
+            #![proptest_config($crate::contract::proptest::prelude::ProptestConfig {
+                cases: 24,
+                ..$crate::contract::proptest::prelude::ProptestConfig::default()
+            })]
+
+            /// Contract (LIVE-03): folding `turn-item.appended` chunks, in any batching
+            /// and by `rebuild`, equals folding the equivalent whole snapshots.
+            #[test]
+            $(#[$attr])*
+            fn live_03_folding_chunks_equals_folding_the_equivalent_snapshots(
+                input in $crate::contract::chunks::streams()
+            ) {
+                $crate::contract::chunks::run_check(&$factory, input);
+            }
+        }
 
         $crate::contract::proptest::proptest! {
             #![proptest_config($crate::contract::proptest::prelude::ProptestConfig {

@@ -40,6 +40,15 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 500)]
         deltas: usize,
     },
+    /// LIVE-03: one turn at each of 200, 1,000 and 10,000 deltas (or `--deltas`):
+    /// bytes sent to a WebSocket subscriber against the cap (3 × the answer's text +
+    /// 300 bytes per delta), event payload bytes stored, SQLite WAL bytes appended and
+    /// the process's disk writes, per turn.
+    StreamBytes {
+        /// Text deltas per turn, one turn each.
+        #[arg(long, value_delimiter = ',', default_values_t = [200, 1_000, 10_000])]
+        deltas: Vec<usize>,
+    },
     /// Checkpoints (SPEC.md CHG-06): a generated tree of N files (plus an ignored
     /// `node_modules/`), K files changed per round: checkpoint and diff times, and the
     /// objects each checkpoint stored. Target: ≤ 300 ms per checkpoint.
@@ -115,6 +124,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Store { events } => store::run(events).await?,
         BenchCommand::Processor { deltas } => processor::run(deltas).await?,
         BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
+        BenchCommand::StreamBytes { deltas } => stream::run_bytes(&deltas).await?,
         BenchCommand::Subscribers {
             ws,
             sse,

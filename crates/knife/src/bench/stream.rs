@@ -3,7 +3,8 @@
 //! the mock's write (time marker in the text) to the client's receipt (the first
 //! message carrying it: a live delta, LIVE-01, or a snapshot), and the bytes per turn
 //! that were sent to the client and stored as event payloads (LIVE-03), with the
-//! process's disk writes (`/proc/self/io` `write_bytes`: WAL, checkpoints, all files).
+//! process's disk writes (`/proc/self/io` `write_bytes`: WAL, checkpoints, all files)
+//! and the SQLite WAL bytes the turn appended ([`WalMeter`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -39,7 +40,178 @@ fn unix_micros() -> u64 {
         .unwrap_or(0)
 }
 
+/// Counts the bytes SQLite appends to the WAL of a store file while it runs: a
+/// read transaction pinned on the file keeps the WAL from being restarted (so no
+/// frame is overwritten), and a passive checkpoint's answer gives the WAL's frame
+/// count (`log`) before and after. Bytes = frames × (page size + 24-byte frame header).
+struct WalMeter {
+    pin: rusqlite::Connection,
+    probe: rusqlite::Connection,
+    frames_before: i64,
+    frame_bytes: i64,
+}
+
+impl WalMeter {
+    fn start(db: &std::path::Path) -> anyhow::Result<Self> {
+        let pin = rusqlite::Connection::open(db)?;
+        pin.execute_batch("BEGIN")?;
+        let _: i64 = pin.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        let probe = rusqlite::Connection::open(db)?;
+        probe.busy_timeout(Duration::from_secs(5))?;
+        let page: i64 = probe.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let mut meter = Self {
+            pin,
+            probe,
+            frames_before: 0,
+            frame_bytes: page + 24,
+        };
+        meter.frames_before = meter.frames()?;
+        Ok(meter)
+    }
+
+    fn frames(&self) -> anyhow::Result<i64> {
+        Ok(self
+            .probe
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?)
+    }
+
+    /// WAL bytes appended since [`Self::start`]; ends the pin.
+    fn finish(self) -> anyhow::Result<u64> {
+        let frames = self.frames()? - self.frames_before;
+        self.pin.execute_batch("COMMIT")?;
+        Ok(u64::try_from(frames.max(0) * self.frame_bytes).unwrap_or(0))
+    }
+}
+
+/// What one run of the stream bench measured (totals over its threads).
+pub struct Measured {
+    pub threads: usize,
+    pub latencies: Vec<u64>,
+    pub elapsed: f64,
+    pub answer_bytes: usize,
+    pub delta_messages: usize,
+    pub sent_bytes: usize,
+    pub stored_bytes: usize,
+    pub disk_bytes: u64,
+    pub wal_bytes: u64,
+    pub failed: usize,
+}
+
+impl Measured {
+    /// `n` per turn (per thread).
+    pub fn per_turn(&self, n: u64) -> f64 {
+        n as f64 / self.threads.max(1) as f64
+    }
+}
+
 pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
+    let m = measure(threads, deltas).await?;
+    let Measured {
+        latencies, elapsed, ..
+    } = &m;
+    let elapsed = *elapsed;
+    let per_turn = |n: usize| m.per_turn(n as u64);
+    println!(
+        "knife bench stream: {threads} threads × {deltas} deltas (mock → server → store → WebSocket)"
+    );
+    println!("{:<28} {:>12}", "deltas received", latencies.len());
+    println!(
+        "{:<28} {:>12.0}",
+        "deltas/s",
+        latencies.len() as f64 / elapsed
+    );
+    println!(
+        "{:<28} {:>12.2}",
+        "latency p50 (ms)",
+        quantile(latencies, 0.50) as f64 / 1000.0
+    );
+    println!(
+        "{:<28} {:>12.2}",
+        "latency p99 (ms)",
+        quantile(latencies, 0.99) as f64 / 1000.0
+    );
+    println!("{:<28} {:>12.2}", "wall time (s)", elapsed);
+    println!(
+        "{:<28} {:>12.0}",
+        "answer text bytes/turn",
+        per_turn(m.answer_bytes)
+    );
+    println!(
+        "{:<28} {:>12.0}",
+        "delta messages/turn",
+        per_turn(m.delta_messages)
+    );
+    println!(
+        "{:<28} {:>12.0}",
+        "bytes sent/turn (WS)",
+        per_turn(m.sent_bytes)
+    );
+    println!(
+        "{:<28} {:>12.0}",
+        "payload bytes stored/turn",
+        per_turn(m.stored_bytes)
+    );
+    println!(
+        "{:<28} {:>12.0}",
+        "WAL bytes written/turn",
+        m.per_turn(m.wal_bytes)
+    );
+    println!(
+        "{:<28} {:>12.0}",
+        "disk bytes written/turn",
+        m.per_turn(m.disk_bytes)
+    );
+    if m.failed > 0 {
+        println!("{} run(s) did not complete", m.failed);
+    }
+    Ok(())
+}
+
+/// `knife bench stream-bytes` (LIVE-03): one turn each at `sizes` deltas; prints the
+/// answer's text, bytes sent to a WebSocket subscriber against the cap (3 × text +
+/// 300 bytes per delta), event payload bytes stored, WAL bytes and disk bytes.
+pub async fn run_bytes(sizes: &[usize]) -> anyhow::Result<()> {
+    println!("knife bench stream-bytes: one turn per size (mock → server → store → WebSocket)");
+    println!(
+        "{:>8} {:>10} {:>8} {:>12} {:>12} {:>6} {:>12} {:>8} {:>12} {:>12}",
+        "deltas",
+        "text B",
+        "msgs",
+        "sent B",
+        "cap B",
+        "ok",
+        "stored B",
+        "stored/x",
+        "WAL B",
+        "disk B"
+    );
+    for &k in sizes {
+        let m = measure(1, k).await?;
+        let text = m.answer_bytes as u64;
+        let cap = 3 * text + 300 * k as u64;
+        let sent = m.sent_bytes as u64;
+        println!(
+            "{:>8} {:>10} {:>8} {:>12} {:>12} {:>6} {:>12} {:>8.2} {:>12} {:>12}",
+            k,
+            text,
+            m.delta_messages,
+            sent,
+            cap,
+            if sent <= cap { "yes" } else { "NO" },
+            m.stored_bytes,
+            m.stored_bytes as f64 / text.max(1) as f64,
+            m.wal_bytes,
+            m.disk_bytes
+        );
+        if m.failed > 0 {
+            println!("{} run(s) did not complete", m.failed);
+        }
+    }
+    Ok(())
+}
+
+/// Runs `threads` turns of `deltas` deltas each and measures them.
+pub async fn measure(threads: usize, deltas: usize) -> anyhow::Result<Measured> {
     let tmp = tempfile::tempdir()?;
     let mock = MockLlm::start(MockLlmConfig::bench(deltas)).await?;
     let config = Config::single_instance("bench", mock.base_url(), "mock-model");
@@ -81,6 +253,7 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
         ws.send(Message::Text(sub.into())).await?;
     }
     let written_before = disk_write_bytes();
+    let wal = WalMeter::start(&tmp.path().join("data").join(crate::app::DB_FILE))?;
     let start = Instant::now();
     for t in &thread_ids {
         let _: PostMessageResponse = client
@@ -181,56 +354,19 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
             })
             .sum::<usize>();
     }
-    let per_turn = |n: usize| n as f64 / threads.max(1) as f64;
-    println!(
-        "knife bench stream: {threads} threads × {deltas} deltas (mock → server → store → WebSocket)"
-    );
-    println!("{:<28} {:>12}", "deltas received", latencies.len());
-    println!(
-        "{:<28} {:>12.0}",
-        "deltas/s",
-        latencies.len() as f64 / elapsed
-    );
-    println!(
-        "{:<28} {:>12.2}",
-        "latency p50 (ms)",
-        quantile(&latencies, 0.50) as f64 / 1000.0
-    );
-    println!(
-        "{:<28} {:>12.2}",
-        "latency p99 (ms)",
-        quantile(&latencies, 0.99) as f64 / 1000.0
-    );
-    println!("{:<28} {:>12.2}", "wall time (s)", elapsed);
-    println!(
-        "{:<28} {:>12.0}",
-        "answer text bytes/turn",
-        per_turn(answer_bytes)
-    );
-    println!(
-        "{:<28} {:>12.0}",
-        "delta messages/turn",
-        per_turn(delta_messages)
-    );
-    println!(
-        "{:<28} {:>12.0}",
-        "bytes sent/turn (WS)",
-        per_turn(sent_bytes)
-    );
-    println!(
-        "{:<28} {:>12.0}",
-        "payload bytes stored/turn",
-        per_turn(stored_bytes)
-    );
-    println!(
-        "{:<28} {:>12.0}",
-        "disk bytes written/turn",
-        per_turn(usize::try_from(written).unwrap_or(usize::MAX))
-    );
-    if failed > 0 {
-        println!("{failed} run(s) did not complete");
-    }
+    let wal_bytes = wal.finish()?;
     server.stop().await?;
     mock.shutdown().await;
-    Ok(())
+    Ok(Measured {
+        threads,
+        latencies,
+        elapsed,
+        answer_bytes,
+        delta_messages,
+        sent_bytes,
+        stored_bytes,
+        disk_bytes: written,
+        wal_bytes,
+        failed,
+    })
 }

@@ -74,6 +74,8 @@ impl ThreadView {
         self.after = self.after.max(event.sequence);
         match &event.event.body {
             EventBody::TurnItemUpdated(item) => self.upsert(item.clone()),
+            // Appended durable text continues the item like a delta (LIVE-03).
+            EventBody::TurnItemAppended(chunk) => self.delta(&chunk.as_delta()),
             EventBody::RunCreated(run) | EventBody::RunUpdated(run) => {
                 match self.runs.iter_mut().find(|r| r.id == run.id) {
                     Some(r) => *r = run.clone(),
@@ -230,5 +232,45 @@ mod tests {
             })
             .collect();
         assert_eq!(texts, ["first", "Hello!"]);
+    }
+
+    fn stored(sequence: u64, body: serde_json::Value) -> StoredEvent {
+        serde_json::from_value(serde_json::json!({
+            "sequence": sequence, "id": format!("event_{sequence}"), "thread_id": "t",
+            "run_id": "run:t:1", "occurred_at": "2026-12-01T00:00:00Z",
+            "type": body["type"], "payload": body["payload"],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn live_03_appended_chunks_continue_the_durable_text_with_deltas_ahead() {
+        let item = |text: &str, status: &str| {
+            serde_json::json!({"type": "turn-item.updated", "payload": {
+                "id": "b", "thread_id": "t", "run_id": "run:t:1", "provider_turn_id": null,
+                "ordinal": 1_000_001, "status": status, "started_at": null,
+                "completed_at": null, "updated_at": "2026-12-01T00:00:00Z",
+                "type": "assistant_message", "text": text, "streaming": status == "running"}})
+        };
+        let chunk = |offset: u64, text: &str| {
+            serde_json::json!({"type": "turn-item.appended", "payload": {
+                "thread_id": "t", "run_id": "run:t:1", "item_id": "b", "ordinal": 1_000_001,
+                "field": "text", "offset": offset, "text": text,
+                "updated_at": "2026-12-01T00:00:01Z"}})
+        };
+        let mut view = ThreadView::default();
+        view.apply(&stored(1, item("Hé", "running")));
+        // A delta runs ahead of the chunk that later makes it durable.
+        view.delta(&delta("b", 1_000_001, 3, "llo"));
+        view.apply(&stored(2, chunk(3, "llo")));
+        view.apply(&stored(3, chunk(6, " wörld")));
+        let text = |view: &ThreadView| match &view.entries()[0].kind {
+            TurnItemKind::AssistantMessage { text, .. } => text.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text(&view), "Héllo wörld");
+        view.apply(&stored(4, item("Héllo wörld", "completed")));
+        assert_eq!(text(&view), "Héllo wörld");
+        assert_eq!(view.entries().len(), 1);
     }
 }
