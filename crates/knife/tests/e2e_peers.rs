@@ -38,23 +38,44 @@ async fn streamed_text(spec: &'static PeerSpec) {
     let r = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
     assert_eq!(r.status, RunStatus::Completed, "{r:?}");
     assert_eq!(last_assistant_text(&p).as_deref(), Some(answer));
-    // Streamed: the assistant item was updated with growing partial texts.
-    let partials: Vec<String> = rig
-        .events(&thread)
-        .await
-        .into_iter()
-        .filter_map(|e| match e.event.body {
-            EventBody::TurnItemUpdated(TurnItem {
-                kind:
-                    TurnItemKind::AssistantMessage {
-                        text,
-                        streaming: true,
-                    },
-                ..
-            }) if !text.is_empty() && text != answer => Some(text),
+    // Streamed: the assistant item's durable text grew in steps before the final one (a
+    // whole first snapshot, then appended chunks, LIVE-03).
+    let mut items: std::collections::HashMap<TurnItemId, TurnItem> = Default::default();
+    let mut partials: Vec<String> = Vec::new();
+    for e in rig.events(&thread).await {
+        let item = match e.event.body {
+            EventBody::TurnItemUpdated(item) => {
+                let id = item.id.clone();
+                items.insert(id.clone(), item);
+                items.get(&id)
+            }
+            EventBody::TurnItemAppended(chunk) => {
+                let grew = items
+                    .get_mut(&chunk.item_id)
+                    .is_some_and(|item| chunk.apply_to(item).unwrap_or(false));
+                if grew {
+                    items.get(&chunk.item_id)
+                } else {
+                    None
+                }
+            }
             _ => None,
-        })
-        .collect();
+        };
+        if let Some(TurnItem {
+            kind:
+                TurnItemKind::AssistantMessage {
+                    text,
+                    streaming: true,
+                },
+            ..
+        }) = item
+            && !text.is_empty()
+            && text != answer
+            && partials.last() != Some(text)
+        {
+            partials.push(text.clone());
+        }
+    }
     assert!(
         partials.len() >= 2 && partials.iter().all(|t| answer.starts_with(t.as_str())),
         "expected streamed partial texts of {answer:?}, got {partials:?}"
