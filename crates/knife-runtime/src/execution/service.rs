@@ -44,8 +44,11 @@ mod messages;
 #[path = "remote.rs"]
 mod remote;
 pub use remote::COMMAND_WAIT;
+#[path = "reservation.rs"]
+mod reservation;
 #[path = "revert.rs"]
 mod revert;
+use reservation::Reservation;
 #[path = "turn.rs"]
 mod turn;
 #[path = "worktrees.rs"]
@@ -749,69 +752,6 @@ impl Drop for Driving {
         }
         lock(&self.inner.active).remove(&self.thread);
         let _ = self.done.send(true);
-    }
-}
-
-struct Reservation {
-    inner: Arc<Inner>,
-    thread: ThreadId,
-    armed: bool,
-}
-
-impl ExecutionService {
-    /// Marks idle `thread` busy in this process without a run (a revert works on
-    /// its files): a message meanwhile answers `RunInProgress`. Dropping the guard
-    /// frees it. A run whose turn already ended is waited for (it is writing its
-    /// terminal state). Errors: `RunInProgress` when a run is active, `ShuttingDown`.
-    async fn reserve_idle(&self, thread: &ThreadId) -> Result<Reservation, RuntimeError> {
-        self.wait_if_finishing(thread).await;
-        let inner = &self.inner;
-        let mut active = lock(&inner.active);
-        if inner.closing.load(Ordering::SeqCst) {
-            return Err(RuntimeError::ShuttingDown);
-        }
-        if let Some(run) = active.get(thread) {
-            return Err(RuntimeError::RunInProgress {
-                thread: thread.clone(),
-                run: run
-                    .run_id
-                    .borrow()
-                    .clone()
-                    .unwrap_or_else(|| RunId::from("(a revert)")),
-            });
-        }
-        let (_, done) = watch::channel(true);
-        let (_, run_id) = watch::channel(None);
-        active.insert(
-            thread.clone(),
-            ActiveRun {
-                run_id,
-                cancel: CancellationToken::new(),
-                reason: Arc::new(Mutex::new(None)),
-                done,
-                finishing: Arc::new(AtomicBool::new(false)),
-                session: Arc::new(Mutex::new(None)),
-            },
-        );
-        Ok(Reservation {
-            inner: inner.clone(),
-            thread: thread.clone(),
-            armed: true,
-        })
-    }
-}
-
-impl Reservation {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if self.armed {
-            lock(&self.inner.active).remove(&self.thread);
-        }
     }
 }
 
