@@ -15,7 +15,9 @@
 //! * [`sessions`]: the fake provider adapter and flaky store of the session
 //!   manager's tests.
 
+/// The scripted model and sample project of `knife demo`.
 pub mod demo;
+/// Locating and loading the shared LLM streaming fixtures (`fixtures/streams`).
 pub mod fixtures;
 pub mod mock_llm;
 pub mod peers;

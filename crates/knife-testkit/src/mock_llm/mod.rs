@@ -109,6 +109,7 @@
 //! # Ok(()) }
 //! ```
 
+/// Bench stream support: write-time markers `⟨t:<unix µs>⟩` in text deltas and their parser.
 pub mod bench;
 mod body;
 mod chunks;
