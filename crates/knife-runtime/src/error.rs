@@ -253,8 +253,8 @@ pub enum SessionError {
     #[error("provider session {0} is no longer live; open it again (the next message does this)")]
     SessionGone(ProviderSessionId),
     /// The runtime refused or failed an operation (start, steer, interrupt, answer):
-    /// the adapter's message says why; the session may still be live.
-    #[error("the provider runtime failed: {0}")]
+    /// the adapter's error says why and what to do; the session may still be live.
+    #[error(transparent)]
     Runtime(#[from] crate::adapter::AdapterError),
     /// The manager is shutting down and opens nothing: retry after the restart.
     #[error(
