@@ -15,6 +15,8 @@
 //! * [`sessions`]: the fake provider adapter and flaky store of the session
 //!   manager's tests.
 
+#![deny(missing_docs)]
+
 /// The scripted model and sample project of `knife demo`.
 pub mod demo;
 /// Locating and loading the shared LLM streaming fixtures (`fixtures/streams`).

@@ -37,7 +37,6 @@ pub enum WorkspaceError {
     #[error("git {command} failed in {repo}: {stderr}")]
     Git {
         /// The git subcommand and arguments that failed.
-
         command: String,
         /// The repository (or working tree) it ran in.
         repo: PathBuf,
@@ -49,7 +48,6 @@ pub enum WorkspaceError {
     #[error("cannot {action} {path}: {source}")]
     Io {
         /// What was being done (`read`, `write`, `create`, …).
-
         action: &'static str,
         /// The file or directory.
         path: PathBuf,

@@ -139,7 +139,6 @@ pub enum ToolError {
     )]
     PermissionDenied {
         /// The tool called.
-
         tool: String,
         /// The call's subject the rules matched (root-relative path or command).
         subject: String,
@@ -153,7 +152,6 @@ pub enum ToolError {
     )]
     Rejected {
         /// The tool called.
-
         tool: String,
         /// The user's words with the denial, if any.
         message: Option<String>,
@@ -204,7 +202,6 @@ pub enum ToolError {
     )]
     CommandTimedOut {
         /// The timeout the command had, ms.
-
         timeout_ms: u64,
         /// The largest `timeout_ms` a call may ask for, ms.
         max_ms: u64,
