@@ -17,9 +17,8 @@ pub enum MessageMode {
     Queue,
     /// Stop the active run (reason `superseded`), then start ahead of the queue.
     Interrupt,
-    /// Deliver into the running turn where its runtime can (the built-in agent,
-    /// before its next model call; the codex and ACP drivers cannot steer yet); else
-    /// queued, saying so.
+    /// Deliver into the running turn where its runtime can (the built-in agent
+    /// before its next model call, codex `turn/steer`); else queued, saying so.
     Steer,
     /// Refuse with 409 `run_in_progress`.
     Reject,
