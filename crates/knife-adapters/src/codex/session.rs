@@ -99,7 +99,9 @@ pub(super) struct PendingRequest {
 }
 
 pub(super) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|e| e.into_inner())
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl CodexSession {
