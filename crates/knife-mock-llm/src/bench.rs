@@ -8,7 +8,8 @@ pub const MARKER_PREFIX: &str = "\u{27e8}t:";
 /// Marker suffix: U+27E9 MATHEMATICAL RIGHT ANGLE BRACKET.
 pub const MARKER_SUFFIX: &str = "\u{27e9}";
 
-/// A bench stream: `deltas` text deltas with no delay, each one write-time marker.
+/// A bench stream: `deltas` text deltas, each one write-time marker, paced by the
+/// server's `chunk_delay` (none by default).
 ///
 /// Each delta's `content` is exactly one marker, `⟨t:<micros>⟩`, where
 /// `<micros>` is the mock's wall-clock time (unix epoch, microseconds, decimal,

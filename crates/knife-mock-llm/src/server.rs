@@ -296,7 +296,8 @@ async fn chat(shared: &Shared, number: usize, request: Request<'_>) -> Response 
                 bench.deltas,
                 prompt_tokens,
                 shared.split,
-                Duration::ZERO,
+                // `chunk_delay` paces the deltas (zero by default: as fast as read).
+                shared.chunk_delay,
             )),
             &BTreeMap::new(),
         ),

@@ -5,7 +5,7 @@ use crate::Timestamp;
 use crate::entities::*;
 use crate::events::StoredEvent;
 use crate::ids::*;
-use crate::live::{ItemDelta, ItemReset};
+use crate::live::{DeltaMessage, ItemReset};
 use serde::{Deserialize, Serialize};
 
 /// `POST /api/projects`.
@@ -372,8 +372,9 @@ pub enum WsServerMessage {
         event: Box<StoredEvent>,
     },
     /// More streaming text of an item, not durable (LIVE-01): `{"type":"delta",
-    /// "thread_id","run_id","item_id","ordinal","field","offset","text"}`.
-    Delta(ItemDelta),
+    /// "item_id","field","offset","text"}`, plus `"thread_id","run_id","ordinal"` in
+    /// the delta introducing the item on this subscription ([`DeltaMessage`]).
+    Delta(DeltaMessage),
     /// The item's live text is void (a discarded attempt): `{"type":"reset",
     /// "thread_id","item_id"}`.
     Reset(ItemReset),

@@ -89,6 +89,129 @@ impl ItemDelta {
     }
 }
 
+/// A live delta as a subscriber receives it on the WebSocket (`{"type":"delta", …}`)
+/// and SSE (`event: delta`) (LIVE-01, LIVE-03: slim on the wire).
+///
+/// The first delta of an item on a subscription, and the first after a `reset` of
+/// it, *introduces* the item: it carries `thread_id`, `run_id` (when the item belongs
+/// to a run) and `ordinal`. Every later delta of that item on the subscription names
+/// only `item_id` (item ids are unique across threads), `field`, `offset` and `text`;
+/// the client takes the rest from the introduction ([`DeltaItems`] does it). So a
+/// small delta costs its text plus ~120 bytes, not the ~265 of the whole header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeltaMessage {
+    /// Present in an item's introduction only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<ThreadId>,
+    /// Present in an item's introduction only (and only for an item of a run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// The turn item the text belongs to (`TurnItemId`, unique across threads); in
+    /// every delta.
+    pub item_id: TurnItemId,
+    /// The item's transcript position; present in an item's introduction only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<u64>,
+    /// Which text field of the item grows (answer text, reasoning, tool input or output).
+    pub field: DeltaField,
+    /// Where `text` starts in the field, in UTF-8 bytes.
+    pub offset: u64,
+    /// The new text (UTF-8), continuing the field at `offset`.
+    pub text: String,
+}
+
+impl DeltaMessage {
+    /// `delta` as its item's introduction (every field).
+    pub fn introducing(delta: &ItemDelta) -> Self {
+        Self {
+            thread_id: Some(delta.thread_id.clone()),
+            run_id: delta.run_id.clone(),
+            ordinal: Some(delta.ordinal),
+            ..Self::continuing(delta)
+        }
+    }
+
+    /// `delta` continuing an item the subscriber was introduced to.
+    pub fn continuing(delta: &ItemDelta) -> Self {
+        Self {
+            thread_id: None,
+            run_id: None,
+            item_id: delta.item_id.clone(),
+            ordinal: None,
+            field: delta.field,
+            offset: delta.offset,
+            text: delta.text.clone(),
+        }
+    }
+
+    /// Whether this message introduces its item (carries its thread and ordinal).
+    pub fn introduces(&self) -> bool {
+        self.thread_id.is_some()
+    }
+
+    /// The byte offset right after this delta.
+    pub fn end(&self) -> u64 {
+        self.offset + self.text.len() as u64
+    }
+}
+
+/// A delta names an item no earlier delta of the subscription introduced.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "delta for item {0} arrived before the delta introducing the item (thread, run, ordinal); \
+     resubscribe with the last durable sequence to get it again"
+)]
+pub struct UnknownDeltaItem(pub TurnItemId);
+
+/// A client's record of the items its subscriptions introduced, to read each
+/// [`DeltaMessage`] as a whole [`ItemDelta`]. One per connection (or per SSE stream);
+/// start a new one (or [`DeltaItems::forget`]) when resubscribing.
+#[derive(Clone, Debug, Default)]
+pub struct DeltaItems {
+    known: std::collections::HashMap<TurnItemId, (ThreadId, Option<RunId>, u64)>,
+}
+
+impl DeltaItems {
+    /// The whole delta `m` stands for; an introduction is remembered. Errors:
+    /// [`UnknownDeltaItem`] for a slim delta of an item never introduced.
+    pub fn resolve(&mut self, m: DeltaMessage) -> Result<ItemDelta, UnknownDeltaItem> {
+        let (thread_id, run_id, ordinal) = match m.thread_id {
+            Some(thread) => {
+                let ordinal = m.ordinal.unwrap_or(0);
+                self.known.insert(
+                    m.item_id.clone(),
+                    (thread.clone(), m.run_id.clone(), ordinal),
+                );
+                (thread, m.run_id, ordinal)
+            }
+            None => self
+                .known
+                .get(&m.item_id)
+                .cloned()
+                .ok_or_else(|| UnknownDeltaItem(m.item_id.clone()))?,
+        };
+        Ok(ItemDelta {
+            thread_id,
+            run_id,
+            item_id: m.item_id,
+            ordinal,
+            field: m.field,
+            offset: m.offset,
+            text: m.text,
+        })
+    }
+
+    /// After a `reset` of `item`: its next delta introduces it again.
+    pub fn forget(&mut self, item: &TurnItemId) {
+        self.known.remove(item);
+    }
+
+    /// After a reconnect: every item is introduced again.
+    pub fn clear(&mut self) {
+        self.known.clear();
+    }
+}
+
 /// The live text of an item is void (a discarded attempt, PROC-02 / PROC-03): the
 /// client drops what deltas gave it for `item_id`; later deltas start again at 0.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -25,7 +25,7 @@ use crate::subscribers::{FrameTx, OVERFLOW_CODE, Subscribers, Wire};
 /// What a subscriber is sent, in order.
 pub(crate) enum Outgoing {
     Event(Box<StoredEvent>),
-    Delta(Arc<ItemDelta>),
+    Delta(DeltaMessage),
     Reset(Arc<ItemReset>),
     Error(StoreError),
 }
@@ -41,11 +41,11 @@ impl Out {
     /// Encodes `out` (a durable event once for every subscriber) and queues it;
     /// `Err` when the subscriber is gone or was closed for falling behind.
     async fn send(&self, out: Outgoing) -> Result<(), ()> {
-        let bytes = match (&out, self.wire) {
-            (Outgoing::Event(ev), Wire::Ws) => self.subs.encoded(ev).ws(),
-            (Outgoing::Event(ev), Wire::Sse) => self.subs.encoded(ev).sse(),
+        let bytes = match (out, self.wire) {
+            (Outgoing::Event(ev), Wire::Ws) => self.subs.encoded(&ev).ws(),
+            (Outgoing::Event(ev), Wire::Sse) => self.subs.encoded(&ev).sse(),
             (Outgoing::Delta(d), wire) => wire.delta(d),
-            (Outgoing::Reset(r), wire) => wire.reset(r),
+            (Outgoing::Reset(r), wire) => wire.reset(&r),
             (Outgoing::Error(e), wire) => wire.error("store", &e.to_string()),
         };
         let wire = self.wire;
@@ -130,6 +130,9 @@ struct ItemView {
     sent: BTreeMap<DeltaField, u64>,
     /// Its settled snapshot was delivered: later deltas of this generation are stale.
     settled: bool,
+    /// A delta introducing it (thread, run, ordinal) was sent since subscribing or
+    /// since its last reset: later deltas go slim ([`DeltaMessage`]).
+    introduced: bool,
     /// A reset waiting for durable events up to `.0`, and the live messages after it.
     pending: Option<(u64, Vec<LiveMessage>)>,
 }
@@ -277,7 +280,7 @@ impl Merge {
                 .filter_map(|(field, text)| tail(&self.thread, view, &item, *field, text))
                 .collect();
             for out in outs {
-                self.send(Outgoing::Delta(Arc::new(out))).await?;
+                self.send_delta(&out).await?;
             }
         }
         Ok(())
@@ -316,6 +319,7 @@ impl Merge {
                 view.generation = generation;
                 view.sent.clear();
                 view.settled = false;
+                view.introduced = false;
                 self.send(Outgoing::Reset(reset)).await
             }
             LiveMessage::Delta { delta, generation } => {
@@ -335,6 +339,7 @@ impl Merge {
                     view.generation = generation;
                     view.sent.clear();
                     view.settled = false;
+                    view.introduced = false;
                     let reset = Arc::new(ItemReset {
                         thread_id: delta.thread_id.clone(),
                         item_id: delta.item_id.clone(),
@@ -380,9 +385,21 @@ impl Merge {
                     };
                     Arc::new(out)
                 };
-                self.send(Outgoing::Delta(out)).await
+                self.send_delta(&out).await
             }
         }
+    }
+
+    /// Sends `delta` whole when it introduces its item to this subscriber, else slim.
+    async fn send_delta(&mut self, delta: &ItemDelta) -> Result<(), ()> {
+        let view = self.items.entry(delta.item_id.clone()).or_default();
+        let message = if view.introduced {
+            DeltaMessage::continuing(delta)
+        } else {
+            view.introduced = true;
+            DeltaMessage::introducing(delta)
+        };
+        self.send(Outgoing::Delta(message)).await
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use knife_protocol::{ApiError, ItemDelta, ItemReset, StoredEvent, WsServerMessage};
+use knife_protocol::{ApiError, DeltaMessage, ItemReset, StoredEvent, WsServerMessage};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Bounds of subscriber memory (LIVE-06). The defaults keep 1,000 subscribers within
@@ -419,10 +419,10 @@ pub(crate) enum Wire {
 
 impl Wire {
     /// A live delta (not durable: SSE without `id:`).
-    pub(crate) fn delta(self, d: &ItemDelta) -> Bytes {
+    pub(crate) fn delta(self, d: DeltaMessage) -> Bytes {
         match self {
-            Wire::Ws => ws_message(&WsServerMessage::Delta(d.clone())),
-            Wire::Sse => sse_frame("delta", &serde_json::to_vec(d).unwrap_or_default()),
+            Wire::Sse => sse_frame("delta", &serde_json::to_vec(&d).unwrap_or_default()),
+            Wire::Ws => ws_message(&WsServerMessage::Delta(d)),
         }
     }
 

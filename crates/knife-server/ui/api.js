@@ -78,6 +78,7 @@ export async function api(path, { method = 'GET', body } = {}) {
 export class LiveSocket {
   constructor(onState = () => {}, onError = () => {}) {
     this.subs = new Map(); // thread id -> {after, onEvent}
+    this.liveItems = new Map(); // item id -> {thread_id, run_id, ordinal}: its delta introduction
     this.onState = onState;
     this.onError = onError;
     this.ws = null;
@@ -95,6 +96,7 @@ export class LiveSocket {
     this.ws = ws;
     ws.addEventListener('open', () => {
       this.backoff = 250;
+      this.liveItems.clear(); // each new subscription introduces its items again
       this.onState(true);
       for (const [id, sub] of this.subs) {
         // Live text not yet durable is dropped: the catch-up delta sends it again.
@@ -130,6 +132,17 @@ export class LiveSocket {
     }
     if (msg.type === 'delta' || msg.type === 'reset') {
       // Live text (LIVE-01): not durable, no sequence; see docs/2026-12-01-live-deltas.md.
+      // A slim delta names only its item: the subscription's first delta of the item
+      // (its introduction) gave the thread, run and ordinal, filled in here.
+      if (msg.type === 'reset') {
+        this.liveItems.delete(msg.item_id);
+      } else if (msg.thread_id) {
+        this.liveItems.set(msg.item_id, { thread_id: msg.thread_id, run_id: msg.run_id ?? null, ordinal: msg.ordinal });
+      } else {
+        const intro = this.liveItems.get(msg.item_id);
+        if (!intro) return; // never introduced: the next resubscription's catch-up carries it
+        Object.assign(msg, intro);
+      }
       const sub = this.subs.get(msg.thread_id);
       if (sub && sub.onLive) sub.onLive(msg);
       return;

@@ -151,37 +151,30 @@ impl ApiClient {
             );
         }
         let base = self.base.clone();
+        // Slim deltas name only their item; the stream's introductions give the rest.
+        let mut items = DeltaItems::default();
         Ok(
-            knife_llm::sse::decode_stream(resp.bytes_stream()).filter_map(move |item| {
-                let base = base.clone();
-                async move {
-                    match item {
-                        Ok(ev) if ev.event == "error" => {
-                            Some(Err(anyhow::anyhow!("event stream error: {}", ev.data)))
-                        }
-                        Ok(ev) if ev.event == "delta" => Some(
-                            serde_json::from_str::<ItemDelta>(&ev.data)
-                                .map(ThreadMessage::Delta)
-                                .context("malformed delta from the server"),
-                        ),
-                        Ok(ev) if ev.event == "reset" => Some(
-                            serde_json::from_str::<ItemReset>(&ev.data)
-                                .map(ThreadMessage::Reset)
-                                .context("malformed reset from the server"),
-                        ),
-                        Ok(ev) => Some(
-                            serde_json::from_str::<StoredEvent>(&ev.data)
-                                .map(|e| ThreadMessage::Event(Box::new(e)))
-                                .context("malformed event from the server"),
-                        ),
-                        // A transport failure between this client and the knife server
-                        // (not a model error: those arrive as events). The decoder's own
-                        // message speaks of "the model", so it is logged, not shown.
-                        Err(e) => {
-                            tracing::debug!(error = %e, "event stream from the knife server broke");
-                            Some(Err(anyhow::anyhow!(server_lost(&base))))
-                        }
-                    }
+            knife_llm::sse::decode_stream(resp.bytes_stream()).map(move |item| match item {
+                Ok(ev) if ev.event == "error" => {
+                    Err(anyhow::anyhow!("event stream error: {}", ev.data))
+                }
+                Ok(ev) if ev.event == "delta" => serde_json::from_str::<DeltaMessage>(&ev.data)
+                    .context("malformed delta from the server")
+                    .and_then(|m| Ok(items.resolve(m)?))
+                    .map(ThreadMessage::Delta),
+                Ok(ev) if ev.event == "reset" => serde_json::from_str::<ItemReset>(&ev.data)
+                    .inspect(|r| items.forget(&r.item_id))
+                    .map(ThreadMessage::Reset)
+                    .context("malformed reset from the server"),
+                Ok(ev) => serde_json::from_str::<StoredEvent>(&ev.data)
+                    .map(|e| ThreadMessage::Event(Box::new(e)))
+                    .context("malformed event from the server"),
+                // A transport failure between this client and the knife server
+                // (not a model error: those arrive as events). The decoder's own
+                // message speaks of "the model", so it is logged, not shown.
+                Err(e) => {
+                    tracing::debug!(error = %e, "event stream from the knife server broke");
+                    Err(anyhow::anyhow!(server_lost(&base)))
                 }
             }),
         )

@@ -41,6 +41,11 @@ struct Client {
     resets: usize,
     /// `turn-item.appended` events seen.
     chunks: usize,
+    /// The items the stream's deltas introduced (slim deltas name only their item).
+    items: DeltaItems,
+    /// Deltas that introduced their item (the rest came slim), and the items deltas named.
+    introductions: usize,
+    delta_items: HashSet<TurnItemId>,
     fields: HashSet<DeltaField>,
 }
 
@@ -113,8 +118,16 @@ impl Client {
         }
     }
 
-    fn delta(&mut self, d: &ItemDelta) {
+    fn delta(&mut self, m: &DeltaMessage) {
+        if m.introduces() {
+            self.introductions += 1;
+        }
+        let d = &self
+            .items
+            .resolve(m.clone())
+            .expect("a slim delta before the delta introducing its item");
         self.deltas += 1;
+        self.delta_items.insert(d.item_id.clone());
         self.fields.insert(d.field);
         let key = (d.item_id.clone(), d.field);
         let durable = self.durable.get(&key).map_or(0, String::len) as u64;
@@ -132,6 +145,7 @@ impl Client {
 
     fn reset(&mut self, r: &ItemReset) {
         self.resets += 1;
+        self.items.forget(&r.item_id);
         self.shown.retain(|(id, _), _| id != &r.item_id);
         self.settled.remove(&r.item_id);
     }
@@ -139,6 +153,7 @@ impl Client {
     /// A reconnect: what only deltas gave is dropped; the catch-up delta re-sends it.
     fn reconnect(&mut self) {
         self.shown = self.durable.clone();
+        self.items.clear();
     }
 
     fn text_of(&self, field: DeltaField) -> Vec<String> {
@@ -261,6 +276,13 @@ async fn live_01_deltas_reach_ws_and_sse_subscribers_before_their_snapshots() {
         client.deltas
     );
     assert_eq!(client.text_of(DeltaField::Text), vec![answer.clone()]);
+    // LIVE-03 slim deltas: each item is introduced once (thread, run, ordinal), every
+    // other delta names only its item.
+    assert_eq!(
+        client.introductions,
+        client.delta_items.len(),
+        "introductions on the WebSocket"
+    );
 
     // The SSE stream carried the same deltas as `event: delta` (no `id:`).
     let mut sse = Box::pin(knife_llm::sse::decode_stream(sse.bytes_stream()));
@@ -288,6 +310,11 @@ async fn live_01_deltas_reach_ws_and_sse_subscribers_before_their_snapshots() {
         sse_client.deltas
     );
     assert_eq!(sse_client.text_of(DeltaField::Text), vec![answer]);
+    assert_eq!(
+        sse_client.introductions,
+        sse_client.delta_items.len(),
+        "introductions on SSE"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,6 +548,22 @@ async fn bytes_of_a_turn(count: usize, size: usize, pace_ms: u64) -> (usize, usi
     }
     assert_eq!(replay.text_of(DeltaField::Text), vec![answer.clone()]);
     (answer.len(), sent, stored)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_03_small_paced_deltas_stay_within_the_byte_cap() {
+    // 200 deltas of 24 bytes, 2 ms apart: each delta goes out alone, so its framing is
+    // what the 300 bytes per delta must cover (next to a chunk per 50 ms window). With
+    // the whole header in every delta (~265 bytes) this sent ~86 KB against a 74 KB cap.
+    // (2 ms, not the peer bench's 5: the chunk count grows with the turn's wall time,
+    // which a loaded machine stretches.)
+    let (count, size) = (200, 24);
+    let (text, sent, _) = bytes_of_a_turn(count, size, 2).await;
+    let cap = 3 * text + 300 * count;
+    assert!(
+        sent <= cap,
+        "sent {sent} bytes for {text} bytes of answer in {count} paced deltas (cap {cap})"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,6 +49,10 @@ pub enum BenchCommand {
         /// Text deltas per turn, one turn each.
         #[arg(long, value_delimiter = ',', default_values_t = [200, 1_000, 10_000])]
         deltas: Vec<usize>,
+        /// Milliseconds between the mock's deltas (0: as fast as the socket takes them;
+        /// 5: the peer bench's paced stream, one delta per frame).
+        #[arg(long, value_delimiter = ',', default_values_t = [0])]
+        gap_ms: Vec<u64>,
     },
     /// Checkpoints (SPEC.md CHG-06): a generated tree of N files (plus an ignored
     /// `node_modules/`), K files changed per round: checkpoint and diff times, and the
@@ -125,7 +129,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Store { events } => store::run(events).await?,
         BenchCommand::Processor { deltas } => processor::run(deltas).await?,
         BenchCommand::Stream { threads, deltas } => stream::run(threads, deltas).await?,
-        BenchCommand::StreamBytes { deltas } => stream::run_bytes(&deltas).await?,
+        BenchCommand::StreamBytes { deltas, gap_ms } => stream::run_bytes(&deltas, &gap_ms).await?,
         BenchCommand::Subscribers {
             ws,
             sse,

@@ -105,7 +105,7 @@ impl Measured {
 }
 
 pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
-    let m = measure(threads, deltas).await?;
+    let m = measure(threads, deltas, Duration::ZERO).await?;
     let Measured {
         latencies, elapsed, ..
     } = &m;
@@ -167,13 +167,14 @@ pub async fn run(threads: usize, deltas: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `knife bench stream-bytes` (LIVE-03): one turn each at `sizes` deltas; prints the
-/// answer's text, bytes sent to a WebSocket subscriber against the cap (3 × text +
+/// `knife bench stream-bytes` (LIVE-03): one turn each at `sizes` deltas and each of
+/// `gaps_ms` between the mock's deltas; prints the answer's text, bytes sent to a WebSocket subscriber against the cap (3 × text +
 /// 300 bytes per delta), event payload bytes stored, WAL bytes and disk bytes.
-pub async fn run_bytes(sizes: &[usize]) -> anyhow::Result<()> {
+pub async fn run_bytes(sizes: &[usize], gaps_ms: &[u64]) -> anyhow::Result<()> {
     println!("knife bench stream-bytes: one turn per size (mock → server → store → WebSocket)");
     println!(
-        "{:>8} {:>10} {:>8} {:>12} {:>12} {:>6} {:>12} {:>8} {:>12} {:>12}",
+        "{:>6} {:>8} {:>10} {:>8} {:>12} {:>12} {:>6} {:>12} {:>8} {:>12} {:>12}",
+        "gap ms",
         "deltas",
         "text B",
         "msgs",
@@ -185,35 +186,39 @@ pub async fn run_bytes(sizes: &[usize]) -> anyhow::Result<()> {
         "WAL B",
         "disk B"
     );
-    for &k in sizes {
-        let m = measure(1, k).await?;
-        let text = m.answer_bytes as u64;
-        let cap = 3 * text + 300 * k as u64;
-        let sent = m.sent_bytes as u64;
-        println!(
-            "{:>8} {:>10} {:>8} {:>12} {:>12} {:>6} {:>12} {:>8.2} {:>12} {:>12}",
-            k,
-            text,
-            m.delta_messages,
-            sent,
-            cap,
-            if sent <= cap { "yes" } else { "NO" },
-            m.stored_bytes,
-            m.stored_bytes as f64 / text.max(1) as f64,
-            m.wal_bytes,
-            m.disk_bytes
-        );
-        if m.failed > 0 {
-            println!("{} run(s) did not complete", m.failed);
+    for &gap in gaps_ms {
+        for &k in sizes {
+            let m = measure(1, k, Duration::from_millis(gap)).await?;
+            let text = m.answer_bytes as u64;
+            let cap = 3 * text + 300 * k as u64;
+            let sent = m.sent_bytes as u64;
+            println!(
+                "{:>6} {:>8} {:>10} {:>8} {:>12} {:>12} {:>6} {:>12} {:>8.2} {:>12} {:>12}",
+                gap,
+                k,
+                text,
+                m.delta_messages,
+                sent,
+                cap,
+                if sent <= cap { "yes" } else { "NO" },
+                m.stored_bytes,
+                m.stored_bytes as f64 / text.max(1) as f64,
+                m.wal_bytes,
+                m.disk_bytes
+            );
+            if m.failed > 0 {
+                println!("{} run(s) did not complete", m.failed);
+            }
         }
     }
     Ok(())
 }
 
-/// Runs `threads` turns of `deltas` deltas each and measures them.
-pub async fn measure(threads: usize, deltas: usize) -> anyhow::Result<Measured> {
+/// Runs `threads` turns of `deltas` deltas each (`gap` between the mock's deltas) and
+/// measures them.
+pub async fn measure(threads: usize, deltas: usize, gap: Duration) -> anyhow::Result<Measured> {
     let tmp = tempfile::tempdir()?;
-    let mock = MockLlm::start(MockLlmConfig::bench(deltas)).await?;
+    let mock = MockLlm::start(MockLlmConfig::bench(deltas).with_chunk_delay(gap)).await?;
     let config = Config::single_instance("bench", mock.base_url(), "mock-model");
     let server = InProcessServer::start(&config, &tmp.path().join("data")).await?;
     let addr = server.addr;
