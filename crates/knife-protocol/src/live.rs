@@ -101,13 +101,16 @@ pub struct DeltaMessage {
     /// Present in an item's introduction only (and only for an item of a run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<RunId>,
+    /// The item (ids are unique across threads).
     pub item_id: TurnItemId,
     /// The item's transcript position; present in an item's introduction only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordinal: Option<u64>,
+    /// Which growing text of the item `text` extends.
     pub field: DeltaField,
     /// Where `text` starts in the field, in UTF-8 bytes.
     pub offset: u64,
+    /// The text continuing the field at `offset`.
     pub text: String,
 }
 
@@ -152,7 +155,10 @@ impl DeltaMessage {
     "delta for item {0} arrived before the delta introducing the item (thread, run, ordinal); \
      resubscribe with the last durable sequence to get it again"
 )]
-pub struct UnknownDeltaItem(pub TurnItemId);
+pub struct UnknownDeltaItem(
+    /// The item the delta named.
+    pub TurnItemId,
+);
 
 /// A client's record of the items its subscriptions introduced, to read each
 /// [`DeltaMessage`] as a whole [`ItemDelta`]. One per connection (or per SSE stream);
