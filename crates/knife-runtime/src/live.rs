@@ -487,8 +487,8 @@ impl LiveHub {
     }
 
     /// A durable event reached this node's feed: a mirrored item's committed snapshot
-    /// (its catch-up offsets; text that closes a gap), its settled snapshot or its
-    /// run's end (it leaves the hub). Items this node streams itself are the pump's.
+    /// or appended chunk (its catch-up offsets; text that closes a gap), its settled
+    /// snapshot or its run's end (it leaves the hub). Items this node streams itself are the pump's.
     pub fn observe_durable(&self, event: &StoredEvent) {
         let mut map = self.lock();
         match &event.event.body {
@@ -535,6 +535,42 @@ impl LiveHub {
                 state.durable.push((event.sequence, lens));
                 let generation = state.generation;
                 for d in out {
+                    let _ = t.tx.send(LiveMessage::Delta {
+                        delta: Arc::new(d),
+                        generation,
+                    });
+                }
+            }
+            // Appended text (LIVE-03): the mirrored item's durable state now ends at the
+            // chunk's end (catch-up offsets), and text held past a gap may continue.
+            EventBody::TurnItemAppended(chunk) => {
+                let Some(t) = map.get_mut(&chunk.thread_id) else {
+                    return;
+                };
+                let Some(state) = t.items.get_mut(&chunk.item_id) else {
+                    return;
+                };
+                let Some(m) = &mut state.mirror else { return };
+                if event.sequence <= m.since {
+                    return; // a chunk of the attempt before the last reset
+                }
+                let like = chunk.as_delta();
+                let text = state.fields.entry(chunk.field).or_default();
+                // Subscribers get the chunk itself; the mirror only learns its text.
+                let _ = continue_text(text, like.clone());
+                let released = m.release(chunk.field, text, &like);
+                let mut lens = state
+                    .durable
+                    .last()
+                    .map(|(_, lens)| lens.clone())
+                    .unwrap_or_default();
+                lens.insert(chunk.field, chunk.end());
+                if state.durable.len() >= DURABLE_HISTORY {
+                    state.durable.remove(0);
+                }
+                state.durable.push((event.sequence, lens));
+                let generation = state.generation;
+                if let Some(d) = released {
                     let _ = t.tx.send(LiveMessage::Delta {
                         delta: Arc::new(d),
                         generation,

@@ -158,6 +158,63 @@ mod tests {
         assert_eq!(hub.live_items(&thread()), 0, "settled: gone");
     }
 
+    /// LIVE-03 on a mirror: appended chunks of a mirrored item give its catch-up
+    /// offsets (a subscriber that reconnects after a chunk is not sent its text again)
+    /// and close a gap before held deltas, as snapshots do.
+    #[test]
+    fn scale_03_mirrored_items_follow_appended_chunks() {
+        let hub = LiveHub::new();
+        let mut rx = hub.subscribe(&thread());
+        hub.apply_relayed(&delta(0, "hello "));
+        hub.observe_durable(&snapshot(5, "", TurnItemStatus::Running));
+        hub.observe_durable(&chunk(6, 0, "hello "));
+        assert_eq!(texts(&mut rx), ["0:hello "]);
+        let item = &hub.snapshot(&thread())[0];
+        assert_eq!(item.durable_at(5)[&DeltaField::Text], 0);
+        assert_eq!(item.durable_at(6)[&DeltaField::Text], 6, "the chunk's end");
+        // "world" was lost on the way; "!" waits past the gap until a chunk closes it.
+        hub.apply_relayed(&delta(11, "!"));
+        assert!(texts(&mut rx).is_empty(), "nothing past a gap");
+        hub.observe_durable(&chunk(7, 6, "world"));
+        assert_eq!(
+            texts(&mut rx),
+            ["11:!"],
+            "the held text, once a chunk closed the gap"
+        );
+        assert_eq!(
+            hub.snapshot(&thread())[0].fields[&DeltaField::Text],
+            "hello world!"
+        );
+        // A chunk of an attempt before the item's last reset changes nothing.
+        hub.apply_relayed(&RelayedLive::Reset {
+            reset: ItemReset {
+                thread_id: thread(),
+                item_id: TurnItemId::from("item:a"),
+            },
+            generation: 1,
+            after_sequence: 8,
+        });
+        hub.observe_durable(&chunk(8, 12, " stale"));
+        assert!(hub.snapshot(&thread())[0].fields.is_empty());
+    }
+
+    fn chunk(sequence: u64, offset: u64, text: &str) -> StoredEvent {
+        let body = EventBody::TurnItemAppended(knife_protocol::TurnItemAppend {
+            thread_id: thread(),
+            run_id: None,
+            item_id: TurnItemId::from("item:a"),
+            ordinal: 1,
+            field: DeltaField::Text,
+            offset,
+            text: text.to_owned(),
+            updated_at: chrono::Utc::now(),
+        });
+        StoredEvent {
+            sequence,
+            event: DomainEvent::new(chrono::Utc::now(), body),
+        }
+    }
+
     /// Bounded memory: a mirrored item leaves with its run's end, or after the idle
     /// limit when its node died and nobody wrote its end; a stale generation's delta
     /// is ignored.

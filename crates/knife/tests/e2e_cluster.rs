@@ -545,45 +545,13 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
     assert_eq!(lines.len(), 4, "{stdout}");
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// A WebSocket subscription of `thread` on `server` from `after`.
-async fn subscribe_ws(server: &Server, thread: &str, after: u64) -> Ws {
-    use futures::SinkExt;
-    let url = format!("ws://{}/api/ws", server.proc.addr);
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
-        .await
-        .unwrap();
-    let msg = serde_json::json!({"type": "subscribe", "thread_id": thread, "after": after});
-    ws.send(tokio_tungstenite::tungstenite::Message::Text(
-        msg.to_string().into(),
-    ))
-    .await
-    .unwrap();
-    ws
-}
-
-/// One server message (30 s box).
-async fn next_ws(ws: &mut Ws) -> WsServerMessage {
-    use futures::StreamExt;
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("no websocket message within 30 s")
-            .expect("websocket closed")
-            .expect("websocket error");
-        if let tokio_tungstenite::tungstenite::Message::Text(t) = msg {
-            return serde_json::from_str(&t).unwrap();
-        }
-    }
-}
-
 /// SCALE-03 for live deltas (issue 17 item 2): a run on node A streams its answer; a
 /// WebSocket subscriber of the thread on node B (which runs nothing itself, so every
 /// delta it gets came from A through the database) receives `delta` messages whose
-/// offsets continue exactly what it shows (durable snapshots + deltas: no text twice,
-/// none missing), some ahead of any durable snapshot, and ends with A's answer.
+/// offsets continue exactly what it shows (durable snapshots and appended chunks +
+/// deltas: no text twice, none missing), some ahead of any durable state, and ends with
+/// A's answer. Mid-stream, after an appended chunk (LIVE-03), it reconnects from its
+/// last sequence: B's catch-up delta starts at the chunk's end, as A's would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_postgres),
@@ -611,11 +579,35 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
     // Per (item, field): the durable text, and what the subscriber shows.
     let mut durable: BTreeMap<(TurnItemId, DeltaField), String> = BTreeMap::new();
     let mut shown: BTreeMap<(TurnItemId, DeltaField), String> = BTreeMap::new();
-    let (mut deltas, mut ahead) = (0usize, 0usize);
+    let (mut deltas, mut ahead, mut chunks, mut after) = (0usize, 0usize, 0usize, 0u64);
+    let mut reconnected = false;
     loop {
+        if !reconnected && chunks >= 1 && deltas >= 5 && shown != durable {
+            // Right after a delta past the last chunk (live text not yet durable, the
+            // next chunk some ms away): drop the socket; what only deltas gave goes,
+            // and B's catch-up delta must start where the chunks end.
+            reconnected = true;
+            drop(ws);
+            shown = durable.clone();
+            ws = subscribe_ws(&b, &thread, after).await;
+        }
         match next_ws(&mut ws).await {
             WsServerMessage::Event { event } => {
+                after = event.sequence;
                 let body = &event.event.body;
+                if let EventBody::TurnItemAppended(c) = body {
+                    chunks += 1;
+                    let key = (c.item_id.clone(), c.field);
+                    let d = durable.entry(key.clone()).or_default();
+                    assert_eq!(c.offset, d.len() as u64, "chunk {c:?} after {d:?}");
+                    d.push_str(&c.text);
+                    let d = d.clone();
+                    let s = shown.entry(key).or_default();
+                    if d.len() >= s.len() {
+                        assert!(d.starts_with(s.as_str()), "{d:?} vs {s:?}");
+                        *s = d;
+                    }
+                }
                 if let EventBody::TurnItemUpdated(item) = body {
                     for field in [DeltaField::Text, DeltaField::Reasoning] {
                         let Some(text) = field.durable_text(item) else {
@@ -659,8 +651,11 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
             WsServerMessage::Subscribed { .. } => {}
         }
     }
-    eprintln!("node B got {deltas} deltas from node A, {ahead} ahead of their snapshot");
+    eprintln!(
+        "node B got {deltas} deltas from node A, {ahead} ahead of their snapshot, {chunks} chunks"
+    );
     assert!(deltas >= 5, "deltas on node B: {deltas}");
+    assert!(reconnected, "the stream ended before a chunk and 5 deltas");
     assert!(ahead >= 1, "no delta was ahead of the durable snapshots");
     let texts: Vec<&String> = shown
         .iter()

@@ -664,3 +664,38 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A client WebSocket to a knife server.
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A WebSocket subscription of `thread` on `server` from `after`.
+pub async fn subscribe_ws(server: &Server, thread: &str, after: u64) -> Ws {
+    use futures::SinkExt;
+    let url = format!("ws://{}/api/ws", server.proc.addr);
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let msg = serde_json::json!({"type": "subscribe", "thread_id": thread, "after": after});
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        msg.to_string().into(),
+    ))
+    .await
+    .unwrap();
+    ws
+}
+
+/// One server message (30 s box).
+pub async fn next_ws(ws: &mut Ws) -> knife_protocol::WsServerMessage {
+    use futures::StreamExt;
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("no websocket message within 30 s")
+            .expect("websocket closed")
+            .expect("websocket error");
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = msg {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
