@@ -69,6 +69,9 @@ pub(crate) struct TurnIdentity {
     pub provider_turn_id: ProviderTurnId,
     pub provider_session_id: ProviderSessionId,
     pub attempt: u32,
+    pub provider_instance_id: ProviderInstanceId,
+    /// The model the turn's calls use.
+    pub model: Option<String>,
 }
 
 /// Label of a user message a running turn took as a steer (TURN-01).
@@ -102,6 +105,8 @@ impl TurnRecorder {
             provider_session_id: id.provider_session_id,
             attempt: id.attempt,
             provider_thread_id: None,
+            provider_instance_id: id.provider_instance_id,
+            model: id.model,
         };
         let style = RecorderStyle {
             flush_interval,
@@ -183,6 +188,8 @@ impl TurnRecorder {
                 cached_input_tokens: usage.cached_input_tokens,
                 total_tokens: usage.total_tokens,
             };
+            // TURN-06: the call's own record, stored before the usage report below.
+            self.core.model_call(step.clone(), None);
             self.usage
                 .get_or_insert_with(TokenUsage::default)
                 .add(&step);

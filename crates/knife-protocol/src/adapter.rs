@@ -22,6 +22,10 @@ pub enum AdapterEvent {
     ProviderSessionUpdated(ProviderSession),
     ProviderThreadUpdated(ProviderThread),
     ProviderTurnUpdated(ProviderTurn),
+    /// One model call of a turn finished with this usage (TURN-06); becomes
+    /// `model-call.recorded`. Emitted through the recorder
+    /// (`TurnRecorder::model_call`), before the turn's usage report.
+    ModelCallRecorded(crate::ModelCall),
     NodeUpdated(Node),
     TurnItemUpdated(TurnItem),
     /// Durable text appended to a streaming item since its previous durable state

@@ -118,6 +118,9 @@ event_bodies! {
         },
         "provider-thread.updated" => ProviderThreadUpdated(ProviderThread),
         "provider-turn.updated" => ProviderTurnUpdated(ProviderTurn),
+        /// One model call's token usage (TURN-06): a row of `model_calls`, from which
+        /// usage totals and budget sums are computed.
+        "model-call.recorded" => ModelCallRecorded(crate::ModelCall),
         "runtime-request.updated" => RuntimeRequestUpdated(RuntimeRequest),
         "turn-item.updated" => TurnItemUpdated(TurnItem),
         /// Text appended to a streaming item's field since its previous durable state
@@ -174,6 +177,7 @@ impl EventBody {
             EventBody::ProviderTurnUpdated(t) => {
                 (Some(t.thread_id.clone()), Some(t.run_id.clone()))
             }
+            EventBody::ModelCallRecorded(c) => (Some(c.thread_id.clone()), Some(c.run_id.clone())),
             EventBody::RuntimeRequestUpdated(r) => (Some(r.thread_id.clone()), r.run_id.clone()),
             EventBody::TurnItemUpdated(i) => (Some(i.thread_id.clone()), i.run_id.clone()),
             EventBody::TurnItemAppended(c) => (Some(c.thread_id.clone()), c.run_id.clone()),

@@ -476,6 +476,8 @@ impl Actor {
                 provider_session_id: self.provider_session_id.clone(),
                 provider_thread_id: Some(self.provider_thread_id.clone()),
                 attempt: input.attempt,
+                provider_instance_id: self.config.provider_instance_id.clone(),
+                model: input.model.clone(),
             },
         );
         let events = turn.start();

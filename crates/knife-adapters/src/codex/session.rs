@@ -75,6 +75,9 @@ pub(super) struct ActiveTurn {
     pub interrupt: Option<String>,
     /// The thread's cumulative usage when the turn started.
     pub baseline: wire::TokenBreakdown,
+    /// The thread's cumulative usage at the turn's last usage report (starts at
+    /// `baseline`): each report's growth past it is one model call (TURN-06).
+    pub last_total: wire::TokenBreakdown,
     /// Retries codex announced (`error` with `willRetry`).
     pub retries: u32,
     /// The last MCP tool item started: (server, tool, item id), to link its approval.
@@ -507,6 +510,8 @@ impl SessionRuntime for CodexSession {
                     provider_session_id: inner.provider_session_id.clone(),
                     attempt: input.attempt,
                     provider_thread_id: Some(ProviderThreadId::native(DRIVER, &native)),
+                    provider_instance_id: inner.config.provider_instance_id.clone(),
+                    model: input.model.clone(),
                 },
             );
             st.turns.insert(
@@ -516,6 +521,7 @@ impl SessionRuntime for CodexSession {
                     native_turn: None,
                     interrupt: None,
                     baseline,
+                    last_total: baseline,
                     retries: 0,
                     last_mcp_item: None,
                 },
