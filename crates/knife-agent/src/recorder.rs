@@ -74,9 +74,6 @@ pub(crate) struct TurnIdentity {
     pub model: Option<String>,
 }
 
-/// Label of a user message a running turn took as a steer (TURN-01).
-pub(crate) const STEER_DESCRIPTION: &str = "Sent during the run";
-
 /// Records one turn of the built-in agent; see the module docs.
 pub(crate) struct TurnRecorder {
     core: recording::TurnRecorder,
@@ -209,16 +206,7 @@ impl TurnRecorder {
     /// user-message item with the steer's own id (`TurnItemId::steer_of`), which
     /// tells execution it was delivered.
     pub(crate) fn steer_delivered(&mut self, id: TurnItemId, text: &str) {
-        let idx = self.core.open_item(
-            None,
-            TurnItemKind::UserMessage {
-                text: text.to_owned(),
-                origin: MessageOrigin::User,
-                description: Some(STEER_DESCRIPTION.to_owned()),
-            },
-            TurnItemStatus::Completed,
-        );
-        self.core.update(idx, false, |item| item.id = id);
+        self.core.steer_delivered(id, text);
     }
 
     /// A compaction starts: creates its item (running, empty summary) and emits it.

@@ -422,7 +422,7 @@ impl Inner {
         }
     }
 
-    fn native_of(&self, thread: &ThreadId) -> Option<String> {
+    pub(super) fn native_of(&self, thread: &ThreadId) -> Option<String> {
         lock(&self.state)
             .threads
             .get(thread)
@@ -588,6 +588,15 @@ impl SessionRuntime for CodexSession {
                 Err(AdapterError::Runtime(text))
             }
         }
+    }
+
+    /// Sends `steer` to the running turn with `turn/steer` (TURN-01; see `steer.rs`).
+    async fn steer_turn(
+        &self,
+        thread: &ThreadId,
+        steer: knife_runtime::SteerInput,
+    ) -> Result<(), AdapterError> {
+        self.inner.steer(thread, steer).await
     }
 
     /// Answers every approval codex waits on for the running turn of `thread` with

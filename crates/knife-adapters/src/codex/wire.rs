@@ -17,6 +17,7 @@ pub mod method {
     pub const THREAD_FORK: &str = "thread/fork";
     pub const TURN_START: &str = "turn/start";
     pub const TURN_INTERRUPT: &str = "turn/interrupt";
+    pub const TURN_STEER: &str = "turn/steer";
 
     pub const TURN_STARTED: &str = "turn/started";
     pub const TURN_COMPLETED: &str = "turn/completed";
@@ -43,6 +44,7 @@ pub mod method {
         THREAD_FORK,
         TURN_START,
         TURN_INTERRUPT,
+        TURN_STEER,
     ];
     /// Notifications knife sends (schema `ClientNotification.json`).
     pub const CLIENT_NOTIFICATIONS: &[&str] = &[INITIALIZED];
@@ -119,6 +121,11 @@ pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[
     ("v2/TurnStartParams.json", &["threadId", "input", "model"]),
     ("v2/TurnStartResponse.json", &["turn"]),
     ("v2/TurnInterruptParams.json", &["threadId", "turnId"]),
+    (
+        "v2/TurnSteerParams.json",
+        &["threadId", "input", "expectedTurnId"],
+    ),
+    ("v2/TurnSteerResponse.json", &["turnId"]),
     ("v2/ThreadUnsubscribeParams.json", &["threadId"]),
     (
         "v2/ThreadForkParams.json",
@@ -312,6 +319,23 @@ pub struct TurnError {
 #[serde(rename_all = "camelCase")]
 pub struct TurnInterruptParams {
     pub thread_id: String,
+    pub turn_id: String,
+}
+
+/// `turn/steer` params: more user input for the running turn `expected_turn_id`
+/// (codex refuses when another turn, or none, is running; TURN-01).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSteerParams {
+    pub thread_id: String,
+    pub input: Vec<UserInput>,
+    pub expected_turn_id: String,
+}
+
+/// `turn/steer` result: the turn that took the input.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSteerResponse {
     pub turn_id: String,
 }
 

@@ -55,6 +55,8 @@ pub use tools::ToolState;
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Unsent streaming text (bytes) that forces a snapshot at once.
 pub const FLUSH_BYTES: usize = 4096;
+/// Label of a user message a running turn took as a steer (TURN-01).
+pub const STEER_DESCRIPTION: &str = "Sent during the run";
 /// Error of a tool item still open when the turn is interrupted (PROC-08).
 pub const TOOL_ABORTED: &str = "Tool execution aborted";
 
@@ -297,6 +299,25 @@ impl TurnRecorder {
             at: self.clock.now(),
         };
         self.send(AdapterEvent::ModelCallRecorded(call));
+    }
+
+    /// A steer the turn took (TURN-01): a completed user-message item with the
+    /// steer's own id (`TurnItemId::steer_of`), which tells execution it was
+    /// delivered. Ignored after the finish.
+    pub fn steer_delivered(&mut self, id: TurnItemId, text: &str) {
+        if self.finished {
+            return;
+        }
+        let idx = self.open_item(
+            None,
+            TurnItemKind::UserMessage {
+                text: text.to_owned(),
+                origin: MessageOrigin::User,
+                description: Some(STEER_DESCRIPTION.to_owned()),
+            },
+            TurnItemStatus::Completed,
+        );
+        self.update(idx, false, |item| item.id = id);
     }
 
     /// Model calls recorded so far.

@@ -1,8 +1,9 @@
-//! Usage and budgets on the `codex` driver (SPEC.md TURN-06/07) against the scripted
-//! fake app-server: each `thread/tokenUsage/updated` is one model-call record (the
-//! growth of the thread's total since the previous report), totals come from those
-//! records, and a report over a budget interrupts the turn (`turn/interrupt`) and
-//! ends the run `budget_exceeded` naming the budget.
+//! Messages during a codex run, usage and budgets (SPEC.md TURN-01/06/07) against the
+//! scripted fake app-server: a steer goes to `turn/steer` and is recorded once codex
+//! took it, one codex refuses is queued saying why; each `thread/tokenUsage/updated`
+//! is one model-call record (the growth of the thread's total since the previous
+//! report), totals come from those records, and a report over a budget interrupts the
+//! turn (`turn/interrupt`) and ends the run `budget_exceeded` naming the budget.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod codex_support;
@@ -133,4 +134,108 @@ async fn turn_07_a_codex_usage_report_over_the_budget_interrupts_the_turn() {
     let next = h.store.get_run(&next.id).await.unwrap().unwrap();
     assert_eq!(next.status, RunStatus::BudgetExceeded);
     assert_eq!(h.sent_methods("turn/start").len(), 1);
+}
+
+/// Waits until codex named the running turn (the answer to `turn/start`): a steer
+/// needs its id.
+async fn native_turn_known(h: &Harness) {
+    h.until("codex's turn id", |p| {
+        p.provider_turns.iter().any(|t| t.native_turn_id.is_some())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn turn_01_a_steer_during_a_codex_run_goes_to_turn_steer_and_is_recorded() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(&h.thread.id, script(r#"[{"wait_steer":true}]"#))
+        .await
+        .unwrap();
+    native_turn_known(&h).await;
+    let answer = h
+        .exec
+        .post_message(
+            &h.thread.id,
+            "also check the tests".into(),
+            None,
+            MessageMode::Steer,
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, MessageDelivery::Steering, "{answer:?}");
+    assert_eq!(answer.run_id.as_ref(), Some(&run.id));
+    let ended = h.finish(&run.id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    let p = h.projection().await;
+    // codex took it in the same turn, and answered it there.
+    assert_eq!(
+        assistant_texts(&p, &run.id),
+        vec![(
+            "steered: also check the tests".to_owned(),
+            TurnItemStatus::Completed
+        )]
+    );
+    let id = TurnItemId::steer_of(&run.id, &answer.queued.unwrap().id);
+    let item = p
+        .turn_items
+        .iter()
+        .find(|i| i.id == id)
+        .expect("the steer item");
+    assert!(matches!(&item.kind,
+        TurnItemKind::UserMessage { text, .. } if text == "also check the tests"));
+    assert!(p.thread.queue.is_empty(), "{:?}", p.thread.queue);
+    assert_eq!(p.thread.run_count, 1);
+    let native_turn = p.provider_turns[0].native_turn_id.clone().unwrap();
+    let sent = &h.sent_methods("turn/steer")[0]["params"];
+    assert_eq!(sent["expectedTurnId"], native_turn.as_str());
+    assert_eq!(sent["input"][0]["text"], "also check the tests");
+}
+
+#[tokio::test]
+async fn turn_01_a_steer_the_codex_turn_refuses_is_queued_with_codex_s_reason() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(
+            &h.thread.id,
+            script(r#"[{"refuse_steer":"this turn cannot take input"},{"wait_interrupt":true}]"#),
+        )
+        .await
+        .unwrap();
+    native_turn_known(&h).await;
+    let answer = h
+        .exec
+        .post_message(&h.thread.id, "also this".into(), None, MessageMode::Steer)
+        .await
+        .unwrap();
+    assert_eq!(answer.status, MessageDelivery::Queued, "{answer:?}");
+    let note = answer.note.unwrap();
+    assert!(
+        note.contains("codex refused turn/steer") && note.contains("this turn cannot take input"),
+        "{note}"
+    );
+    let queue = h.exec.queue(&h.thread.id).await.unwrap().queue;
+    assert_eq!(queue.entries.len(), 1);
+    assert_eq!(
+        queue.entries[0].steer_run_id, None,
+        "a plain queued message now"
+    );
+    // It runs after the turn: the user stops it (pausing the queue) and resumes.
+    h.exec
+        .interrupt(&h.thread.id, knife_runtime::InterruptReason::User)
+        .await
+        .unwrap();
+    let stopped = h.finish(&run.id).await;
+    assert_eq!(stopped.status, RunStatus::Interrupted);
+    h.exec.resume_queue(&h.thread.id).await.unwrap();
+    let p = h
+        .until("the queued message's run", |p| {
+            p.runs.len() == 2 && p.runs[1].status == RunStatus::Completed
+        })
+        .await;
+    assert_eq!(p.thread.run_count, 2);
+    let starts = h.sent_methods("turn/start");
+    assert_eq!(starts[1]["params"]["input"][0]["text"], "also this");
 }
