@@ -19,11 +19,14 @@ pub struct ModelCall {
     /// `call:<provider turn id>:<n>` ([`ModelCall::id_of`]); `run:<run id>` for the
     /// whole usage of a run that has no per-call record ([`ModelCall::run_total_id`]).
     pub id: String,
+    /// The thread of the call.
     pub thread_id: ThreadId,
+    /// The run of the call.
     pub run_id: RunId,
     /// The turn the call belongs to (`None` for a run total).
     #[serde(default)]
     pub provider_turn_id: Option<ProviderTurnId>,
+    /// The provider instance that served the call.
     pub provider_instance_id: ProviderInstanceId,
     /// The model the call ran on when the driver knows it; `None` = the instance's
     /// default model (priced as such).
@@ -31,6 +34,7 @@ pub struct ModelCall {
     pub model: Option<String>,
     /// 1-based position of the call in its turn (0 for a run total).
     pub ordinal: u32,
+    /// The call's tokens: input (cached included), output (reasoning included).
     pub usage: TokenUsage,
     /// When the call finished (the day budget counts calls by this instant).
     pub at: Timestamp,

@@ -32,6 +32,7 @@ pub struct UsageFilter {
 pub struct UsageSum {
     /// The run (with [`UsageFilter::by_run`]; else `None`).
     pub run_id: Option<RunId>,
+    /// The provider instance of the calls.
     pub provider_instance_id: ProviderInstanceId,
     /// The calls' model (`None` = the instance's default model).
     pub model: Option<String>,

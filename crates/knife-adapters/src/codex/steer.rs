@@ -3,7 +3,7 @@
 
 //! codex checks `expectedTurnId` against its active turn and refuses otherwise (no
 //! turn running, another turn, a turn that cannot take input); knife then answers
-//! [`AdapterError::Runtime`] with codex's reason, and execution queues the message with
+//! [`AdapterError::Refused`] with codex's reason, and execution queues the message with
 //! a note saying so. A steer codex accepted is recorded as a completed user message with
 //! the steer's item id ([`knife_protocol::TurnItemId::steer_of`]), which tells execution
 //! it was delivered; codex's own `userMessage` item for it is ignored as every user
@@ -18,16 +18,17 @@ use super::wire::{self, method};
 impl Inner {
     /// Sends `steer` to the running turn of `thread` with `turn/steer`.
     ///
-    /// Errors: [`AdapterError::Runtime`] when no turn of `steer.run_id` runs on the
-    /// thread in this session, when codex has not named the turn yet, when the turn
-    /// is being interrupted, or when codex refuses (its message included).
+    /// Errors: [`AdapterError::Busy`] when no turn of `steer.run_id` runs on the
+    /// thread in this session, when codex has not named the turn yet or when the turn
+    /// is being interrupted; [`AdapterError::Refused`] when codex refuses (its
+    /// message included).
     pub(super) async fn steer(
         &self,
         thread: &ThreadId,
         steer: SteerInput,
     ) -> Result<(), AdapterError> {
         let no_turn = || {
-            AdapterError::Runtime(format!(
+            AdapterError::Busy(format!(
                 "no codex turn of run {} is running on thread {thread}",
                 steer.run_id
             ))
@@ -41,13 +42,13 @@ impl Inner {
                 .filter(|t| t.recorder.ids().run_id == steer.run_id)
                 .ok_or_else(no_turn)?;
             if turn.interrupt.is_some() {
-                return Err(AdapterError::Runtime(
+                return Err(AdapterError::Busy(
                     "the codex turn is being interrupted".into(),
                 ));
             }
             turn.native_turn
                 .clone()
-                .ok_or_else(|| AdapterError::Runtime("codex has not started the turn yet".into()))?
+                .ok_or_else(|| AdapterError::Busy("codex has not started the turn yet".into()))?
         };
         let params = wire::TurnSteerParams {
             thread_id: native.clone(),
@@ -59,7 +60,10 @@ impl Inner {
         self.rpc
             .call::<_, wire::TurnSteerResponse>(method::TURN_STEER, &params)
             .await
-            .map_err(|e| AdapterError::Runtime(format!("codex refused turn/steer: {e}")))?;
+            .map_err(|e| AdapterError::Refused {
+                operation: method::TURN_STEER,
+                reason: format!("codex refused turn/steer: {e}"),
+            })?;
         let mut st = lock(&self.state);
         if let Some(turn) = st
             .turns

@@ -40,19 +40,10 @@ fn ended(mut run: Run, usage: TokenUsage, at: i64) -> EventBody {
     EventBody::RunUpdated(run)
 }
 
-/// `(instance, model, run ordinal-less id, runs, calls, input, output, budget tokens)`.
-fn shape(
-    sums: &[UsageSum],
-) -> Vec<(
-    String,
-    Option<String>,
-    Option<String>,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-)> {
+/// `(instance, model, run id, runs, calls, input, output, budget tokens)` of a sum.
+type Shape = (String, Option<String>, Option<String>, u64, u64, u64, u64, u64);
+
+fn shape(sums: &[UsageSum]) -> Vec<Shape> {
     sums.iter()
         .map(|s| {
             (
