@@ -41,7 +41,16 @@ fn ended(mut run: Run, usage: TokenUsage, at: i64) -> EventBody {
 }
 
 /// `(instance, model, run id, runs, calls, input, output, budget tokens)` of a sum.
-type Shape = (String, Option<String>, Option<String>, u64, u64, u64, u64, u64);
+type Shape = (
+    String,
+    Option<String>,
+    Option<String>,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+);
 
 fn shape(sums: &[UsageSum]) -> Vec<Shape> {
     sums.iter()
