@@ -191,7 +191,9 @@ pub struct LoadSessionResponse {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionModelState {
+    /// The model the session uses now.
     pub current_model_id: String,
+    /// The models `session/set_model` may select.
     #[serde(default)]
     pub available_models: Vec<ModelInfo>,
 }
@@ -200,7 +202,9 @@ pub struct SessionModelState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
+    /// The id `session/set_model` takes.
     pub model_id: String,
+    /// Its name for people.
     #[serde(default)]
     pub name: String,
 }
@@ -209,7 +213,9 @@ pub struct ModelInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SetSessionModelRequest {
+    /// The ACP session.
     pub session_id: String,
+    /// One of the session's `availableModels`.
     pub model_id: String,
 }
 

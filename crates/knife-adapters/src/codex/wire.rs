@@ -17,6 +17,7 @@ pub mod method {
     pub const THREAD_FORK: &str = "thread/fork";
     pub const TURN_START: &str = "turn/start";
     pub const TURN_INTERRUPT: &str = "turn/interrupt";
+    /// Request: more user input for the running turn (TURN-01).
     pub const TURN_STEER: &str = "turn/steer";
 
     pub const TURN_STARTED: &str = "turn/started";
@@ -327,8 +328,11 @@ pub struct TurnInterruptParams {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnSteerParams {
+    /// The codex thread.
     pub thread_id: String,
+    /// The user's message.
     pub input: Vec<UserInput>,
+    /// The turn knife runs: codex refuses when another (or none) is active.
     pub expected_turn_id: String,
 }
 
@@ -336,6 +340,7 @@ pub struct TurnSteerParams {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnSteerResponse {
+    /// The turn that took the input.
     pub turn_id: String,
 }
 
