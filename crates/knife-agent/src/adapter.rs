@@ -319,6 +319,7 @@ impl SessionRuntime for BuiltinSession {
             .clone()
             .or_else(|| self.model.clone())
             .unwrap_or_else(|| self.config.default_model.clone());
+        let call_model = model.clone();
         let system =
             self.config.system_prompt.clone().unwrap_or_else(|| {
                 default_system_prompt(self.tool_ctx.root(), &self.tools.names())
@@ -364,6 +365,8 @@ impl SessionRuntime for BuiltinSession {
                 provider_turn_id: input.provider_turn_id.clone(),
                 provider_session_id: self.provider_session_id.clone(),
                 attempt: input.attempt,
+                provider_instance_id: self.config.provider_instance_id.clone(),
+                model: Some(call_model),
             },
             self.config.effective_flush_interval(),
             self.config.flush_bytes,

@@ -454,6 +454,8 @@ mod tests {
                 run_ordinal: 1,
                 provider_session_id: ProviderSessionId::from("s"),
                 attempt: 1,
+                provider_instance_id: ProviderInstanceId::from("mock"),
+                model: Some("m".into()),
             },
             std::time::Duration::from_millis(50),
             4096,

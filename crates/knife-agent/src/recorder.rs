@@ -69,10 +69,10 @@ pub(crate) struct TurnIdentity {
     pub provider_turn_id: ProviderTurnId,
     pub provider_session_id: ProviderSessionId,
     pub attempt: u32,
+    pub provider_instance_id: ProviderInstanceId,
+    /// The model the turn's calls use.
+    pub model: Option<String>,
 }
-
-/// Label of a user message a running turn took as a steer (TURN-01).
-pub(crate) const STEER_DESCRIPTION: &str = "Sent during the run";
 
 /// Records one turn of the built-in agent; see the module docs.
 pub(crate) struct TurnRecorder {
@@ -102,6 +102,8 @@ impl TurnRecorder {
             provider_session_id: id.provider_session_id,
             attempt: id.attempt,
             provider_thread_id: None,
+            provider_instance_id: id.provider_instance_id,
+            model: id.model,
         };
         let style = RecorderStyle {
             flush_interval,
@@ -183,6 +185,8 @@ impl TurnRecorder {
                 cached_input_tokens: usage.cached_input_tokens,
                 total_tokens: usage.total_tokens,
             };
+            // TURN-06: the call's own record, stored before the usage report below.
+            self.core.model_call(step.clone(), None);
             self.usage
                 .get_or_insert_with(TokenUsage::default)
                 .add(&step);
@@ -202,16 +206,7 @@ impl TurnRecorder {
     /// user-message item with the steer's own id (`TurnItemId::steer_of`), which
     /// tells execution it was delivered.
     pub(crate) fn steer_delivered(&mut self, id: TurnItemId, text: &str) {
-        let idx = self.core.open_item(
-            None,
-            TurnItemKind::UserMessage {
-                text: text.to_owned(),
-                origin: MessageOrigin::User,
-                description: Some(STEER_DESCRIPTION.to_owned()),
-            },
-            TurnItemStatus::Completed,
-        );
-        self.core.update(idx, false, |item| item.id = id);
+        self.core.steer_delivered(id, text);
     }
 
     /// A compaction starts: creates its item (running, empty summary) and emits it.

@@ -24,6 +24,8 @@ fn recorder() -> (
             run_ordinal: 1,
             provider_session_id: ProviderSessionId::from("s"),
             attempt: 1,
+            provider_instance_id: ProviderInstanceId::from("mock"),
+            model: Some("m".into()),
         },
         Duration::from_millis(50),
         4096,

@@ -1,7 +1,7 @@
 //! Steering the built-in agent's running turn (SPEC.md TURN-01): a steer is taken
 //! before the turn's next model call, recorded as a user message with the steer's
 //! item id, and a steer for another run is refused. And its budget gate (TURN-07):
-//! checked before each model call.
+//! checked before each model call; and its usage records (TURN-06): one per model call.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -129,4 +129,52 @@ async fn turn_07_builtin_checks_the_budget_before_each_model_call() {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0], None);
     assert!(seen[1].is_some_and(|t| t > 0), "{seen:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn turn_06_builtin_records_each_model_call_before_the_usage_report_that_sums_it() {
+    let llm = FakeLlm::new(vec![
+        tool_step("call_1", "read", r#"{"path":"src/main.rs"}"#),
+        text_step(&["Read it."]),
+    ]);
+    let mut h = open(llm.clone(), |_| {}, None).await;
+    let input = turn(1, "read main", vec![]);
+    let turn_id = input.provider_turn_id.clone();
+    h.session.start_turn(input).await.unwrap();
+    let events = collect_turn(&mut h.events).await;
+    assert_eq!(outcome(&events).0, TurnOutcome::Completed);
+    let calls: Vec<&ModelCall> = events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::ModelCallRecorded(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 2, "one record per model call");
+    for (n, call) in calls.iter().enumerate() {
+        let n = u32::try_from(n).unwrap() + 1;
+        assert_eq!(call.id, ModelCall::id_of(&turn_id, n));
+        assert_eq!(call.ordinal, n);
+        assert_eq!(call.provider_instance_id, ProviderInstanceId::from("local"));
+        assert_eq!(call.model.as_deref(), Some("test-model"));
+    }
+    assert_eq!(calls[0].usage.input_tokens, 20);
+    assert_eq!(calls[0].usage.output_tokens, 7);
+    // Each record goes out before the turn's usage report that includes it, so a
+    // budget check at that report finds it stored.
+    let first_record = events
+        .iter()
+        .position(|e| matches!(e, AdapterEvent::ModelCallRecorded(_)))
+        .unwrap();
+    let first_report = events
+        .iter()
+        .position(|e| matches!(e, AdapterEvent::ProviderTurnUpdated(t) if t.usage.is_some()))
+        .unwrap();
+    assert!(first_record < first_report);
+    // The turn's usage is the sum of its records.
+    let mut sum = TokenUsage::default();
+    for c in &calls {
+        sum.add(&c.usage);
+    }
+    assert_eq!(outcome(&events).1, Some(sum));
 }

@@ -34,6 +34,10 @@ pub enum AdapterEvent {
     ProviderThreadUpdated(ProviderThread),
     /// A provider turn's record changed (whole row); becomes `provider-turn.updated`.
     ProviderTurnUpdated(ProviderTurn),
+    /// One model call of a turn finished with this usage (TURN-06); becomes
+    /// `model-call.recorded`. Emitted through the recorder
+    /// (`TurnRecorder::model_call`), before the turn's usage report.
+    ModelCallRecorded(crate::ModelCall),
     /// A work-tree node changed (whole row); becomes `node.updated`.
     NodeUpdated(Node),
     /// A durable snapshot of a transcript item (whole item); becomes `turn-item.updated`.

@@ -137,6 +137,9 @@ event_bodies! {
         "provider-thread.updated" => ProviderThreadUpdated(ProviderThread),
         /// A provider turn (run attempt) changed (whole row).
         "provider-turn.updated" => ProviderTurnUpdated(ProviderTurn),
+        /// One model call's token usage (TURN-06): a row of `model_calls`, from which
+        /// usage totals and budget sums are computed.
+        "model-call.recorded" => ModelCallRecorded(crate::ModelCall),
         /// A runtime request was raised, answered, expired or cancelled (whole row).
         "runtime-request.updated" => RuntimeRequestUpdated(RuntimeRequest),
         /// A durable snapshot of a transcript item (whole item; PROC-12 throttles them).
@@ -201,6 +204,7 @@ impl EventBody {
             EventBody::ProviderTurnUpdated(t) => {
                 (Some(t.thread_id.clone()), Some(t.run_id.clone()))
             }
+            EventBody::ModelCallRecorded(c) => (Some(c.thread_id.clone()), Some(c.run_id.clone())),
             EventBody::RuntimeRequestUpdated(r) => (Some(r.thread_id.clone()), r.run_id.clone()),
             EventBody::TurnItemUpdated(i) => (Some(i.thread_id.clone()), i.run_id.clone()),
             EventBody::TurnItemAppended(c) => (Some(c.thread_id.clone()), c.run_id.clone()),

@@ -19,6 +19,7 @@ pub mod live;
 pub mod mcp;
 pub mod pricing;
 pub mod search;
+pub mod usage;
 
 pub use adapter::*;
 pub use api::*;
@@ -33,6 +34,7 @@ pub use pricing::{
     ModelPrice, ModelUsage, PriceTable, RunUsage, UsageReport, UsageTotals, format_usd,
 };
 pub use search::*;
+pub use usage::ModelCall;
 
 /// Wall-clock timestamps (UTC). Durations never use this type; see ARCHITECTURE.md "Runtime rules".
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

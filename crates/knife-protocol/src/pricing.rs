@@ -118,7 +118,7 @@ impl PriceTable {
 /// Token and cost totals over some runs (`GET /api/usage`, TURN-06). Costs are µ$.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageTotals {
-    /// Runs counted (those with reported usage or not).
+    /// Runs counted (those with recorded usage).
     pub runs: u64,
     /// Prompt tokens, cached ones included, summed over the runs.
     pub input_tokens: u64,
@@ -137,10 +137,11 @@ pub struct UsageTotals {
 }
 
 impl UsageTotals {
-    /// Adds one run's `usage` (if any) and `cost` (µ$, `None` = no price), saturating.
-    pub fn add_run(&mut self, usage: Option<&TokenUsage>, cost: Option<u64>) {
-        self.runs += 1;
-        let Some(u) = usage else { return };
+    /// Adds a group of model calls of `runs` runs: their `usage` and `cost` (µ$,
+    /// `None` = no price: the runs count as unpriced), saturating.
+    pub fn add_calls(&mut self, runs: u64, usage: &TokenUsage, cost: Option<u64>) {
+        self.runs = self.runs.saturating_add(runs);
+        let u = usage;
         self.input_tokens = self.input_tokens.saturating_add(u.input_tokens);
         self.cached_input_tokens = self
             .cached_input_tokens
@@ -150,7 +151,7 @@ impl UsageTotals {
         self.total_tokens = self.total_tokens.saturating_add(u.total_tokens);
         match cost {
             Some(c) => self.cost_microdollars = self.cost_microdollars.saturating_add(c),
-            None => self.unpriced_runs += 1,
+            None => self.unpriced_runs = self.unpriced_runs.saturating_add(runs),
         }
     }
 }

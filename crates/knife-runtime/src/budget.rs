@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use knife_protocol::*;
-use knife_store::Store;
+use knife_store::{Store, UsageFilter, UsageSum};
 
 use crate::error::RuntimeError;
 
@@ -181,12 +181,13 @@ impl BudgetGuard {
         &self.budgets
     }
 
-    /// The first budget `run` of `thread` is over, counting the finished runs in the
-    /// store and `in_flight` (the run's usage so far); `None` when all hold. A
-    /// thread's `budget_raise` is added to every limit it is checked against.
+    /// The first budget `run` of `thread` is over, counting the model calls of every
+    /// other run in the store and `in_flight` (the run's usage so far); `None` when
+    /// all hold. A thread's `budget_raise` is added to every limit it is checked against.
     ///
-    /// Errors: `Store`. Cost: reads every thread of the project (project budget) and
-    /// every thread (day budget) — one projection each.
+    /// Errors: `Store`. Cost: one grouped SQL sum per budget set (thread, project,
+    /// day), computed by the store over its model-call records (TURN-06); each group
+    /// priced by its model (else its instance's default model).
     pub async fn check(
         &self,
         thread: &Thread,
@@ -207,41 +208,47 @@ impl BudgetGuard {
             }
             None => Spent::default(),
         };
-        let day_start = day_start(now, b.day_offset_minutes);
-        let mut thread_spent = current;
-        let mut project_spent = current;
-        let mut day_spent = current;
-        let threads = if b.day.is_set() {
-            self.store.list_threads(None).await?
-        } else if b.project.is_set() {
-            self.store.list_threads(Some(&thread.project_id)).await?
-        } else {
-            vec![thread.clone()]
+        let others = |scope: UsageFilter| UsageFilter {
+            except_run: Some(run.id.clone()),
+            ..scope
         };
-        for t in &threads {
-            let same_project = t.project_id == thread.project_id;
-            let Some(p) = self.store.thread_projection(&t.id).await? else {
+        let scopes = [
+            (
+                BudgetScope::Thread,
+                b.thread,
+                others(UsageFilter {
+                    thread: Some(thread.id.clone()),
+                    ..Default::default()
+                }),
+            ),
+            (
+                BudgetScope::Project,
+                b.project,
+                others(UsageFilter {
+                    project: Some(thread.project_id.clone()),
+                    ..Default::default()
+                }),
+            ),
+            (
+                BudgetScope::Day,
+                b.day,
+                others(UsageFilter {
+                    since: Some(day_start(now, b.day_offset_minutes)),
+                    ..Default::default()
+                }),
+            ),
+        ];
+        for (scope, limit, filter) in scopes {
+            if !limit.is_set() {
                 continue;
-            };
-            for r in p.runs.iter().filter(|r| r.id != run.id) {
-                let Some(usage) = &r.usage else { continue };
-                let cost = self.cost(r, t, usage);
-                if t.id == thread.id {
-                    thread_spent.add(usage, cost);
-                }
-                if same_project {
-                    project_spent.add(usage, cost);
-                }
-                if r.requested_at >= day_start {
-                    day_spent.add(usage, cost);
-                }
             }
-        }
-        for (scope, limit, spent) in [
-            (BudgetScope::Thread, b.thread, thread_spent),
-            (BudgetScope::Project, b.project, project_spent),
-            (BudgetScope::Day, b.day, day_spent),
-        ] {
+            let mut spent = current;
+            for sum in self.store.usage_sums(&filter).await? {
+                spent.tokens = spent.tokens.saturating_add(sum.budget_tokens);
+                spent.cost = spent
+                    .cost
+                    .saturating_add(self.cost_of_sum(&sum).unwrap_or(0));
+            }
             let over = |limit: Option<u64>, extra: u64, spent: u64, cost: bool| {
                 limit.map(|l| l.saturating_add(extra)).and_then(|l| {
                     (spent >= l).then_some(BudgetExceeded {
@@ -265,6 +272,16 @@ impl BudgetGuard {
             }
         }
         Ok(None)
+    }
+
+    /// The cost (µ$) of a group of model calls: priced by their model, else their
+    /// instance's default model; `None` when that has no price.
+    fn cost_of_sum(&self, sum: &UsageSum) -> Option<u64> {
+        let model = sum
+            .model
+            .as_ref()
+            .or_else(|| self.default_models.get(&sum.provider_instance_id))?;
+        self.prices.cost_microdollars(model, &sum.usage)
     }
 
     fn cost(&self, run: &Run, thread: &Thread, usage: &TokenUsage) -> Option<u64> {

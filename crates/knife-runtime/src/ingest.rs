@@ -9,6 +9,7 @@ pub fn to_domain(event: &AdapterEvent) -> Option<EventBody> {
         AdapterEvent::ProviderSessionUpdated(s) => EventBody::ProviderSessionUpdated(s.clone()),
         AdapterEvent::ProviderThreadUpdated(t) => EventBody::ProviderThreadUpdated(t.clone()),
         AdapterEvent::ProviderTurnUpdated(t) => EventBody::ProviderTurnUpdated(t.clone()),
+        AdapterEvent::ModelCallRecorded(c) => EventBody::ModelCallRecorded(c.clone()),
         AdapterEvent::NodeUpdated(n) => EventBody::NodeUpdated(n.clone()),
         AdapterEvent::TurnItemUpdated(i) => EventBody::TurnItemUpdated(i.clone()),
         AdapterEvent::TurnItemAppended(c) => EventBody::TurnItemAppended(c.clone()),

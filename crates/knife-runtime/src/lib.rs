@@ -26,6 +26,7 @@ pub mod reaper;
 pub mod recording;
 pub mod scope;
 pub mod sessions;
+pub mod usage;
 
 pub use adapter::*;
 pub use boot::restart::*;

@@ -1,12 +1,13 @@
 //! `GET /api/usage`: token and cost totals of runs per project, thread and model,
 //! priced with the configured price table (SPEC.md TURN-06).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use knife_protocol::*;
+use knife_store::UsageFilter;
 use serde::Deserialize;
 
 use crate::AppState;
@@ -23,7 +24,7 @@ pub struct UsageQuery {
     /// Only this run (its ordinal) of `thread_id`: the page's per-run tokens and cost
     /// (UX-07). Needs `thread_id`.
     pub run: Option<u32>,
-    /// Only runs requested at or after this instant: RFC 3339, or a date
+    /// Only model calls made at or after this instant: RFC 3339, or a date
     /// `YYYY-MM-DD` (its start, UTC).
     pub since: Option<String>,
 }
@@ -45,9 +46,10 @@ fn parse_since(since: &str) -> Result<Timestamp, ApiErr> {
         })
 }
 
-/// Sums the runs the query selects: each run's usage priced by its model (else
-/// the thread's, else its instance's default model). Errors: 400 for a bad
-/// query, 404 for an unknown thread, 500 when the store fails.
+/// Sums the model calls the query selects (TURN-06: one grouped SQL sum over the
+/// store's per-call records), each group priced by its model, else its instance's
+/// default model. Errors: 400 for a bad query, 404 for an unknown thread, 500 when
+/// the store fails.
 pub async fn usage(
     State(s): State<AppState>,
     query: Result<Query<UsageQuery>, QueryRejection>,
@@ -60,71 +62,35 @@ pub async fn usage(
             "run = N needs thread_id: a run ordinal counts within one thread".to_owned(),
         ));
     }
-    let threads = match &q.thread_id {
-        Some(id) => match s.store.get_thread(id).await? {
-            Some(t) => vec![t],
-            None => {
-                return Err(ApiErr::not_found(format!(
-                    "thread {id} does not exist; list threads with `knife threads list`"
-                )));
-            }
-        },
-        None => s.store.list_threads(q.project_id.as_ref()).await?,
-    };
-    let mut report = UsageReport::default();
-    let mut by_model: BTreeMap<(ProviderInstanceId, Option<String>), UsageTotals> = BTreeMap::new();
-    for thread in threads
-        .iter()
-        .filter(|t| q.project_id.as_ref().is_none_or(|p| &t.project_id == p))
-    {
-        let Some(projection) = s.store.thread_projection(&thread.id).await? else {
-            continue;
+    let mut ordinals = HashMap::new();
+    if let Some(id) = &q.thread_id {
+        let Some(projection) = s.store.thread_projection(id).await? else {
+            return Err(ApiErr::not_found(format!(
+                "thread {id} does not exist; list threads with `knife threads list`"
+            )));
         };
-        for run in projection
-            .runs
-            .iter()
-            .filter(|r| since.is_none_or(|at| r.requested_at >= at))
-            .filter(|r| q.run.is_none_or(|n| r.ordinal == n))
-        {
-            let model = run
-                .model
-                .clone()
-                .or_else(|| thread.model.clone())
-                .or_else(|| {
-                    s.providers
-                        .iter()
-                        .find(|p| p.id == run.provider_instance_id)
-                        .and_then(|p| p.model.clone())
-                });
-            let cost = match (&run.usage, &model) {
-                (Some(usage), Some(model)) => s.prices.cost_microdollars(model, usage),
-                _ => None,
-            };
-            report.total.add_run(run.usage.as_ref(), cost);
-            if q.thread_id.is_some() {
-                let mut totals = UsageTotals::default();
-                totals.add_run(run.usage.as_ref(), cost);
-                report.by_run.push(RunUsage {
-                    run_id: run.id.clone(),
-                    ordinal: run.ordinal,
-                    model: model.clone(),
-                    totals,
-                });
-            }
-            by_model
-                .entry((run.provider_instance_id.clone(), model))
-                .or_default()
-                .add_run(run.usage.as_ref(), cost);
-        }
+        ordinals.extend(projection.runs.iter().map(|r| (r.id.clone(), r.ordinal)));
     }
-    report.by_run.sort_by_key(|r| r.ordinal);
-    report.by_model = by_model
-        .into_iter()
-        .map(|((provider_instance_id, model), totals)| ModelUsage {
-            provider_instance_id,
-            model,
-            totals,
-        })
-        .collect();
+    let filter = UsageFilter {
+        thread: q.thread_id.clone(),
+        project: q.project_id.clone(),
+        run: match (&q.thread_id, q.run) {
+            (Some(t), Some(n)) => Some(RunId::for_thread(t, n)),
+            _ => None,
+        },
+        since,
+        by_run: q.thread_id.is_some(),
+        ..Default::default()
+    };
+    let default_model = |instance: &ProviderInstanceId| {
+        s.providers
+            .iter()
+            .find(|p| &p.id == instance)
+            .and_then(|p| p.model.clone())
+    };
+    let report = knife_runtime::usage::report(&s.store, &filter, &s.prices, default_model, |run| {
+        ordinals.get(run).copied()
+    })
+    .await?;
     Ok(Json(report))
 }

@@ -273,6 +273,22 @@ impl Folder {
                 }
                 Ok(())
             }
+            RowChange::InsertRunTotal { run_id, row } => {
+                // A read: what is queued (the run's own call records) must have run
+                // first. Once per ended run with usage.
+                p.flush(tx).await?;
+                let recorded = tx
+                    .query_opt(
+                        "SELECT 1 FROM model_calls WHERE run_id = $1 LIMIT 1",
+                        &[&run_id],
+                    )
+                    .await?
+                    .is_some();
+                if recorded {
+                    return Ok(());
+                }
+                Box::pin(self.apply(tx, *row, seq)).await
+            }
             RowChange::SetAgentStatus { thread_id, status } => {
                 p.push(
                     tx,

@@ -431,6 +431,17 @@ impl knife_store::Search for PgStore {
 }
 
 #[async_trait::async_trait]
+impl knife_store::UsageSums for PgStore {
+    async fn usage_sums(
+        &self,
+        filter: &knife_store::UsageFilter,
+    ) -> Result<Vec<knife_store::UsageSum>, StoreError> {
+        let client = self.client().await?;
+        Ok(read::usage_sums(&client, filter).await?)
+    }
+}
+
+#[async_trait::async_trait]
 impl ProjectionReads for PgStore {
     async fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
         self.list(

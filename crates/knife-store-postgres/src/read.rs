@@ -271,3 +271,36 @@ pub(crate) async fn search(
     }
     Ok(hits)
 }
+
+/// Usage sums (TURN-06/07): [`knife_store::usage::sum_sql`] over `model_calls`.
+pub(crate) async fn usage_sums(
+    client: &tokio_postgres::Client,
+    filter: &knife_store::UsageFilter,
+) -> PgResult<Vec<knife_store::UsageSum>> {
+    use knife_store::usage::{SqlParam, sort_sums, sum_of_row, sum_sql};
+    let (sql, params) = sum_sql(filter, |n| format!("${n}"));
+    let params: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = params
+        .into_iter()
+        .map(|p| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
+            match p {
+                SqlParam::Text(s) => Box::new(s),
+                SqlParam::Integer(i) => Box::new(i),
+            }
+        })
+        .collect();
+    let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+        .iter()
+        .map(|p| &**p as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
+    let rows = client.query(&sql, &refs).await?;
+    let mut sums = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut counts = [0i64; 8];
+        for (i, c) in counts.iter_mut().enumerate() {
+            *c = row.get(3 + i);
+        }
+        sums.push(sum_of_row(row.get(0), row.get(1), row.get(2), counts));
+    }
+    sort_sums(&mut sums);
+    Ok(sums)
+}

@@ -35,6 +35,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "nodes",
         sql: include_str!("../migrations/0010_nodes.sql"),
     },
+    Migration {
+        version: 45,
+        name: "model_calls",
+        sql: include_str!("../migrations/0045_model_calls.sql"),
+    },
 ];
 
 /// Advisory lock key that serialises migrations of one database across nodes.

@@ -198,6 +198,17 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
             }
             Ok(())
         }
+        RowChange::InsertRunTotal { run_id, row } => {
+            let recorded = conn
+                .prepare_cached("SELECT 1 FROM model_calls WHERE run_id = ?1 LIMIT 1")?
+                .query_row([&run_id], |_| Ok(()))
+                .optional()?
+                .is_some();
+            if recorded {
+                return Ok(());
+            }
+            apply(conn, *row, seq, mode)
+        }
         RowChange::SetAgentStatus { thread_id, status } => {
             conn.prepare_cached(
                 "UPDATE threads SET payload_json = json_set(payload_json, '$.agent_status', json(?1)), \

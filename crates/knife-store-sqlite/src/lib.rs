@@ -342,6 +342,17 @@ impl knife_store::Search for SqliteStore {
 }
 
 #[async_trait::async_trait]
+impl knife_store::UsageSums for SqliteStore {
+    async fn usage_sums(
+        &self,
+        filter: &knife_store::UsageFilter,
+    ) -> Result<Vec<knife_store::UsageSum>, StoreError> {
+        let filter = filter.clone();
+        self.read(move |c| queries::usage_sums(c, &filter)).await
+    }
+}
+
+#[async_trait::async_trait]
 impl ProjectionReads for SqliteStore {
     async fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
         self.read(|c| {

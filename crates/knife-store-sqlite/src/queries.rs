@@ -321,3 +321,30 @@ pub(crate) fn search(
     }
     Ok(hits)
 }
+
+/// Usage sums (TURN-06/07): [`knife_store::usage::sum_sql`] over `model_calls`.
+pub(crate) fn usage_sums(
+    conn: &Connection,
+    filter: &knife_store::UsageFilter,
+) -> Result<Vec<knife_store::UsageSum>, DbError> {
+    use knife_store::usage::{SqlParam, sort_sums, sum_of_row, sum_sql};
+    let (sql, params) = sum_sql(filter, |n| format!("?{n}"));
+    let values: Vec<Value> = params
+        .into_iter()
+        .map(|p| match p {
+            SqlParam::Text(s) => Value::Text(s),
+            SqlParam::Integer(i) => Value::Integer(i),
+        })
+        .collect();
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(values), |row| {
+        let mut counts = [0i64; 8];
+        for (i, c) in counts.iter_mut().enumerate() {
+            *c = row.get(3 + i)?;
+        }
+        Ok(sum_of_row(row.get(0)?, row.get(1)?, row.get(2)?, counts))
+    })?;
+    let mut sums = rows.collect::<Result<Vec<_>, _>>()?;
+    sort_sums(&mut sums);
+    Ok(sums)
+}

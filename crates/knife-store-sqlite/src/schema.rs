@@ -55,6 +55,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "nodes",
         sql: include_str!("../migrations/0050_nodes.sql"),
     },
+    Migration {
+        version: 85,
+        name: "model_calls",
+        sql: include_str!("../migrations/0085_model_calls.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

@@ -5,12 +5,12 @@
 //! identically on every backend (the contract's rebuild == incremental property).
 
 use crate::error::StoreError;
-use knife_protocol::{DomainEvent, EventBody, TurnItem, TurnItemAppend};
+use knife_protocol::{DomainEvent, EventBody, ModelCall, TurnItem, TurnItemAppend};
 use serde::Serialize;
 
 /// Projection tables, in the order a rebuild empties them (bindings first: they
 /// reference `provider_sessions`).
-pub const PROJECTION_TABLES: [&str; 11] = [
+pub const PROJECTION_TABLES: [&str; 12] = [
     "provider_session_bindings",
     "projects",
     "threads",
@@ -22,11 +22,12 @@ pub const PROJECTION_TABLES: [&str; 11] = [
     "runtime_requests",
     "turn_items",
     "search_docs",
+    "model_calls",
 ];
 
 /// Tables holding rows of one thread in a `thread_id` column, which a tombstone
 /// empties of that thread (CHG-08).
-pub const THREAD_TABLES: [&str; 8] = [
+pub const THREAD_TABLES: [&str; 9] = [
     "provider_session_bindings",
     "runs",
     "nodes",
@@ -35,6 +36,7 @@ pub const THREAD_TABLES: [&str; 8] = [
     "runtime_requests",
     "turn_items",
     "search_docs",
+    "model_calls",
 ];
 
 /// Where a fold runs: a live write (refuses new conflicts) or a rebuild of the whole
@@ -169,6 +171,16 @@ pub enum RowChange {
         /// The chunk (`turn-item.appended`).
         chunk: Box<TurnItemAppend>,
     },
+    /// Inserts `call` (a run's whole usage, [`knife_protocol::ModelCall::run_total_id`])
+    /// into `model_calls` as [`RowChange::Upsert`] would, unless the table already has
+    /// a row of its run: a run whose model calls were recorded one by one is never
+    /// counted twice; one from a log written before those records counts once (TURN-06).
+    InsertRunTotal {
+        /// The run id.
+        run_id: String,
+        /// The record's upsert ([`RowChange::Upsert`] into `model_calls`).
+        row: Box<RowChange>,
+    },
     /// Sets `agent_status` inside the thread row's payload to `status` (JSON text),
     /// `last_sequence` = `seq`, `version` + 1. No-op when the thread row is absent.
     SetAgentStatus {
@@ -228,16 +240,37 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
         EventBody::ThreadDeleted { thread_id, .. } => vec![RowChange::DropThread {
             thread_id: thread_id.as_str().to_owned(),
         }],
-        EventBody::RunCreated(r) | EventBody::RunUpdated(r) => vec![upsert(
-            "runs",
-            r.id.as_str(),
-            vec![
-                ("thread_id", Cell::text(r.thread_id.as_str())),
-                ("ordinal", Cell::Integer(i64::from(r.ordinal))),
-                ("status", Cell::status(&r.status)?),
-            ],
-            r,
-        )?],
+        EventBody::RunCreated(r) | EventBody::RunUpdated(r) => {
+            let mut changes = vec![upsert(
+                "runs",
+                r.id.as_str(),
+                vec![
+                    ("thread_id", Cell::text(r.thread_id.as_str())),
+                    ("ordinal", Cell::Integer(i64::from(r.ordinal))),
+                    ("status", Cell::status(&r.status)?),
+                ],
+                r,
+            )?];
+            if let (true, Some(usage)) = (r.status.is_terminal(), &r.usage) {
+                let call = ModelCall {
+                    id: ModelCall::run_total_id(&r.id),
+                    thread_id: r.thread_id.clone(),
+                    run_id: r.id.clone(),
+                    provider_turn_id: None,
+                    provider_instance_id: r.provider_instance_id.clone(),
+                    model: r.model.clone(),
+                    ordinal: 0,
+                    usage: usage.clone(),
+                    at: r.completed_at.unwrap_or(r.requested_at),
+                };
+                changes.push(RowChange::InsertRunTotal {
+                    run_id: r.id.as_str().to_owned(),
+                    row: Box::new(model_call_row(&call)?),
+                });
+            }
+            changes
+        }
+        EventBody::ModelCallRecorded(c) => vec![model_call_row(c)?],
         EventBody::NodeUpdated(n) => vec![upsert(
             "nodes",
             n.id.as_str(),
@@ -362,6 +395,33 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
         | EventBody::ThreadCommanded(_)
         | EventBody::ThreadCommandApplied(_) => Vec::new(),
     })
+}
+
+/// The `model_calls` row of `c` (TURN-06): its ids, model, instant (µs) and token
+/// counts as columns, summed by [`crate::UsageSums`].
+fn model_call_row(c: &ModelCall) -> Result<RowChange, StoreError> {
+    let count = |n: u64| Cell::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    let u = &c.usage;
+    upsert(
+        "model_calls",
+        &c.id,
+        vec![
+            ("thread_id", Cell::text(c.thread_id.as_str())),
+            ("run_id", Cell::text(c.run_id.as_str())),
+            (
+                "provider_instance_id",
+                Cell::text(c.provider_instance_id.as_str()),
+            ),
+            ("model", Cell::opt_text(c.model.as_deref())),
+            ("at_us", Cell::Integer(c.at.timestamp_micros())),
+            ("input_tokens", count(u.input_tokens)),
+            ("cached_input_tokens", count(u.cached_input_tokens)),
+            ("output_tokens", count(u.output_tokens)),
+            ("reasoning_tokens", count(u.reasoning_tokens)),
+            ("total_tokens", count(u.total_tokens)),
+        ],
+        c,
+    )
 }
 
 /// The rows of turn item `i` as a whole snapshot: its `turn_items` row and its

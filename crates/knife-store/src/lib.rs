@@ -42,6 +42,7 @@ pub mod search;
 mod stream;
 mod traits;
 mod types;
+pub mod usage;
 
 #[cfg(feature = "contract-tests")]
 pub mod contract;
@@ -55,12 +56,13 @@ pub use search::SearchQuery;
 pub use stream::{REPLAY_PAGE, StreamSource, replay_then_live};
 pub use traits::{
     Activity, Claims, EventFeed, EventLog, Maintenance, ProcessGroups, ProjectionReads, Search,
-    StoreBackend,
+    StoreBackend, UsageSums,
 };
 pub use types::{
     EntityKind, ProcessGroupRecord, PurgeStats, RebuildStats, RowGuard, SessionActivity,
     StreamFilter,
 };
+pub use usage::{UsageFilter, UsageSum};
 
 use knife_protocol::{DomainEvent, StoredEvent, ThreadId, ThreadProjection};
 use std::sync::Arc;

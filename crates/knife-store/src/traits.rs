@@ -226,6 +226,20 @@ pub trait Search: Send + Sync {
     ) -> Result<Vec<knife_protocol::SearchHit>, StoreError>;
 }
 
+/// Usage sums over the per-model-call records (SPEC.md TURN-06/07; [`crate::usage`]).
+#[async_trait::async_trait]
+pub trait UsageSums: Send + Sync {
+    /// The model calls `filter` selects, summed by the database per provider instance
+    /// and model (and per run with [`crate::UsageFilter::by_run`]), in the order of
+    /// [`crate::usage::sort_sums`]; no group when no call matches.
+    ///
+    /// Errors: [`StoreError::Database`].
+    async fn usage_sums(
+        &self,
+        filter: &crate::UsageFilter,
+    ) -> Result<Vec<crate::UsageSum>, StoreError>;
+}
+
 /// A whole store backend: every part of the contract. Implemented automatically for
 /// any type that implements all of them; [`crate::Store`] holds one as
 /// `Arc<dyn StoreBackend>`.
@@ -240,6 +254,7 @@ pub trait StoreBackend:
     + crate::leases::Leases
     + crate::cluster::Cluster
     + Search
+    + UsageSums
     + crate::relay::LiveRelay
     + std::fmt::Debug
     + Send
@@ -260,6 +275,7 @@ impl<T> StoreBackend for T where
         + crate::cluster::Cluster
         + crate::cluster::Cluster
         + Search
+        + UsageSums
         + crate::relay::LiveRelay
         + std::fmt::Debug
         + Send

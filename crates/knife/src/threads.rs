@@ -330,35 +330,26 @@ impl Reader {
                 .await
                 .unwrap_or_default();
         }
+        let Reader::Db(store) = self else {
+            return UsageReport::default();
+        };
         let prices = crate::config::prices::price_table(&config.prices);
-        let mut report = UsageReport::default();
-        for run in &p.runs {
-            let model = run
-                .model
-                .clone()
-                .or_else(|| p.thread.model.clone())
-                .or_else(|| {
-                    config
-                        .providers
-                        .get(run.provider_instance_id.as_str())
-                        .map(|c| c.model.clone())
-                        .filter(|m| !m.is_empty())
-                });
-            let cost = match (&run.usage, &model) {
-                (Some(u), Some(m)) => prices.cost_microdollars(m, u),
-                _ => None,
-            };
-            report.total.add_run(run.usage.as_ref(), cost);
-            let mut totals = UsageTotals::default();
-            totals.add_run(run.usage.as_ref(), cost);
-            report.by_run.push(RunUsage {
-                run_id: run.id.clone(),
-                ordinal: run.ordinal,
-                model,
-                totals,
-            });
-        }
-        report
+        let filter = knife_store::UsageFilter {
+            thread: Some(p.thread.id.clone()),
+            by_run: true,
+            ..Default::default()
+        };
+        let default_model = |instance: &ProviderInstanceId| {
+            config
+                .providers
+                .get(instance.as_str())
+                .map(|c| c.model.clone())
+                .filter(|m| !m.is_empty())
+        };
+        let ordinal_of = |run: &RunId| p.runs.iter().find(|r| &r.id == run).map(|r| r.ordinal);
+        knife_runtime::usage::report(store, &filter, &prices, default_model, ordinal_of)
+            .await
+            .unwrap_or_default()
     }
 
     /// The thread `given` names: its id or a unique prefix of one (UX-04).

@@ -26,15 +26,25 @@ fn screenshot_dir() -> PathBuf {
 /// Starts a mock + server per `(name, script)`, runs the browser tests `only` of
 /// ux_tests.mjs against them, and fails with the runner's output when one fails.
 async fn browser(servers: &[(&str, String)], only: &[&str]) {
+    let servers: Vec<(&str, String, &str)> = servers
+        .iter()
+        .map(|(name, script)| (*name, script.clone(), ""))
+        .collect();
+    browser_with(&servers, only).await;
+}
+
+/// [`browser`] with `(name, script, extra knife.toml)` per server.
+async fn browser_with(servers: &[(&str, String, &str)], only: &[&str]) {
     let tools = knife_prereqs::browser().unwrap_or_else(|missing| panic!("{missing}"));
     let mut started = Vec::new();
-    for (_, script) in servers {
+    for (_, script, extra) in servers {
         let mock = MockLlm::script(script, &[]).await;
-        let server = Server::start(&mock.base_url()).await;
+        let config = format!("{}\n{extra}", config_toml(&mock.base_url()));
+        let server = Server::start_with_config(&config).await;
         started.push((mock, server));
     }
     let mut config = serde_json::Map::new();
-    for ((name, _), (_, server)) in servers.iter().zip(&started) {
+    for ((name, ..), (_, server)) in servers.iter().zip(&started) {
         let project = std::fs::canonicalize(server.project_dir()).unwrap();
         config.insert(
             (*name).to_owned(),
@@ -133,4 +143,25 @@ async fn ux_07_the_page_shows_run_cost_notifies_lists_shortcuts_searches_and_que
                   [[response]]\ntext = \"A slow answer, long enough to queue two messages behind it.\"\ndeltas = 40\nstream_deltas_ms = 100\n\n\
                   [[response]]\ntext = \"The queued answer.\"\n";
     browser(&[("tools", script.to_owned())], &["ux_07_page_tools"]).await;
+}
+
+/// TURN-06/07 on the page: per-run and per-thread tokens and cost, and a spent thread
+/// budget's "Raise and continue" (the raise, then a continuation run that answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_browser),
+    ignore = "needs Node, playwright-core and Chromium: run scripts/test"
+)]
+async fn turn_07_the_page_shows_usage_per_run_and_thread_and_raises_a_spent_budget() {
+    let usage = "usage = { prompt_tokens = 1000, completion_tokens = 200 }";
+    let script = format!(
+        "[[response]]\ntext = \"First.\"\n{usage}\n\n\
+         [[response]]\ntext = \"Second.\"\n{usage}\n\n\
+         [[response]]\ntext = \"Continued after the raise.\"\n{usage}\n"
+    );
+    browser_with(
+        &[("budget", script, "\n[budgets]\nthread_tokens = 1500\n")],
+        &["turn_07_usage_per_run_and_thread_and_raise_and_continue"],
+    )
+    .await;
 }

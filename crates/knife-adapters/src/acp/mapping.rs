@@ -201,8 +201,10 @@ impl AcpTurn {
     }
 
     /// Records the turn's token usage (from the `session/prompt` result), sent with
-    /// the turn's final state and its terminal.
+    /// the turn's final state and its terminal, and as the turn's one model-call
+    /// record (TURN-06: the finest usage an ACP agent reports).
     pub fn set_usage(&mut self, usage: TokenUsage) {
+        self.recorder.model_call(usage.clone(), None);
         self.recorder.set_usage(usage);
     }
 

@@ -18,6 +18,8 @@ fn turn() -> AcpTurn {
             provider_session_id: ProviderSessionId::from("ps"),
             provider_thread_id: Some(ProviderThreadId::native("acp", "sess-1")),
             attempt: 1,
+            provider_instance_id: ProviderInstanceId::from("acp"),
+            model: None,
         },
     )
 }

@@ -24,6 +24,7 @@
 //! Turns, approvals, interrupts and the process's end: see [`session`].
 
 pub mod mapping;
+mod models;
 mod session;
 pub mod types;
 

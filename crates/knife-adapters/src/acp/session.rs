@@ -81,7 +81,7 @@ pub(super) async fn open(
     );
     let initialize_timeout = config.initialize_timeout.min(config.handshake_timeout);
     let handshake = handshake(&rpc, &input, options.mcp.as_ref(), initialize_timeout);
-    let (session_id, how) = match handshake.await {
+    let (session_id, how, models) = match handshake.await {
         Ok(done) => done,
         Err((step, error)) => {
             let mut message = match &error {
@@ -154,6 +154,8 @@ pub(super) async fn open(
         turn: None,
         interrupt: None,
         permissions: HashMap::new(),
+        current_model: models.as_ref().map(|m| m.current_model_id.clone()),
+        models,
     };
     tokio::spawn(actor.run(incoming, commands_rx));
     Ok(Arc::new(AcpSession {
@@ -166,14 +168,15 @@ pub(super) async fn open(
     }))
 }
 
-/// `initialize`, then resume / load / new; returns the ACP session id and how it
-/// was opened (`resumed`, `loaded`, `new`). Errors name the failing step.
+/// `initialize`, then resume / load / new; returns the ACP session id, how it was
+/// opened (`resumed`, `loaded`, `new`) and the models it offers. Errors name the
+/// failing step.
 async fn handshake(
     rpc: &RpcConnection,
     input: &OpenSessionInput,
     mcp: Option<&McpSessionConfig>,
     initialize_timeout: Duration,
-) -> Result<(String, &'static str), (&'static str, RpcError)> {
+) -> Result<(String, &'static str, Option<SessionModelState>), (&'static str, RpcError)> {
     let params = InitializeRequest {
         protocol_version: PROTOCOL_VERSION,
         client_capabilities: ClientCapabilities::default(),
@@ -229,7 +232,12 @@ async fn handshake(
             Some((method, how)) => {
                 let params = serde_json::to_value(&request).unwrap_or(Value::Null);
                 match rpc.request(method, params).await {
-                    Ok(_) => return Ok((native.clone(), how)),
+                    Ok(answer) => {
+                        let models = serde_json::from_value::<LoadSessionResponse>(answer)
+                            .ok()
+                            .and_then(|r| r.models);
+                        return Ok((native.clone(), how, models));
+                    }
                     Err(e @ RpcError::Closed { .. }) => return Err(("session resume", e)),
                     Err(e) => tracing::warn!(
                         thread = %input.thread_id, acp_session = %native, error = %e,
@@ -255,7 +263,7 @@ async fn handshake(
         )
         .await
         .map_err(|e| ("session/new", e))?;
-    Ok((created.session_id, "new"))
+    Ok((created.session_id, "new", created.models))
 }
 
 /// knife's MCP server for the thread, when knife knows its address and the agent
@@ -321,6 +329,10 @@ struct Actor {
     /// The reason of the interrupt knife asked for on the running turn.
     interrupt: Option<String>,
     permissions: HashMap<RuntimeRequestId, OpenPermission>,
+    /// The models the agent offered when the session opened (TURN-10).
+    models: Option<SessionModelState>,
+    /// The model last selected (`None` when unknown: after a failed turn).
+    current_model: Option<String>,
 }
 
 impl Actor {
@@ -469,6 +481,15 @@ impl Actor {
                 .unwrap_or_else(|| "aborted".to_owned());
             self.finish(TurnEnd::Interrupted(reason));
         }
+        // TURN-10: the run's model, selected before the prompt when it differs.
+        let (switch, model) = super::models::plan(
+            self.models.as_ref(),
+            self.current_model.as_deref(),
+            input.model.as_deref(),
+        )?;
+        if switch.is_some() {
+            self.current_model.clone_from(&switch);
+        }
         let mut turn = AcpTurn::new(
             Arc::clone(&self.config.clock),
             TurnIdentity {
@@ -479,6 +500,8 @@ impl Actor {
                 provider_session_id: self.provider_session_id.clone(),
                 provider_thread_id: Some(self.provider_thread_id.clone()),
                 attempt: input.attempt,
+                provider_instance_id: self.config.provider_instance_id.clone(),
+                model: model.or_else(|| input.model.clone()),
             },
         );
         let events = turn.start();
@@ -492,7 +515,21 @@ impl Actor {
         let rpc = self.rpc.clone();
         let commands = self.commands.clone();
         let turn_id = input.provider_turn_id;
+        let session_id = self.session_id.clone();
         tokio::spawn(async move {
+            if let Some(model_id) = switch {
+                let select = SetSessionModelRequest {
+                    session_id,
+                    model_id,
+                };
+                let params = serde_json::to_value(&select).unwrap_or(Value::Null);
+                if let Err(e) = rpc.request(methods::SESSION_SET_MODEL, params).await {
+                    if let Some(commands) = commands.upgrade() {
+                        let _ = commands.send(Command::PromptDone(turn_id, Err(e)));
+                    }
+                    return;
+                }
+            }
             let result = match serde_json::to_value(&request) {
                 Ok(params) => rpc
                     .request_with_timeout(methods::SESSION_PROMPT, params, PROMPT_TIMEOUT)
@@ -594,7 +631,11 @@ impl Actor {
             Err(_) if self.interrupt.is_some() => {
                 TurnEnd::Interrupted(self.interrupt.clone().unwrap_or_default())
             }
-            Err(e) => TurnEnd::Failed(RunError::new("provider.runtime", e.to_string())),
+            Err(e) => {
+                // The model selection may have failed: select again next turn.
+                self.current_model = None;
+                TurnEnd::Failed(RunError::new("provider.runtime", e.to_string()))
+            }
         };
         self.finish(end);
     }

@@ -32,6 +32,8 @@ pub mod methods {
     pub const SESSION_RESUME: &str = "session/resume";
     /// Request: one prompt turn; answered when the turn ends.
     pub const SESSION_PROMPT: &str = "session/prompt";
+    /// Request: selects the session's model (`models` offered in the session answer).
+    pub const SESSION_SET_MODEL: &str = "session/set_model";
     /// Notification: stop the running prompt turn.
     pub const SESSION_CANCEL: &str = "session/cancel";
     /// Request: frees a session (`sessionCapabilities.close`).
@@ -199,6 +201,50 @@ pub struct NewSessionRequest {
 pub struct NewSessionResponse {
     /// The agent's session id; what every later request names.
     pub session_id: String,
+    /// The models the agent offers, when it does (TURN-10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<SessionModelState>,
+}
+
+/// `session/load` and `session/resume` result (the fields knife reads).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadSessionResponse {
+    /// The models the agent offers, when it does (TURN-10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<SessionModelState>,
+}
+
+/// The models of a session: the current one and those it can switch to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionModelState {
+    /// The model the session uses now.
+    pub current_model_id: String,
+    /// The models `session/set_model` may select.
+    #[serde(default)]
+    pub available_models: Vec<ModelInfo>,
+}
+
+/// One model an agent offers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    /// The id `session/set_model` takes.
+    pub model_id: String,
+    /// Its name for people.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// `session/set_model` params.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetSessionModelRequest {
+    /// The ACP session.
+    pub session_id: String,
+    /// One of the session's `availableModels`.
+    pub model_id: String,
 }
 
 /// `session/load` and `session/resume` params (same fields).

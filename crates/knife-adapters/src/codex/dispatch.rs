@@ -11,7 +11,7 @@
 //! | `mcpToolCall` | tool item `mcp__<server>__<tool>` (arguments → result text or error) |
 //! | `webSearch`, `dynamicToolCall`, `imageView`, `imageGeneration`, `collabAgentToolCall` | tool item named after the type |
 //! | `userMessage`, other items | ignored (execution records the user's message) |
-//! | `thread/tokenUsage/updated` | turn usage = thread total − total when the turn started |
+//! | `thread/tokenUsage/updated` | a model call record (growth since the last report); turn usage = thread total − total when the turn started, published at once |
 //! | `error` (`willRetry`) | agent status `retry`; without retry: the turn's error |
 //! | `turn/completed` | `completed` / `interrupted` (the interrupt's reason, else `aborted`) / `failed` (`runtime`, codex's message) |
 //! | `serverRequest/resolved` for a request still pending | request `cancelled` |
@@ -124,8 +124,19 @@ impl Inner {
                     st.usage_totals
                         .insert(u.thread_id.clone(), u.token_usage.total);
                     if let Some(turn) = current_turn(&mut st, &u.thread_id, &u.turn_id) {
+                        // TURN-06: what the total grew by since the last report is one
+                        // model call (a repeated report, e.g. after a rate-limit
+                        // update, grows it by nothing and records nothing).
+                        let call = usage_since(&turn.last_total, &u.token_usage.total);
+                        if call != TokenUsage::default() {
+                            turn.last_total = u.token_usage.total;
+                            turn.recorder.model_call(call, None);
+                        }
                         let usage = usage_since(&turn.baseline, &u.token_usage.total);
                         turn.recorder.set_usage(usage);
+                        // Each usage report goes out at once: execution checks the
+                        // budgets at it (TURN-07).
+                        turn.recorder.publish_turn();
                     }
                 }
             }

@@ -42,6 +42,7 @@ use knife_runtime::{
 mod diff;
 mod dispatch;
 mod session;
+mod steer;
 pub mod wire;
 
 /// Driver name.
@@ -177,7 +178,7 @@ impl ProviderAdapter for CodexAdapter {
     fn capabilities(&self) -> ProviderCapabilities {
         ProviderCapabilities {
             shared_sessions: true,
-            steer: false,
+            steer: true,
             background_tasks_outlive_session: false,
         }
     }

@@ -75,6 +75,9 @@ pub(super) struct ActiveTurn {
     pub interrupt: Option<String>,
     /// The thread's cumulative usage when the turn started.
     pub baseline: wire::TokenBreakdown,
+    /// The thread's cumulative usage at the turn's last usage report (starts at
+    /// `baseline`): each report's growth past it is one model call (TURN-06).
+    pub last_total: wire::TokenBreakdown,
     /// Retries codex announced (`error` with `willRetry`).
     pub retries: u32,
     /// The last MCP tool item started: (server, tool, item id), to link its approval.
@@ -430,7 +433,7 @@ impl Inner {
         }
     }
 
-    fn native_of(&self, thread: &ThreadId) -> Option<String> {
+    pub(super) fn native_of(&self, thread: &ThreadId) -> Option<String> {
         lock(&self.state)
             .threads
             .get(thread)
@@ -518,6 +521,8 @@ impl SessionRuntime for CodexSession {
                     provider_session_id: inner.provider_session_id.clone(),
                     attempt: input.attempt,
                     provider_thread_id: Some(ProviderThreadId::native(DRIVER, &native)),
+                    provider_instance_id: inner.config.provider_instance_id.clone(),
+                    model: input.model.clone(),
                 },
             );
             st.turns.insert(
@@ -527,6 +532,7 @@ impl SessionRuntime for CodexSession {
                     native_turn: None,
                     interrupt: None,
                     baseline,
+                    last_total: baseline,
                     retries: 0,
                     last_mcp_item: None,
                 },
@@ -596,6 +602,15 @@ impl SessionRuntime for CodexSession {
                 })
             }
         }
+    }
+
+    /// Sends `steer` to the running turn with `turn/steer` (TURN-01; see `steer.rs`).
+    async fn steer_turn(
+        &self,
+        thread: &ThreadId,
+        steer: knife_runtime::SteerInput,
+    ) -> Result<(), AdapterError> {
+        self.inner.steer(thread, steer).await
     }
 
     /// Answers every approval codex waits on for the running turn of `thread` with

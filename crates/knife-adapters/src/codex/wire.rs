@@ -26,6 +26,8 @@ pub mod method {
     pub const TURN_START: &str = "turn/start";
     /// Client request: stop a thread's running turn.
     pub const TURN_INTERRUPT: &str = "turn/interrupt";
+    /// Request: more user input for the running turn (TURN-01).
+    pub const TURN_STEER: &str = "turn/steer";
 
     /// Server notification: a turn started (carries the turn).
     pub const TURN_STARTED: &str = "turn/started";
@@ -66,6 +68,7 @@ pub mod method {
         THREAD_FORK,
         TURN_START,
         TURN_INTERRUPT,
+        TURN_STEER,
     ];
     /// Notifications knife sends (schema `ClientNotification.json`).
     pub const CLIENT_NOTIFICATIONS: &[&str] = &[INITIALIZED];
@@ -142,6 +145,11 @@ pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[
     ("v2/TurnStartParams.json", &["threadId", "input", "model"]),
     ("v2/TurnStartResponse.json", &["turn"]),
     ("v2/TurnInterruptParams.json", &["threadId", "turnId"]),
+    (
+        "v2/TurnSteerParams.json",
+        &["threadId", "input", "expectedTurnId"],
+    ),
+    ("v2/TurnSteerResponse.json", &["turnId"]),
     ("v2/ThreadUnsubscribeParams.json", &["threadId"]),
     (
         "v2/ThreadForkParams.json",
@@ -367,6 +375,27 @@ pub struct TurnInterruptParams {
     /// The thread of the turn to stop.
     pub thread_id: String,
     /// The turn to stop (from `turn/start`'s answer or `turn/started`).
+    pub turn_id: String,
+}
+
+/// `turn/steer` params: more user input for the running turn `expected_turn_id`
+/// (codex refuses when another turn, or none, is running; TURN-01).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSteerParams {
+    /// The codex thread.
+    pub thread_id: String,
+    /// The user's message.
+    pub input: Vec<UserInput>,
+    /// The turn knife runs: codex refuses when another (or none) is active.
+    pub expected_turn_id: String,
+}
+
+/// `turn/steer` result: the turn that took the input.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSteerResponse {
+    /// The turn that took the input.
     pub turn_id: String,
 }
 

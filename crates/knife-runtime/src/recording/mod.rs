@@ -55,6 +55,8 @@ pub use tools::ToolState;
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Unsent streaming text (bytes) that forces a snapshot at once.
 pub const FLUSH_BYTES: usize = 4096;
+/// Label of a user message a running turn took as a steer (TURN-01).
+pub const STEER_DESCRIPTION: &str = "Sent during the run";
 /// Error of a tool item still open when the turn is interrupted (PROC-08).
 pub const TOOL_ABORTED: &str = "Tool execution aborted";
 
@@ -75,6 +77,11 @@ pub struct TurnIds {
     pub attempt: u32,
     /// The native conversation the turn runs in.
     pub provider_thread_id: Option<ProviderThreadId>,
+    /// The provider instance the turn runs on (named by its usage records, TURN-06).
+    pub provider_instance_id: ProviderInstanceId,
+    /// The model the turn runs on, when the driver knows it (`None` = the instance's
+    /// default); the model of its usage records unless a call names its own.
+    pub model: Option<String>,
 }
 
 /// Per-driver differences of recording, for [`TurnRecorder::start_with`]; the
@@ -138,6 +145,8 @@ pub struct TurnRecorder {
     /// The agent status last published (PROC-06).
     status: Option<AgentStatus>,
     finished: bool,
+    /// Model calls recorded so far ([`TurnRecorder::model_call`]).
+    model_calls: u32,
     /// Runs once, right before the terminal event (frees a session's turn slot).
     on_finish: Option<Box<dyn FnOnce() + Send>>,
 }
@@ -197,6 +206,7 @@ impl TurnRecorder {
             approvals: HashMap::new(),
             status: None,
             finished: false,
+            model_calls: 0,
             on_finish: None,
         };
         recorder.publish_turn();
@@ -270,6 +280,54 @@ impl TurnRecorder {
         }
         self.turn.native_turn_id = Some(id.to_owned());
         self.publish_turn();
+    }
+
+    /// Records one finished model call of the turn and its usage (TURN-06): emits its
+    /// [`ModelCall`] (`call:<provider turn>:<n>`, n from 1) on `model`, else the
+    /// turn's model. Call it before the turn's usage report that includes the call
+    /// ([`TurnRecorder::set_usage`] + [`TurnRecorder::publish_turn`]), so a budget
+    /// check at that report finds the record stored. Ignored after the finish.
+    pub fn model_call(&mut self, usage: TokenUsage, model: Option<&str>) {
+        if self.finished {
+            return;
+        }
+        self.model_calls += 1;
+        let call = ModelCall {
+            id: ModelCall::id_of(&self.ids.provider_turn_id, self.model_calls),
+            thread_id: self.ids.thread_id.clone(),
+            run_id: self.ids.run_id.clone(),
+            provider_turn_id: Some(self.ids.provider_turn_id.clone()),
+            provider_instance_id: self.ids.provider_instance_id.clone(),
+            model: model.map(str::to_owned).or_else(|| self.ids.model.clone()),
+            ordinal: self.model_calls,
+            usage,
+            at: self.clock.now(),
+        };
+        self.send(AdapterEvent::ModelCallRecorded(call));
+    }
+
+    /// A steer the turn took (TURN-01): a completed user-message item with the
+    /// steer's own id (`TurnItemId::steer_of`), which tells execution it was
+    /// delivered. Ignored after the finish.
+    pub fn steer_delivered(&mut self, id: TurnItemId, text: &str) {
+        if self.finished {
+            return;
+        }
+        let idx = self.open_item(
+            None,
+            TurnItemKind::UserMessage {
+                text: text.to_owned(),
+                origin: MessageOrigin::User,
+                description: Some(STEER_DESCRIPTION.to_owned()),
+            },
+            TurnItemStatus::Completed,
+        );
+        self.update(idx, false, |item| item.id = id);
+    }
+
+    /// Model calls recorded so far.
+    pub fn model_calls(&self) -> u32 {
+        self.model_calls
     }
 
     /// Sets the turn's token usage (emitted with the next turn state and the terminal).

@@ -16,6 +16,8 @@ fn recorder() -> (TurnRecorder, EventReceiver) {
         provider_session_id: ProviderSessionId::from("s"),
         attempt: 1,
         provider_thread_id: None,
+        provider_instance_id: ProviderInstanceId::from("codex"),
+        model: Some("m".into()),
     };
     (TurnRecorder::start(sink, Arc::new(SystemClock), ids), rx)
 }

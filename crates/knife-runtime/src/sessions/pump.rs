@@ -397,6 +397,7 @@ fn event_thread(event: &AdapterEvent) -> Option<ThreadId> {
     match event {
         AdapterEvent::ProviderThreadUpdated(p) => p.app_thread_id.clone(),
         AdapterEvent::ProviderTurnUpdated(t) => Some(t.thread_id.clone()),
+        AdapterEvent::ModelCallRecorded(c) => Some(c.thread_id.clone()),
         AdapterEvent::NodeUpdated(n) => Some(n.thread_id.clone()),
         AdapterEvent::TurnItemUpdated(i) => Some(i.thread_id.clone()),
         AdapterEvent::TurnItemAppended(c) => Some(c.thread_id.clone()),

@@ -38,6 +38,7 @@ pub mod project_root;
 pub mod rebuild;
 pub mod search;
 pub mod streams;
+pub mod usage;
 
 /// Re-exported so the macro's property test resolves `proptest` in the caller.
 pub use proptest;
@@ -101,6 +102,7 @@ macro_rules! store_contract_tests {
             import::scale_09_imported_events_keep_their_sequences_and_rebuild_to_the_same_projections,
             search::turn_08_search_finds_settled_items_and_titles_ranked_with_snippets,
             search::turn_08_a_project_filter_finds_old_matches_behind_many_newer_ones,
+            usage::turn_06_usage_sums_count_each_model_call_once_per_scope_and_survive_a_rebuild,
             chunks::live_03_a_log_of_whole_snapshots_from_before_chunks_rebuilds_to_the_same_projections,
             chunks::live_03_chunks_extend_the_item_and_a_replayed_or_gapped_chunk_changes_nothing,
         );

@@ -23,6 +23,11 @@
 //! | `{"crash": N}` | writes `fake_acp: crashing with N` to stderr and exits with status N |
 //! | `{"stop": "max_tokens"}` | ends the turn with that stop reason |
 //!
+//! With `FAKE_ACP_MODELS=a,b` the agent offers those models (ACP `models` in the
+//! `session/new|load|resume` answers, the first current) and takes `session/set_model`
+//! (an unknown model id is an invalid-params error); its echo then names the session's
+//! model: `echo #<n> (<model>): <text>`.
+//!
 //! Sessions persist in `FAKE_ACP_STATE_DIR` (one file per session with its prompts)
 //! when set, so a new process can `session/load` them. Every message received is
 //! appended to `FAKE_ACP_LOG` (JSON lines) when set, after a first line `{"pid": N}`.
@@ -51,6 +56,28 @@ struct Agent {
     /// Cancel token of the running prompt of each session.
     running: Arc<Mutex<HashMap<String, CancellationToken>>>,
     state_dir: Option<PathBuf>,
+    /// Models offered (`FAKE_ACP_MODELS`), none when unset.
+    models: Option<Vec<String>>,
+    /// The current model of each session (when models are offered).
+    current: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl Agent {
+    /// The `models` field of a session answer, or none.
+    fn models_of(&self, session: &str) -> Value {
+        let Some(models) = &self.models else {
+            return Value::Null;
+        };
+        let current = lock(&self.current)
+            .entry(session.to_owned())
+            .or_insert_with(|| models[0].clone())
+            .clone();
+        let available: Vec<Value> = models
+            .iter()
+            .map(|m| json!({"modelId": m, "name": m}))
+            .collect();
+        json!({"currentModelId": current, "availableModels": available})
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -134,6 +161,11 @@ async fn main() {
         sessions: Arc::default(),
         running: Arc::default(),
         state_dir: std::env::var_os("FAKE_ACP_STATE_DIR").map(PathBuf::from),
+        models: std::env::var("FAKE_ACP_MODELS")
+            .ok()
+            .map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>())
+            .filter(|m| !m.is_empty()),
+        current: Arc::default(),
     };
     let resume = std::env::var("FAKE_ACP_RESUME").is_ok_and(|v| v == "1");
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -207,7 +239,12 @@ fn handle_request(agent: &Agent, id: Value, method: &str, params: Value, resume:
             );
             lock(&agent.sessions).insert(session.clone(), Vec::new());
             agent.save(&session);
-            agent.respond(&id, json!({"sessionId": session}));
+            let mut answer = json!({"sessionId": session});
+            let models = agent.models_of(&session);
+            if !models.is_null() {
+                answer["models"] = models;
+            }
+            agent.respond(&id, answer);
         }
         "session/load" | "session/resume" => {
             let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
@@ -229,8 +266,28 @@ fn handle_request(agent: &Agent, id: Value, method: &str, params: Value, resume:
                     );
                 }
             }
-            lock(&agent.sessions).insert(session, prompts);
-            agent.respond(&id, json!({}));
+            lock(&agent.sessions).insert(session.clone(), prompts);
+            let models = agent.models_of(&session);
+            agent.respond(
+                &id,
+                if models.is_null() {
+                    json!({})
+                } else {
+                    json!({"models": models})
+                },
+            );
+        }
+        "session/set_model" => {
+            let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
+            let model = params["modelId"].as_str().unwrap_or_default().to_owned();
+            match &agent.models {
+                Some(models) if models.contains(&model) => {
+                    lock(&agent.current).insert(session, model);
+                    agent.respond(&id, json!({}));
+                }
+                Some(_) => agent.error(&id, -32602, &format!("unknown model {model}")),
+                None => agent.error(&id, -32601, "method not found: session/set_model"),
+            }
         }
         "session/prompt" => {
             let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
@@ -277,7 +334,11 @@ async fn run_prompt(
 ) -> String {
     let script: Option<Value> = serde_json::from_str(text).ok().filter(Value::is_object);
     let Some(script) = script else {
-        let reply = format!("echo #{n}: {text}");
+        let model = lock(&agent.current).get(session).cloned();
+        let reply = match model {
+            Some(model) => format!("echo #{n} ({model}): {text}"),
+            None => format!("echo #{n}: {text}"),
+        };
         let third = reply.len().div_ceil(3).max(1);
         let chars: Vec<char> = reply.chars().collect();
         for chunk in chars.chunks(third) {

@@ -5,7 +5,9 @@
 //! `thread/start`, `thread/resume` (only threads this `CODEX_HOME` has seen; others get
 //! codex's "no rollout found" error), `thread/fork` (of a thread it has seen: a new
 //! thread file naming the source and `lastTurnId`), `thread/unsubscribe`, `turn/start`,
-//! `turn/interrupt`. Threads are files `CODEX_HOME/fake-threads/<id>`. Every line read
+//! `turn/interrupt`, `turn/steer` (as codex: `expectedTurnId` must name the running
+//! turn, else an error; the input is recorded as a `userMessage` item of that turn and
+//! answered `{turnId}`). Threads are files `CODEX_HOME/fake-threads/<id>`. Every line read
 //! is appended to `CODEX_HOME/fake-requests.jsonl`, so tests can check what knife sent.
 //! Exits 0 at stdin EOF (unless a `hang` command ran). With `FAKE_CODEX_MUTE_INITIALIZE`
 //! set it never answers `initialize` (a wedged handshake).
@@ -27,6 +29,10 @@
 //! - `{"write_file": {"path": "/abs/path", "content": "…"}}`: writes the file itself
 //!   (an edit no knife tool sees: checkpoints must still catch it);
 //! - `{"wait_interrupt": true}`: blocks until `turn/interrupt`;
+//! - `{"wait_steer": true}`: blocks until a `turn/steer` arrives, then streams the
+//!   agent message `steered: <its text>`;
+//! - `{"refuse_steer": "message"}` (anywhere in the script): the turn refuses every
+//!   `turn/steer` with that message (as codex refuses a turn that cannot take input);
 //! - `{"deaf": true}`: blocks forever and ignores `turn/interrupt` (a wedged turn);
 //! - `{"fail": "message"}`: ends the turn `failed`;
 //! - `{"crash": N}`: writes to stderr and exits with status N at once;
@@ -49,6 +55,14 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Notify, oneshot};
 
+/// What `turn/steer` delivered to a running turn, and whether it refuses more.
+#[derive(Default)]
+struct SteerBox {
+    texts: Mutex<Vec<String>>,
+    arrived: Notify,
+    refuse: Mutex<Option<String>>,
+}
+
 struct Fake {
     home: PathBuf,
     out: Mutex<std::io::Stdout>,
@@ -57,6 +71,8 @@ struct Fake {
     pending: Mutex<HashMap<u64, oneshot::Sender<Value>>>,
     /// Running turns: codex thread id → (turn id, interrupt signal).
     turns: Mutex<HashMap<String, (String, Arc<Notify>)>>,
+    /// Steers of the running turns: codex thread id → its mailbox.
+    steers: Mutex<HashMap<String, Arc<SteerBox>>>,
     /// Cumulative usage per thread: (input, output).
     usage: Mutex<HashMap<String, (u64, u64)>>,
     hang: AtomicBool,
@@ -144,6 +160,7 @@ async fn main() {
         next_id: AtomicU64::new(1),
         pending: Mutex::new(HashMap::new()),
         turns: Mutex::new(HashMap::new()),
+        steers: Mutex::new(HashMap::new()),
         usage: Mutex::new(HashMap::new()),
         hang: AtomicBool::new(false),
     });
@@ -251,6 +268,18 @@ fn handle(fake: &Arc<Fake>, message: Value) {
             if let Ok(mut turns) = fake.turns.lock() {
                 turns.insert(thread.clone(), (turn.clone(), Arc::clone(&interrupt)));
             }
+            let refuse = script_of(&text).iter().find_map(|c| {
+                c.get("refuse_steer")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+            if let Ok(mut steers) = fake.steers.lock() {
+                let mailbox = SteerBox {
+                    refuse: Mutex::new(refuse),
+                    ..SteerBox::default()
+                };
+                steers.insert(thread.clone(), Arc::new(mailbox));
+            }
             fake.result(
                 &id,
                 json!({"turn": {"id": turn, "status": "inProgress", "items": []}}),
@@ -272,8 +301,60 @@ fn handle(fake: &Arc<Fake>, message: Value) {
                 None => fake.error(&id, "no active turn to interrupt"),
             }
         }
+        "turn/steer" => steer(fake, &id, &params),
         other => fake.error(&id, &format!("Invalid request: unknown variant `{other}`")),
     }
+}
+
+/// `turn/steer`: the running turn of `threadId` must be `expectedTurnId`.
+fn steer(fake: &Arc<Fake>, id: &Value, params: &Value) {
+    let thread = params
+        .get("threadId")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let expected = params
+        .get("expectedTurnId")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let text = params
+        .pointer("/input/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let running = fake.turns.lock().ok().and_then(|t| t.get(thread).cloned());
+    let mailbox = fake.steers.lock().ok().and_then(|s| s.get(thread).cloned());
+    let (Some((turn, _)), Some(mailbox)) = (running, mailbox) else {
+        fake.error(id, "no active turn to steer");
+        return;
+    };
+    if turn != expected {
+        fake.error(
+            id,
+            &format!("expected active turn id `{expected}` but found `{turn}`"),
+        );
+        return;
+    }
+    if let Some(why) = mailbox.refuse.lock().ok().and_then(|r| r.clone()) {
+        fake.error(id, &why);
+        return;
+    }
+    let ids = json!({"threadId": thread, "turnId": turn});
+    let user = fake.fresh("user");
+    let item =
+        json!({"type": "userMessage", "id": user, "content": [{"type": "text", "text": text}]});
+    fake.notify(
+        "item/started",
+        with(&ids, json!({"item": item, "startedAtMs": now_ms()})),
+    );
+    fake.notify(
+        "item/completed",
+        with(&ids, json!({"item": item, "completedAtMs": now_ms()})),
+    );
+    fake.result(id, json!({"turnId": turn}));
+    if let Ok(mut texts) = mailbox.texts.lock() {
+        texts.push(text);
+    }
+    mailbox.arrived.notify_one();
 }
 
 fn script_of(text: &str) -> Vec<Value> {
@@ -338,6 +419,9 @@ async fn run_turn(
     if let Ok(mut turns) = fake.turns.lock() {
         turns.remove(&thread);
     }
+    if let Ok(mut steers) = fake.steers.lock() {
+        steers.remove(&thread);
+    }
     let (status, error) = match end {
         End::Completed => ("completed", Value::Null),
         End::Interrupted => ("interrupted", Value::Null),
@@ -363,6 +447,22 @@ fn with(ids: &Value, extra: Value) -> Value {
 
 /// Runs one command; `Some(end)` stops the turn.
 async fn run_command(fake: &Arc<Fake>, thread: &str, ids: &Value, command: &Value) -> Option<End> {
+    let mailbox = || fake.steers.lock().ok().and_then(|s| s.get(thread).cloned());
+    if command.get("refuse_steer").is_some() {
+        return None;
+    }
+    if command.get("wait_steer").is_some() {
+        let mailbox = mailbox()?;
+        let text = loop {
+            let arrived = mailbox.arrived.notified();
+            if let Some(text) = mailbox.texts.lock().ok().and_then(|mut t| t.pop()) {
+                break text;
+            }
+            arrived.await;
+        };
+        let say = json!({"text": format!("steered: {text}")});
+        return Box::pin(run_command(fake, thread, ids, &say)).await;
+    }
     if let Some(text) = command.get("text").and_then(Value::as_str) {
         let item = fake.fresh("msg");
         fake.notify(

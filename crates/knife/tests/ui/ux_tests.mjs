@@ -255,4 +255,37 @@ export const tests = {
     },
     allowConsole: [/status of 404/],
   },
+  // Tokens and cost per run and per thread (TURN-06), and a spent budget's "Raise and
+  // continue" (TURN-07): a 1,500-token thread budget lets runs 1 and 2 through (1,200
+  // tokens each; the second is under it when it starts), stops run 3 before its turn,
+  // and the button raises the budget and runs a continuation.
+  turn_07_usage_per_run_and_thread_and_raise_and_continue: {
+    server: 'budget',
+    async run({ page, server, shot }) {
+      await page.goto(server.url);
+      await newThread(page, server, 'Budget thread');
+      await send(page, 'one');
+      await page.locator('.item-assistant_message .md', { hasText: 'First.' }).waitFor();
+      const runUsage = (n) => page.locator('.run-usage', { hasText: `run ${n} ·` }).first();
+      await runUsage(1).filter({ hasText: '$' }).waitFor();
+      assert.match(await runUsage(1).innerText(), /^run 1 · .+ · 1,200 tokens \(1,000 in, 200 out\) · \$0\.0003$/);
+      await page.locator('#thread-usage', { hasText: '1200 tokens' }).waitFor();
+      await send(page, 'two');
+      await page.locator('.item-assistant_message .md', { hasText: 'Second.' }).waitFor();
+      await page.locator('#thread-usage', { hasText: '2400 tokens' }).waitFor();
+      assert.match(await page.locator('#thread-usage').innerText(), /2400 tokens · \$0\.0005/);
+      // Spent: run 3 stops before its turn and says which budget.
+      await send(page, 'three');
+      const note = page.locator('.run-end', { hasText: 'Run 3 stopped: budget spent' });
+      await note.waitFor();
+      assert.match(await note.innerText(), /thread budget of 1500 tokens is spent \(2400 tokens used\)/);
+      await page.screenshot({ path: shot.replace(/\.png$/, '-spent.png') });
+      await note.locator('.budget-continue').click();
+      await page.locator('.item-assistant_message .md', { hasText: 'Continued after the raise.' }).waitFor();
+      await page.locator('#thread-usage', { hasText: '3600 tokens' }).waitFor();
+      await runUsage(4).filter({ hasText: '1,200 tokens' }).waitFor();
+      await page.screenshot({ path: shot });
+    },
+    allowConsole: [],
+  },
 };
