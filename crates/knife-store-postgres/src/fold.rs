@@ -29,8 +29,13 @@ pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
 #[derive(Default)]
 pub(crate) struct Pipeline {
     queued: Vec<(Statement, Vec<Param>)>,
-    /// Rows affected by each statement flushed so far, in order.
-    affected: Vec<u64>,
+    /// Who queued each statement not yet flushed (the caller's tag, e.g. an append of
+    /// a group), in order.
+    owners: Vec<usize>,
+    /// The tag of the statements queued from now on (0 unless the caller sets it).
+    pub(crate) owner: usize,
+    /// The tag of the statement that failed a flush.
+    failed: Option<usize>,
 }
 
 impl Pipeline {
@@ -43,18 +48,21 @@ impl Pipeline {
     ) -> PgResult<()> {
         let statement = tx.prepare_cached(sql).await?;
         self.queued.push((statement, params));
+        self.owners.push(self.owner);
         Ok(())
     }
 
-    /// Rows affected by each statement flushed so far, in the order queued.
-    pub(crate) fn affected(&self) -> &[u64] {
-        &self.affected
+    /// The tag ([`Pipeline::owner`]) of the statement whose failure ended the last
+    /// failed flush; `None` when no flush failed.
+    pub(crate) fn failed_owner(&self) -> Option<usize> {
+        self.failed
     }
 
     /// Sends every queued statement, then reads their answers in order: the first
     /// failure is the error (the transaction is then aborted; the caller drops it).
     pub(crate) async fn flush(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
         let queued = std::mem::take(&mut self.queued);
+        let owners = std::mem::take(&mut self.owners);
         let refs: Vec<Vec<&(dyn ToSql + Sync)>> = queued
             .iter()
             .map(|(_, params)| params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect())
@@ -72,12 +80,18 @@ impl Pipeline {
                 Poll::Pending => None,
             });
         }
-        for (future, early) in futures.into_iter().zip(early) {
+        for ((future, early), owner) in futures.into_iter().zip(early).zip(owners) {
             let result = match early {
                 Some(result) => result,
                 None => future.await,
             };
-            self.affected.push(result.map_err(PgError::from)?);
+            match result {
+                Ok(_) => {}
+                Err(e) => {
+                    self.failed = Some(owner);
+                    return Err(PgError::from(e));
+                }
+            }
         }
         Ok(())
     }
