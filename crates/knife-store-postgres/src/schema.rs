@@ -35,6 +35,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "nodes",
         sql: include_str!("../migrations/0010_nodes.sql"),
     },
+    Migration {
+        version: 50,
+        name: "claimed_at",
+        sql: include_str!("../migrations/0050_claimed_at.sql"),
+    },
 ];
 
 /// Advisory lock key that serialises migrations of one database across nodes.

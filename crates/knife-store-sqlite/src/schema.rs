@@ -55,6 +55,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "nodes",
         sql: include_str!("../migrations/0050_nodes.sql"),
     },
+    Migration {
+        version: 90,
+        name: "claimed_at",
+        sql: include_str!("../migrations/0090_claimed_at.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

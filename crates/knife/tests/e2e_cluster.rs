@@ -476,9 +476,9 @@ async fn scale_07_a_restarting_node_stops_only_its_own_sessions_never_a_live_nod
 }
 
 /// SCALE-10: `knife bench cluster` at a tiny size against the test cluster: three
-/// nodes append, and the table states the batch size and `synchronous_commit` of each
-/// row, events/s, and cross-node delivery p50/p99 over every event seen by the two
-/// other nodes. The figures themselves are the bench's to print, not asserted here.
+/// nodes append, and the table states the batch size, `synchronous_commit` and
+/// group-commit size of each row, events/s, and cross-node delivery p50/p99 over every
+/// event seen by the two other nodes. The figures themselves are the bench's to print, not asserted here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_postgres),
@@ -493,7 +493,7 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
             .args(["bench", "cluster", "--database"])
             .arg(cluster.url("postgres"))
             .args(["--events", "300", "--batch", "10", "--writers", "1"])
-            .args(["--synchronous-commit", "on,off"])
+            .args(["--synchronous-commit", "on,off", "--group-appends", "1,64"])
             .output(),
     )
     .await
@@ -517,6 +517,7 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
             "synchronous_commit",
             "batch",
             "size",
+            "group",
             "events/s",
             "delivery",
             "p50",
@@ -528,21 +529,21 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
         ],
         "{stdout}"
     );
-    for (line, sync) in lines[2..].iter().zip(["on", "off"]) {
+    let rows = [("on", "1"), ("on", "64"), ("off", "1"), ("off", "64")];
+    for (line, (sync, group)) in lines[2..].iter().zip(rows) {
         let cells: Vec<&str> = line.split_whitespace().collect();
-        // on 10 1234 3.1 ms 9.8 ms 12.0 ms 600
-        assert_eq!(cells.len(), 10, "{line}");
-        assert_eq!(cells[0], sync);
-        assert_eq!(cells[1], "10");
-        assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{line}");
-        let p50: f64 = cells[3].parse().unwrap();
-        let p99: f64 = cells[5].parse().unwrap();
+        // on 10 64 1234 3.1 ms 9.8 ms 12.0 ms 600
+        assert_eq!(cells.len(), 11, "{line}");
+        assert_eq!((cells[0], cells[1], cells[2]), (sync, "10", group));
+        assert!(cells[3].parse::<f64>().unwrap() > 0.0, "{line}");
+        let p50: f64 = cells[4].parse().unwrap();
+        let p99: f64 = cells[6].parse().unwrap();
         assert!(p50 <= p99, "{line}");
-        assert_eq!((cells[4], cells[6], cells[8]), ("ms", "ms", "ms"));
+        assert_eq!((cells[5], cells[7], cells[9]), ("ms", "ms", "ms"));
         // 300 events, each seen by the two nodes that did not write it.
-        assert_eq!(cells[9], "600", "{line}");
+        assert_eq!(cells[10], "600", "{line}");
     }
-    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines.len(), 6, "{stdout}");
 }
 
 type Ws =
