@@ -187,7 +187,7 @@ async fn attempt(
                 opening_version.flatten()
             } else {
                 // The appends before it in this transaction may have moved the row.
-                if let Err(e) = folder.pipeline.flush(&tx).await {
+                if let Err(e) = folder.flush(&tx).await {
                     drop(tx);
                     return blame(client, &folder, i, e, appends).await;
                 }
@@ -246,6 +246,11 @@ async fn attempt(
                 return blame(client, &folder, i, e, appends).await;
             }
             stored.push(ev);
+        }
+        // An append's merged upserts are its own statements (errors are blamed on it).
+        if let Err(e) = folder.emit(&tx).await {
+            drop(tx);
+            return blame(client, &folder, i, e, appends).await;
         }
         written.push((i, stored));
     }
@@ -449,7 +454,7 @@ async fn refold(tx: &deadpool_postgres::Transaction<'_>) -> PgResult<u64> {
             folder.fold(tx, &ev, changes).await?;
             count += 1;
         }
-        folder.pipeline.flush(tx).await?;
+        folder.flush(tx).await?;
         after = last;
     }
     Ok(count)

@@ -480,3 +480,81 @@ async fn scale_02_appends_queued_on_one_node_share_one_transaction_each_alone_in
     drop(holder);
     let _ = driver.await;
 }
+
+/// SCALE-10 (the append path behind the figure): a batch's upserts of one row are
+/// merged into one row change and a table's rows into one statement, and that leaves
+/// the projections exactly as appending the same events one per transaction does
+/// (versions, created and last sequences, the last snapshot), across the barriers
+/// (a thread deleted in the middle of the batch, its later events ignored) and on
+/// rows that existed before the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_10_merged_upserts_of_a_batch_leave_the_projections_of_one_append_per_event() {
+    use knife_store::contract::fixtures::{project, thread, ts};
+    let (_one_db, one) = nodes(1, PgOptions::default()).await;
+    let (_batch_db, batch) = nodes(1, PgOptions::default()).await;
+    let setup = vec![
+        ev(EventBody::ProjectCreated(project("p", 1))),
+        ev(EventBody::ThreadCreated(thread("t1", "p", 1))),
+        ev(EventBody::ThreadCreated(thread("t2", "p", 1))),
+        ev(EventBody::TurnItemUpdated(turn_item("t1", 1, 0, "before"))),
+    ];
+    let mut events = Vec::new();
+    for round in 0..3u64 {
+        for n in 0..4 {
+            events.push(ev(EventBody::TurnItemUpdated(turn_item(
+                "t1",
+                1,
+                n,
+                &format!("t1 item {n} round {round}"),
+            ))));
+            events.push(ev(EventBody::TurnItemUpdated(turn_item(
+                "t2",
+                1,
+                n,
+                &format!("t2 item {n} round {round}"),
+            ))));
+        }
+        events.push(ev(EventBody::ThreadUpdated(thread(
+            "t1",
+            "p",
+            2 + round as i64,
+        ))));
+        if round == 1 {
+            events.push(ev(EventBody::ThreadDeleted {
+                thread_id: ThreadId::from("t2"),
+                deleted_at: ts(9),
+            }));
+        }
+    }
+    for store in [&one, &batch] {
+        store[0].write(setup.clone()).await.unwrap();
+    }
+    for e in &events {
+        one[0].write(vec![e.clone()]).await.unwrap();
+    }
+    batch[0].write(events).await.unwrap();
+    let (a, b) = (
+        one[0].dump_projections().await.unwrap(),
+        batch[0].dump_projections().await.unwrap(),
+    );
+    assert_eq!(a, b);
+    let item = batch[0]
+        .get_turn_item(&TurnItemId::from(turn_item("t1", 1, 0, "").id.as_str()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&item.kind, TurnItemKind::AssistantMessage { text, .. } if text == "t1 item 0 round 2")
+    );
+    assert!(
+        batch[0]
+            .get_thread(&ThreadId::from("t2"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
