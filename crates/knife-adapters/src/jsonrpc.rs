@@ -454,7 +454,10 @@ async fn read_loop(
 
 /// The waiters, also after a panic elsewhere poisoned the lock.
 fn lock_pending(inner: &Inner) -> std::sync::MutexGuard<'_, Pending> {
-    inner.pending.lock().unwrap_or_else(|e| e.into_inner())
+    inner
+        .pending
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Before the first answer: what is wrong with `message` (module docs, "Handshake

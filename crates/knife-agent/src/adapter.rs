@@ -10,8 +10,8 @@ use knife_llm::LlmClient;
 use knife_llm::retry::RetryPolicy;
 use knife_protocol::*;
 use knife_runtime::{
-    AdapterError, InterruptReason, OpenSessionInput, ProviderAdapter, SessionRuntime, SharedClock,
-    StartTurnInput, SystemClock,
+    AdapterError, InterruptReason, OpenSessionInput, OpenSessionOptions, ProviderAdapter,
+    SessionRuntime, SharedClock, StartTurnInput, SystemClock,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -182,13 +182,20 @@ impl ProviderAdapter for BuiltinAgentAdapter {
     /// (`ProviderSessionUpdated`) is the session manager's to write, so the
     /// session's event stream carries turn events only.
     ///
-    /// Errors: [`AdapterError::Open`] when the project root cannot be resolved.
-    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        let tool_ctx = ToolContext::new(&input.cwd).map_err(|e| {
-            AdapterError::Open(format!(
+    /// Errors: [`AdapterError::Config`] when the project root cannot be resolved.
+    async fn open(
+        &self,
+        input: OpenSessionInput,
+        options: OpenSessionOptions,
+    ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
+        // The built-in agent spawns nothing at open and calls its tools in-process:
+        // no scope finalizer, MCP credential or native item ids to take.
+        let _ = options;
+        let tool_ctx = ToolContext::new(&input.cwd).map_err(|e| AdapterError::Config {
+            reason: format!(
                 "the project root {} cannot be used: {e}",
                 input.cwd.display()
-            ))
+            ),
         })?;
         // A thread's worktree works under its project's settings (CHG-07).
         let project_root = input
@@ -281,7 +288,7 @@ impl Drop for BuiltinSession {
 impl SessionRuntime for BuiltinSession {
     /// Spawns the turn task and returns at once.
     ///
-    /// Errors: [`AdapterError::Closed`] after `close`; [`AdapterError::Runtime`]
+    /// Errors: [`AdapterError::Closed`] after `close`; [`AdapterError::Busy`]
     /// while another turn runs on this session.
     async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
         let Some(events) = self.sender() else {
@@ -290,9 +297,9 @@ impl SessionRuntime for BuiltinSession {
         let mut active = self
             .active
             .lock()
-            .map_err(|_| AdapterError::Runtime("the session's turn slot is poisoned".into()))?;
+            .map_err(|_| AdapterError::Poisoned("turn slot"))?;
         if let Some(running) = active.as_ref() {
-            return Err(AdapterError::Runtime(format!(
+            return Err(AdapterError::Busy(format!(
                 "a turn is already running on thread {}; interrupt it or wait for it to end \
                  before starting another",
                 running.thread_id
@@ -302,7 +309,7 @@ impl SessionRuntime for BuiltinSession {
             let mut next = self
                 .next_generation
                 .lock()
-                .map_err(|_| AdapterError::Runtime("the session state is poisoned".into()))?;
+                .map_err(|_| AdapterError::Poisoned("generation counter"))?;
             *next += 1;
             *next
         };
@@ -393,7 +400,7 @@ impl SessionRuntime for BuiltinSession {
         let active = self
             .active
             .lock()
-            .map_err(|_| AdapterError::Runtime("the session's turn slot is poisoned".into()))?;
+            .map_err(|_| AdapterError::Poisoned("turn slot"))?;
         if let Some(turn) = active.as_ref().filter(|t| &t.thread_id == thread) {
             if let Ok(mut slot) = turn.reason.lock() {
                 slot.get_or_insert_with(|| reason.as_str().to_owned());
@@ -407,7 +414,7 @@ impl SessionRuntime for BuiltinSession {
     /// next model call and records it as a user message with `steer.item_id`
     /// (TURN-01). A turn that makes no further call never takes it.
     ///
-    /// Errors: [`AdapterError::Runtime`] when no turn of `steer.run_id` runs on
+    /// Errors: [`AdapterError::Busy`] when no turn of `steer.run_id` runs on
     /// `thread` in this session.
     async fn steer_turn(
         &self,
@@ -417,12 +424,12 @@ impl SessionRuntime for BuiltinSession {
         let active = self
             .active
             .lock()
-            .map_err(|_| AdapterError::Runtime("the session's turn slot is poisoned".into()))?;
+            .map_err(|_| AdapterError::Poisoned("turn slot"))?;
         let Some(turn) = active
             .as_ref()
             .filter(|t| &t.thread_id == thread && t.run_id == steer.run_id)
         else {
-            return Err(AdapterError::Runtime(format!(
+            return Err(AdapterError::Busy(format!(
                 "no turn of run {} is running on thread {thread}",
                 steer.run_id
             )));

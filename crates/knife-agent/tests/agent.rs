@@ -402,7 +402,7 @@ async fn interrupt_during_a_tool_fails_it_as_aborted() {
         .start_turn(turn(2, "again", vec![]))
         .await
         .unwrap_err();
-    assert!(matches!(err, AdapterError::Runtime(_)), "{err:?}");
+    assert!(matches!(err, AdapterError::Busy(_)), "{err:?}");
     // Interrupting another thread does nothing.
     h.session
         .interrupt_turn(&ThreadId::from("thread_other"), InterruptReason::User)

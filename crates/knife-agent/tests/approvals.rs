@@ -404,9 +404,10 @@ async fn approvals_per_project_rules_win_over_the_global_ones() {
         );
         config.tool_policy = Arc::new(policy.clone());
         let adapter = knife_agent::BuiltinAgentAdapter::new(config);
-        let session = knife_runtime::ProviderAdapter::open(&adapter, open_input(dir))
-            .await
-            .unwrap();
+        let session =
+            knife_runtime::ProviderAdapter::open(&adapter, open_input(dir), Default::default())
+                .await
+                .unwrap();
         let mut events = session.take_events().unwrap();
         session.start_turn(turn(1, "go", vec![])).await.unwrap();
         let events = collect_turn(&mut events).await;

@@ -93,7 +93,7 @@ async fn garbage() -> Response {
 }
 
 async fn body_error(State(seen): State<Seen>) -> Response {
-    let release = seen.release_body_error.clone();
+    let release = seen.release_body_error;
     let first =
         futures::stream::once(async { Ok(Bytes::from_static(b"data: {\"choices\":[]}\n\n")) });
     // The error must come after the headers went out, or the client sees a

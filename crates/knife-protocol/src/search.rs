@@ -80,7 +80,7 @@ pub fn search_terms(query: &str) -> Vec<String> {
     query
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .filter(|w| !w.is_empty())
-        .map(|w| w.to_lowercase())
+        .map(str::to_lowercase)
         .collect()
 }
 

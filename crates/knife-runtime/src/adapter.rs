@@ -102,15 +102,84 @@ impl InterruptReason {
     }
 }
 
-/// Errors an adapter or session runtime reports.
+/// A boxed error from the layer below an adapter (a process spawn, a JSON-RPC
+/// connection), kept as the [`std::error::Error::source`] of an [`AdapterError`].
+pub type AdapterErrorSource = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors an adapter or session runtime reports. Each variant names one way an
+/// operation fails, so callers branch on the kind (the session manager keeps an
+/// open's reason, answers map `RequestNotPending` to a 409, a `Closed` session is
+/// reopened) and the message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
-    /// The session could not be opened (spawn failed, handshake failed, bad config).
-    #[error("could not open the provider session: {0}")]
-    Open(String),
-    /// The runtime refused or failed an operation.
+    /// The runtime's program could not be started (not found, not executable, the
+    /// sandbox refused it); `source` is the spawn error. Check the instance's
+    /// `command` and the sandbox settings.
+    #[error("could not start the provider runtime: {source}")]
+    Spawn {
+        /// The spawn error (the adapter's process error).
+        #[source]
+        source: AdapterErrorSource,
+    },
+    /// The session's settings cannot be used (the working directory or project root
+    /// cannot be resolved, a required setting is missing); `reason` says which.
+    #[error("could not open the provider session: {reason}")]
+    Config {
+        /// What is wrong and what to change.
+        reason: String,
+    },
+    /// The runtime started but its opening handshake failed: it answered an error,
+    /// exited or timed out during `step` (`initialize`, `thread/start`, …);
+    /// `reason` carries its answer or exit and stderr tail.
+    #[error("could not open the provider session: {reason}")]
+    Handshake {
+        /// The handshake step that failed, as the protocol names it.
+        step: &'static str,
+        /// The runtime's answer, or how it exited, and what to do.
+        reason: String,
+    },
+    /// The runtime answered `operation` (`turn/start`, `thread/fork`, …) with an
+    /// error or a refusal, or died while it was asked; `reason` names the operation
+    /// and carries the answer or the exit.
+    #[error("{reason}")]
+    Refused {
+        /// The operation asked, as the protocol names it.
+        operation: &'static str,
+        /// What was asked and what the runtime answered.
+        reason: String,
+    },
+    /// A message for `operation` could not be written to the runtime: its process
+    /// is gone or its input is closed. The session is about to end; retry on a new one.
+    #[error("could not send {operation} to the provider runtime: {source}")]
+    Send {
+        /// The operation whose message was lost.
+        operation: &'static str,
+        /// The write error.
+        #[source]
+        source: AdapterErrorSource,
+    },
+    /// The session cannot take the operation now (a turn already runs on the
+    /// thread, no turn of the named run runs, the session serves another native
+    /// thread); the text says which and what to do.
+    #[error("{0}")]
+    Busy(String),
+    /// The runtime cannot do `operation` at all (steer a running turn, take answers,
+    /// fork a conversation); `hint` says what to do instead.
+    #[error("this runtime cannot {operation}; {hint}")]
+    Unsupported {
+        /// What was asked, as a verb phrase (`add input to a running turn`).
+        operation: &'static str,
+        /// What the user can do instead.
+        hint: &'static str,
+    },
+    /// The runtime failed mid-session (it crashed or exited, or its output could not
+    /// be read); the session is lost and its turns end failed. The text says how.
     #[error("the provider runtime failed: {0}")]
-    Runtime(String),
+    Lost(String),
+    /// A lock of the session's state was poisoned by a panic; the session cannot be
+    /// used any more. Close it; the next turn opens a new one.
+    #[error("the provider session's {0} is unusable after a panic; close the session")]
+    Poisoned(&'static str),
     /// The session is closed; open a new one.
     #[error("the provider session is closed")]
     Closed,
@@ -118,6 +187,37 @@ pub enum AdapterError {
     /// on (unknown, already answered, or its turn ended); the message says which.
     #[error("{0}")]
     RequestNotPending(String),
+}
+
+impl AdapterError {
+    /// [`AdapterError::Spawn`] from any spawn error.
+    pub fn spawn(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        AdapterError::Spawn {
+            source: Box::new(source),
+        }
+    }
+
+    /// [`AdapterError::Send`] of `operation` from any write error.
+    pub fn send(
+        operation: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        AdapterError::Send {
+            operation,
+            source: Box::new(source),
+        }
+    }
+
+    /// The reason of a failed open without the "could not open…" prefix, for callers
+    /// that say that themselves (the session manager's `ProviderSessionOpenError`).
+    pub fn open_reason(&self) -> String {
+        match self {
+            AdapterError::Config { reason } | AdapterError::Handshake { reason, .. } => {
+                reason.clone()
+            }
+            other => other.to_string(),
+        }
+    }
 }
 
 /// A configured kind of agent runtime. Implemented by the built-in agent and by
@@ -129,8 +229,23 @@ pub trait ProviderAdapter: Send + Sync + 'static {
     fn driver(&self) -> &str;
     /// What sessions of this adapter can do (shared vs exclusive, …).
     fn capabilities(&self) -> ProviderCapabilities;
-    /// Opens a provider session. Errors: [`AdapterError::Open`].
-    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError>;
+    /// Opens a provider session for `input`, with the extras the session manager
+    /// supplies ([`OpenSessionOptions`]: the item-identity version (MGR-09), the
+    /// thread's MCP credential (MGR-04), and the session scope whose finalizers stop
+    /// whatever the adapter spawned).
+    ///
+    /// Errors: [`AdapterError::Spawn`] (the program did not start),
+    /// [`AdapterError::Config`] (unusable settings), [`AdapterError::Handshake`]
+    /// (the runtime failed its opening handshake).
+    ///
+    /// Cancellation: the manager may drop this future mid-handshake; anything the
+    /// adapter spawned before that must be registered on `options.scope`, which the
+    /// manager then closes (time-boxed, MGR-04/05).
+    async fn open(
+        &self,
+        input: OpenSessionInput,
+        options: OpenSessionOptions,
+    ) -> Result<Arc<dyn SessionRuntime>, AdapterError>;
 
     /// How threads of this runtime fork (CHG-09). Default [`ForkSupport::Replay`]:
     /// right for runtimes that replay [`StartTurnInput::history`]; runtimes with a
@@ -138,26 +253,9 @@ pub trait ProviderAdapter: Send + Sync + 'static {
     fn fork_support(&self) -> ForkSupport {
         ForkSupport::Replay
     }
-
-    /// Opens a provider session with the extras the session manager supplies
-    /// ([`OpenSessionOptions`]: item-identity version (MGR-09), the thread's MCP
-    /// credential (MGR-04) and the session scope whose finalizers stop whatever the
-    /// adapter spawned). The default ignores the extras and calls [`ProviderAdapter::open`].
-    ///
-    /// Cancellation: the manager may drop this future mid-handshake; anything the
-    /// adapter spawned before that must be registered on `options.scope`, which the
-    /// manager then closes (time-boxed, MGR-04/05).
-    async fn open_with_options(
-        &self,
-        input: OpenSessionInput,
-        options: OpenSessionOptions,
-    ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        let _ = options;
-        self.open(input).await
-    }
 }
 
-/// Extras of [`ProviderAdapter::open_with_options`]; `Default` = none of them.
+/// Extras of [`ProviderAdapter::open`]; `Default` = none of them.
 #[derive(Clone, Debug, Default)]
 pub struct OpenSessionOptions {
     /// Version of the item-identity scheme the adapter must use for native item ids
@@ -214,19 +312,18 @@ pub trait SessionRuntime: Send + Sync + 'static {
     /// `Ok` = accepted for delivery; the runtime records the delivery by emitting a
     /// user-message `TurnItemUpdated` with id `steer.item_id` once the turn has
     /// taken it (a steer whose item never comes is queued when the run ends).
-    /// Default: [`AdapterError::Runtime`] saying the runtime cannot steer.
+    /// Default: [`AdapterError::Unsupported`].
     async fn steer_turn(&self, thread: &ThreadId, steer: SteerInput) -> Result<(), AdapterError> {
         let _ = (thread, steer);
-        Err(AdapterError::Runtime(
-            "this runtime cannot add input to a running turn; interrupt it and send the \
-             message again"
-                .into(),
-        ))
+        Err(AdapterError::Unsupported {
+            operation: "add input to a running turn",
+            hint: "interrupt it and send the message again",
+        })
     }
 
     /// Answers runtime request `request` (an approval) with `answer` (decision and the
     /// user's optional message). The runtime emits the request's `resolved` update
-    /// itself. Default: [`AdapterError::Runtime`] saying the runtime takes no answers.
+    /// itself. Default: [`AdapterError::Unsupported`].
     /// Errors: an unknown or already answered request →
     /// [`AdapterError::RequestNotPending`].
     async fn respond_to_runtime_request(
@@ -235,21 +332,23 @@ pub trait SessionRuntime: Send + Sync + 'static {
         answer: RequestAnswer,
     ) -> Result<(), AdapterError> {
         let _ = (request, answer);
-        Err(AdapterError::Runtime(
-            "this runtime does not take answers to runtime requests".into(),
-        ))
+        Err(AdapterError::Unsupported {
+            operation: "take answers to runtime requests",
+            hint: "answer in the runtime itself",
+        })
     }
 
     /// Forks the native conversation `input.source_native_thread_id` through
     /// `input.last_native_turn_id` into a new native thread for
     /// `input.target_thread_id` (CHG-09, [`ForkSupport::Native`]), leaves it unloaded
     /// (the target's first turn resumes it with its own settings) and returns its
-    /// record (`app_thread_id` = the target). Default: [`AdapterError::Runtime`].
+    /// record (`app_thread_id` = the target). Default: [`AdapterError::Unsupported`].
     async fn fork_thread(&self, input: ForkThreadInput) -> Result<ProviderThread, AdapterError> {
         let _ = input;
-        Err(AdapterError::Runtime(
-            "this runtime cannot fork a conversation".into(),
-        ))
+        Err(AdapterError::Unsupported {
+            operation: "fork a conversation",
+            hint: "start a new thread instead",
+        })
     }
 
     /// True when [`SessionRuntime::unload_thread`] does something (shared runtimes that

@@ -134,7 +134,7 @@ pub async fn create_thread(
             } else {
                 known_instances
                     .iter()
-                    .map(|i| i.to_string())
+                    .map(std::string::ToString::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
             },

@@ -181,7 +181,7 @@ pub enum SessionError {
     InstanceNotFound(ProviderInstanceId),
     #[error("provider session {0} is no longer live; open it again (the next message does this)")]
     SessionGone(ProviderSessionId),
-    #[error("the provider runtime failed: {0}")]
+    #[error(transparent)]
     Runtime(#[from] crate::adapter::AdapterError),
     #[error(
         "the server is shutting down and opens no provider sessions; retry once it has restarted"

@@ -163,7 +163,9 @@ impl LiveHub {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<ThreadId, ThreadLive>> {
-        self.threads.lock().unwrap_or_else(|e| e.into_inner())
+        self.threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn thread<'a>(

@@ -67,7 +67,7 @@ async fn mgr_48_session_and_turn_metrics_have_the_spec_names_and_labels() {
                         std::future::pending::<()>().await;
                     }
                     if input.text == "refuse" {
-                        return Err(AdapterError::Runtime("busy".into()));
+                        return Err(AdapterError::Busy("busy".into()));
                     }
                     tokio::time::sleep(Duration::from_millis(250)).await;
                     Ok(())

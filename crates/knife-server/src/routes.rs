@@ -486,6 +486,10 @@ fn thread_not_found(id: &ThreadId) -> ApiErr {
 async fn render_metrics(State(s): State<AppState>) -> impl IntoResponse {
     // CHG-11: sets the `knife_checkpoint_bytes` gauge before the page is rendered.
     s.execution.checkpoint_bytes().await;
-    let text = s.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    let text = s
+        .metrics
+        .as_ref()
+        .map(metrics_exporter_prometheus::PrometheusHandle::render)
+        .unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

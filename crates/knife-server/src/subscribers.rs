@@ -139,7 +139,11 @@ impl Subscribers {
     /// The shared encoding of durable event `ev` (from the cache when another
     /// subscriber encoded it already).
     pub(crate) fn encoded(&self, ev: &StoredEvent) -> Arc<Encoded> {
-        let mut cache = self.inner.frames.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self
+            .inner
+            .frames
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(hit) = cache.map.get(&ev.sequence) {
             return Arc::clone(hit);
         }

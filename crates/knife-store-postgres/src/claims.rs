@@ -118,7 +118,10 @@ impl ProcessGroups for PgStore {
                     &record
                         .leader_start
                         .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
-                    &record.thread_id.as_ref().map(|t| t.as_str()),
+                    &record
+                        .thread_id
+                        .as_ref()
+                        .map(knife_protocol::ThreadId::as_str),
                     &record.label,
                     &record
                         .registered_at

@@ -49,8 +49,11 @@ pub(crate) async fn import_events(
                 &[
                     &sequence,
                     &event.id.as_str(),
-                    &event.thread_id.as_ref().map(|t| t.as_str()),
-                    &event.run_id.as_ref().map(|r| r.as_str()),
+                    &event
+                        .thread_id
+                        .as_ref()
+                        .map(knife_protocol::ThreadId::as_str),
+                    &event.run_id.as_ref().map(knife_protocol::RunId::as_str),
                     &event.event_type(),
                     &event
                         .occurred_at

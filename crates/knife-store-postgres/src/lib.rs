@@ -355,7 +355,7 @@ impl EventFeed for PgStore {
 
     async fn latest_sequence(&self, thread: Option<&ThreadId>) -> Result<u64, StoreError> {
         let client = self.client().await?;
-        Ok(read::latest_sequence(&**client, thread.map(|t| t.as_str())).await?)
+        Ok(read::latest_sequence(&**client, thread.map(knife_protocol::ThreadId::as_str)).await?)
     }
 
     async fn read_events(

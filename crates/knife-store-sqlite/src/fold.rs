@@ -35,8 +35,11 @@ pub(crate) fn append_event(conn: &Connection, event: DomainEvent) -> Result<Stor
         )?
         .execute(params![
             event.id.as_str(),
-            event.thread_id.as_ref().map(|t| t.as_str()),
-            event.run_id.as_ref().map(|r| r.as_str()),
+            event
+                .thread_id
+                .as_ref()
+                .map(knife_protocol::ThreadId::as_str),
+            event.run_id.as_ref().map(knife_protocol::RunId::as_str),
             event.event_type(),
             occurred_at,
             payload,

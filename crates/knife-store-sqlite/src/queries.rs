@@ -71,7 +71,9 @@ impl ReadPool {
 
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
         // A poisoned list is still a valid list of connections.
-        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -187,7 +187,10 @@ pub enum RowChange {
 ///
 /// Errors: [`StoreError::Serde`] if an entity cannot be encoded.
 pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
-    let thread = event.thread_id.as_ref().map(|t| t.as_str());
+    let thread = event
+        .thread_id
+        .as_ref()
+        .map(knife_protocol::ThreadId::as_str);
     Ok(match &event.body {
         EventBody::ProjectCreated(p) | EventBody::ProjectUpdated(p) => {
             vec![RowChange::UpsertProject {
@@ -215,7 +218,7 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
                     ),
                     (
                         "parent_thread_id",
-                        Cell::opt_text(t.parent_thread_id.as_ref().map(|p| p.as_str())),
+                        Cell::opt_text(t.parent_thread_id.as_ref().map(knife_protocol::ThreadId::as_str)),
                     ),
                 ],
                 t,
@@ -242,7 +245,7 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
                 ("thread_id", Cell::text(n.thread_id.as_str())),
                 (
                     "run_id",
-                    Cell::opt_text(n.run_id.as_ref().map(|r| r.as_str())),
+                    Cell::opt_text(n.run_id.as_ref().map(knife_protocol::RunId::as_str)),
                 ),
                 ("status", Cell::status(&n.status)?),
             ],
@@ -294,11 +297,11 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
             vec![
                 (
                     "thread_id",
-                    Cell::opt_text(p.app_thread_id.as_ref().map(|t| t.as_str())),
+                    Cell::opt_text(p.app_thread_id.as_ref().map(knife_protocol::ThreadId::as_str)),
                 ),
                 (
                     "provider_session_id",
-                    Cell::opt_text(p.provider_session_id.as_ref().map(|s| s.as_str())),
+                    Cell::opt_text(p.provider_session_id.as_ref().map(knife_protocol::ProviderSessionId::as_str)),
                 ),
                 ("status", Cell::status(&p.status)?),
                 (
@@ -317,7 +320,7 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
                 ("run_id", Cell::text(t.run_id.as_str())),
                 (
                     "provider_thread_id",
-                    Cell::opt_text(t.provider_thread_id.as_ref().map(|p| p.as_str())),
+                    Cell::opt_text(t.provider_thread_id.as_ref().map(knife_protocol::ProviderThreadId::as_str)),
                 ),
                 ("ordinal", Cell::Integer(i64::from(t.ordinal))),
                 ("status", Cell::status(&t.status)?),
@@ -331,7 +334,7 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
                 ("thread_id", Cell::text(r.thread_id.as_str())),
                 (
                     "run_id",
-                    Cell::opt_text(r.run_id.as_ref().map(|x| x.as_str())),
+                    Cell::opt_text(r.run_id.as_ref().map(knife_protocol::RunId::as_str)),
                 ),
                 ("status", Cell::status(&r.status)?),
             ],
@@ -371,7 +374,7 @@ fn plan_item(i: &TurnItem) -> Result<Vec<RowChange>, StoreError> {
             ("thread_id", Cell::text(i.thread_id.as_str())),
             (
                 "run_id",
-                Cell::opt_text(i.run_id.as_ref().map(|x| x.as_str())),
+                Cell::opt_text(i.run_id.as_ref().map(knife_protocol::RunId::as_str)),
             ),
             (
                 "ordinal",

@@ -80,7 +80,9 @@ impl NodeLeases {
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<ThreadId, Entry>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records `lease` as held (replacing an older or lost one of its thread).
@@ -100,7 +102,7 @@ impl NodeLeases {
                 held.insert(thread.clone(), Entry::Lost(lease, until));
                 self.newly_lost
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(thread.clone());
                 true
             }
@@ -111,7 +113,12 @@ impl NodeLeases {
     /// The threads whose lease was lost (by a fenced write or renewal) since the last
     /// call, oldest first: the work the lease keeper must abandon.
     pub fn take_newly_lost(&self) -> Vec<ThreadId> {
-        std::mem::take(&mut *self.newly_lost.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(
+            &mut *self
+                .newly_lost
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Forgets the held lease of `thread` (a lost one stays lost until it times out);

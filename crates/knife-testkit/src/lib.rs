@@ -1,9 +1,9 @@
-// knife-testkit: test support shared by every knife crate and the `knife` binary.
-// Owns the scripted mock LLM, the gated SSE streaming, the fixture loader and the demo script.
+// knife-testkit: test support shared by the knife crates' tests (never linked by the binary).
+// Owns the fake provider adapter and flaky store, the fixture loader and the peers' paths.
 
 //! Test support for knife.
 //!
-//! * [`mock_llm`]: a scripted OpenAI-compatible (Chat Completions) streaming
+//! * [`mock_llm`] (re-exported from `knife-mock-llm`): a scripted OpenAI-compatible (Chat Completions) streaming
 //!   server on loopback that records every request; replays `.sse` fixtures,
 //!   splits and delays chunks, can be gated chunk by chunk, and serves bench
 //!   streams of write-time markers. Behind `knife mock-llm`, `knife demo` and
@@ -15,11 +15,14 @@
 //! * [`sessions`]: the fake provider adapter and flaky store of the session
 //!   manager's tests.
 
-pub mod demo;
 pub mod fixtures;
-pub mod mock_llm;
 pub mod peers;
 pub mod sessions;
 
 pub use fixtures::{fixture, fixtures_dir};
+/// The mock LLM lives in its own crate so the `knife` binary links it without the test
+/// fakes; tests keep reaching it as `knife_testkit::mock_llm`.
+pub use knife_mock_llm as mock_llm;
+/// `knife demo`'s script and sample project (in `knife-mock-llm`).
+pub use knife_mock_llm::demo;
 pub use mock_llm::{MockLlm, MockLlmConfig, MockLlmHandle, parse_write_times};

@@ -658,7 +658,11 @@ async fn a_silent_program_fails_the_open_after_the_initialize_time_box() {
         native_thread_id: None,
     };
     let started = std::time::Instant::now();
-    let err = AcpAdapter::new(config).open(input).await.err().unwrap();
+    let err = AcpAdapter::new(config)
+        .open(input, OpenSessionOptions::default())
+        .await
+        .err()
+        .unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "{:?}",

@@ -249,7 +249,7 @@ async fn codex_mgr_04_a_handshake_that_times_out_fails_the_open_and_stops_the_pr
         ..Default::default()
     };
     let err = adapter
-        .open_with_options(open_input(&h), options)
+        .open(open_input(&h), options)
         .await
         .err()
         .expect("the open must fail");
@@ -283,7 +283,7 @@ async fn codex_mgr_05_a_cancelled_open_is_stopped_by_closing_its_scope() {
         ..Default::default()
     };
     let input = open_input(&h);
-    let open = adapter.open_with_options(input, options);
+    let open = adapter.open(input, options);
     // Dropped mid-handshake: once codex got `initialize`, which the driver sends after
     // registering the process on the scope. (Dropping it while the spawn still records
     // the group would SIGKILL the group at once, so the group would be gone already.)
@@ -373,7 +373,10 @@ async fn codex_an_interrupt_before_codex_named_the_turn_is_sent_when_it_does() {
     config.eof_grace = Duration::from_millis(300);
     config.term_grace = Duration::from_millis(300);
     let adapter = CodexAdapter::new(config);
-    let session = adapter.open(open_input(&h)).await.unwrap();
+    let session = adapter
+        .open(open_input(&h), OpenSessionOptions::default())
+        .await
+        .unwrap();
     let mut events = session.take_events().unwrap();
     let run_id = RunId::for_thread(&h.thread.id, 1);
     let input = StartTurnInput {

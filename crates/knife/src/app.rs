@@ -536,7 +536,10 @@ impl App {
         let closing = self.state.closing.clone();
         let stop_reaper = reaper_stop.clone();
         // A node whose id another process took over stops (SCALE-05).
-        let id_lost = self.membership.as_ref().map(|m| m.lost());
+        let id_lost = self
+            .membership
+            .as_ref()
+            .map(knife_runtime::boot::membership::Membership::lost);
         let graceful = async move {
             match id_lost {
                 Some(lost) => tokio::select! {

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use knife_mock_llm::demo::{demo_script, write_sample_project};
+use knife_mock_llm::{MockLlm, MockLlmConfig, Script, ScriptResponse};
 use knife_store::StreamFilter;
-use knife_testkit::demo::{demo_script, write_sample_project};
-use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, Script, ScriptResponse};
 
 use crate::app::InProcessServer;
 use crate::config::Config;

@@ -60,7 +60,10 @@ pub async fn search(config_path: Option<&Path>, args: SearchArgs) -> anyhow::Res
             kind => format!(
                 "{} · {}",
                 kind.as_str().replace('_', " "),
-                hit.run_id.as_ref().map(|r| r.as_str()).unwrap_or("")
+                hit.run_id
+                    .as_ref()
+                    .map(knife_protocol::RunId::as_str)
+                    .unwrap_or("")
             ),
         };
         println!("{} · {} · {what}", hit.thread_id, hit.thread_title);

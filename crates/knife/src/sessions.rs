@@ -127,9 +127,17 @@ fn render_list(sessions: &[LiveSession]) -> String {
             }
             (None, _) => {}
         }
-        let threads: Vec<_> = s.threads.iter().map(|t| t.to_string()).collect();
+        let threads: Vec<_> = s
+            .threads
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         let _ = writeln!(out, "  threads  {}", join_or_none(&threads));
-        let turns: Vec<_> = s.busy_turns.iter().map(|t| t.to_string()).collect();
+        let turns: Vec<_> = s
+            .busy_turns
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         let _ = writeln!(out, "  running  {}", join_or_none(&turns));
         match (&s.idle_deadline, &s.pinned_since) {
             _ if s.remote => {}
@@ -152,7 +160,11 @@ fn render_list(sessions: &[LiveSession]) -> String {
             }
         }
         if !s.mcp_threads.is_empty() {
-            let mcp: Vec<_> = s.mcp_threads.iter().map(|t| t.to_string()).collect();
+            let mcp: Vec<_> = s
+                .mcp_threads
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect();
             let _ = writeln!(out, "  mcp      {}", mcp.join(", "));
         }
     }

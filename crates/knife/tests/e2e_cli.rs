@@ -429,7 +429,7 @@ async fn e2e_cli_several_instances_without_a_default_and_a_missing_codex_home() 
             "hi",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
         let cwd = dir.path().to_owned();
         async move {

@@ -180,7 +180,9 @@ async fn e2e_mcp_python_sdk_client_against_knife_serve() {
     assert!(call.ok);
     assert_eq!(call.thread_id.as_str(), caller);
     assert_eq!(
-        call.target_thread_id.as_ref().map(|t| t.as_str()),
+        call.target_thread_id
+            .as_ref()
+            .map(knife_protocol::ThreadId::as_str),
         Some(target.as_str())
     );
 

@@ -68,7 +68,7 @@ async fn e2e_process_groups_a_killed_servers_bash_command_is_killed_at_the_next_
             .unwrap_or_else(|| panic!("the group was not recorded: {rows:?}"));
         assert_eq!(row.owner_pid, server_pid);
         assert_eq!(
-            row.thread_id.as_ref().map(|t| t.to_string()),
+            row.thread_id.as_ref().map(std::string::ToString::to_string),
             Some(thread.clone())
         );
         assert!(row.label.starts_with("bash: echo $$"), "{}", row.label);

@@ -27,7 +27,11 @@ async fn ux_04_a_thread_id_prefix_and_last_continue_the_right_thread() {
             run_cli(&cwd, &args).await
         }
     };
-    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let s = |v: &[&str]| {
+        v.iter()
+            .map(std::string::ToString::to_string)
+            .collect::<Vec<_>>()
+    };
 
     for prompt in ["first thread", "second thread"] {
         let out = run(s(&["run", "--server", &url, "--project", &project, prompt])).await;

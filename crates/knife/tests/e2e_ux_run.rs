@@ -16,8 +16,7 @@ fn script() -> String {
     format!(
         "[[response]]\nreasoning = \"Looking at the files first.\"\n\
          tool_calls = [{{ name = \"list\", arguments = '{{\"path\":\".\"}}' }}]\n\n\
-         [[response]]\ntext = {answer:?}\nusage = {{ prompt_tokens = 1200, completion_tokens = 34 }}\n",
-        answer = ANSWER
+         [[response]]\ntext = {ANSWER:?}\nusage = {{ prompt_tokens = 1200, completion_tokens = 34 }}\n"
     )
 }
 

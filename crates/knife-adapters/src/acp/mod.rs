@@ -166,11 +166,6 @@ impl ProviderAdapter for AcpAdapter {
         }
     }
 
-    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        self.open_with_options(input, OpenSessionOptions::default())
-            .await
-    }
-
     /// ACP agents keep their own history and the protocol has no way to copy it (CHG-09).
     fn fork_support(&self) -> ForkSupport {
         ForkSupport::Unsupported(ACP_FORK_REFUSED.into())
@@ -180,9 +175,10 @@ impl ProviderAdapter for AcpAdapter {
     /// registered on `options.scope` right after the spawn, so a cancelled or failed
     /// open stops it.
     ///
-    /// Errors: [`AdapterError::Open`] when the program cannot start, exits, or fails
-    /// or times out in the handshake (the message names the step and how it ended).
-    async fn open_with_options(
+    /// Errors: [`AdapterError::Spawn`] when the program cannot start;
+    /// [`AdapterError::Handshake`] when it exits, fails or times out in the handshake
+    /// (the message names the step and how it ended).
+    async fn open(
         &self,
         input: OpenSessionInput,
         options: OpenSessionOptions,

@@ -68,7 +68,7 @@ pub(super) async fn open(
     let label = spec.label.clone();
     let (child, lines) = ChildProcess::spawn(spec, config.process_groups.clone())
         .await
-        .map_err(|e| AdapterError::Open(e.to_string()))?;
+        .map_err(AdapterError::spawn)?;
     child.register_on(&options.scope);
     let (rpc, incoming) = RpcConnection::start(
         child.clone(),
@@ -110,7 +110,10 @@ pub(super) async fn open(
             tokio::spawn(async move {
                 closing.close().await;
             });
-            return Err(AdapterError::Open(message));
+            return Err(AdapterError::Handshake {
+                step,
+                reason: message,
+            });
         }
     };
     tracing::info!(
@@ -446,7 +449,7 @@ impl Actor {
         }
         if let Some(turn) = &self.turn {
             if turn.identity().provider_turn_id == input.provider_turn_id {
-                return Err(AdapterError::Runtime(format!(
+                return Err(AdapterError::Busy(format!(
                     "turn {} is already running on thread {}",
                     input.provider_turn_id,
                     turn.identity().thread_id
@@ -554,7 +557,7 @@ impl Actor {
         };
         let Some(outcome) = choose_option(&open.options, answer.decision) else {
             let offered: Vec<&str> = open.options.iter().map(|o| o.option_id.as_str()).collect();
-            return Err(AdapterError::Runtime(format!(
+            return Err(AdapterError::Busy(format!(
                 "the agent offered no option that allows this call (options: {}); answer deny \
                  instead",
                 offered.join(", ")
@@ -562,7 +565,7 @@ impl Actor {
         };
         self.rpc
             .respond(&open.rpc_id, json!({ "outcome": outcome }))
-            .map_err(|e| AdapterError::Runtime(e.to_string()))?;
+            .map_err(|e| AdapterError::send("the permission answer", e))?;
         self.permissions.remove(request);
         if let Some(turn) = self.turn.as_mut() {
             let events = turn.permission_settled(request, Some(&answer));
@@ -640,7 +643,7 @@ impl Actor {
             "provider.runtime",
             message.clone(),
         )));
-        let _ = self.events.send(Err(AdapterError::Runtime(message)));
+        let _ = self.events.send(Err(AdapterError::Lost(message)));
     }
 }
 
@@ -673,7 +676,7 @@ impl SessionRuntime for AcpSession {
     /// arrive on the event stream.
     ///
     /// Errors: [`AdapterError::Closed`] once the agent is closing or gone;
-    /// [`AdapterError::Runtime`] while another turn runs.
+    /// [`AdapterError::Busy`] while another turn runs.
     async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
         self.ask(|reply| Command::StartTurn(Box::new(input), reply))
             .await?
@@ -698,7 +701,7 @@ impl SessionRuntime for AcpSession {
     }
 
     /// The session was opened on the thread's native session already (`session/load`
-    /// or `session/resume` at open). Errors: [`AdapterError::Runtime`] when asked for
+    /// or `session/resume` at open). Errors: [`AdapterError::Busy`] when asked for
     /// another ACP session (one session per agent process).
     async fn resume_thread(
         &self,
@@ -706,7 +709,7 @@ impl SessionRuntime for AcpSession {
         native_thread_id: Option<String>,
     ) -> Result<(), AdapterError> {
         match native_thread_id {
-            Some(native) if native != self.native_id => Err(AdapterError::Runtime(format!(
+            Some(native) if native != self.native_id => Err(AdapterError::Busy(format!(
                 "{} serves ACP session {} only and cannot take session {native} of thread \
                  {thread}; open a new session for it",
                 self.label, self.native_id
@@ -734,8 +737,8 @@ impl SessionRuntime for AcpSession {
     /// its option of the decision's kind ([`choose_option`]).
     ///
     /// Errors: [`AdapterError::RequestNotPending`] when the agent does not wait on
-    /// it; [`AdapterError::Runtime`] when the agent offered no option to allow (an
-    /// allow answer) or the answer could not be written.
+    /// it; [`AdapterError::Busy`] when the agent offered no option to allow (an
+    /// allow answer); [`AdapterError::Send`] when the answer could not be written.
     async fn respond_to_runtime_request(
         &self,
         request: &RuntimeRequestId,

@@ -182,20 +182,16 @@ impl ProviderAdapter for CodexAdapter {
         }
     }
 
-    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        self.open_with_options(input, OpenSessionOptions::default())
-            .await
-    }
-
     /// codex forks its own history (`thread/fork`, CHG-09).
     fn fork_support(&self) -> ForkSupport {
         ForkSupport::Native
     }
 
     /// Spawns the app-server, runs the handshake and loads the first thread (module
-    /// docs). Errors: [`AdapterError::Open`] naming what failed (spawn, handshake,
-    /// thread start/resume; with the exit status when the process died).
-    async fn open_with_options(
+    /// docs). Errors: [`AdapterError::Spawn`] when the app-server cannot start;
+    /// [`AdapterError::Handshake`] naming the step that failed (initialize, thread
+    /// start/resume; with the exit status when the process died).
+    async fn open(
         &self,
         input: OpenSessionInput,
         options: OpenSessionOptions,

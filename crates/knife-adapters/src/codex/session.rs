@@ -99,7 +99,9 @@ pub(super) struct PendingRequest {
 }
 
 pub(super) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|e| e.into_inner())
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl CodexSession {
@@ -118,7 +120,7 @@ impl CodexSession {
         spec.term_grace = config.term_grace;
         let (child, lines) = ChildProcess::spawn(spec, config.process_groups.clone())
             .await
-            .map_err(|e| AdapterError::Open(e.to_string()))?;
+            .map_err(AdapterError::spawn)?;
         // From here on, closing the scope (failed or cancelled open, release) stops it.
         child.register_on(&options.scope);
         let rpc_options = RpcOptions {
@@ -163,7 +165,10 @@ impl CodexSession {
                 _ => failure_text(&child, &e, "the initialize handshake").await,
             };
             stop_in_background(child);
-            return Err(AdapterError::Open(message));
+            return Err(AdapterError::Handshake {
+                step: method::INITIALIZE,
+                reason: message,
+            });
         }
 
         let (sink, events_rx) = EventSink::new();
@@ -187,7 +192,10 @@ impl CodexSession {
         {
             inner.closing.store(true, Ordering::SeqCst);
             stop_in_background(child);
-            return Err(AdapterError::Open(e.to_string()));
+            return Err(AdapterError::Handshake {
+                step: method::THREAD_START,
+                reason: e.to_string(),
+            });
         }
         Ok(CodexSession { inner })
     }
@@ -282,7 +290,7 @@ impl Inner {
                 error: RunError::new("runtime", text.clone()),
             });
         }
-        self.sink.fail(AdapterError::Runtime(text));
+        self.sink.fail(AdapterError::Lost(text));
     }
 
     /// The MCP server entry for `thread`'s config override, when knife has a
@@ -351,9 +359,11 @@ impl Inner {
                     params.exclude_turns = None;
                 }
                 Err(e) => {
-                    return Err(AdapterError::Runtime(
-                        failure_text(self.rpc.child(), &e, "resuming the codex thread").await,
-                    ));
+                    return Err(AdapterError::Refused {
+                        operation: method::THREAD_RESUME,
+                        reason: failure_text(self.rpc.child(), &e, "resuming the codex thread")
+                            .await,
+                    });
                 }
             }
         }
@@ -366,9 +376,10 @@ impl Inner {
             {
                 Ok(resp) => resp.thread.id,
                 Err(e) => {
-                    return Err(AdapterError::Runtime(
-                        failure_text(self.rpc.child(), &e, "starting a codex thread").await,
-                    ));
+                    return Err(AdapterError::Refused {
+                        operation: method::THREAD_START,
+                        reason: failure_text(self.rpc.child(), &e, "starting a codex thread").await,
+                    });
                 }
             },
         };
@@ -446,9 +457,9 @@ impl SessionRuntime for CodexSession {
     /// Loads the thread if needed, registers the turn, sends `turn/start` and returns
     /// once codex accepted it.
     ///
-    /// Errors: [`AdapterError::Closed`] after close; [`AdapterError::Runtime`] while a
-    /// turn runs on the thread, or when codex refuses the turn (the turn is then
-    /// recorded failed).
+    /// Errors: [`AdapterError::Closed`] after close; [`AdapterError::Busy`] while a
+    /// turn runs on the thread; [`AdapterError::Refused`] when codex refuses the turn
+    /// (the turn is then recorded failed).
     async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
         let inner = &self.inner;
         if inner.closing.load(Ordering::SeqCst) || inner.sink.is_closed() {
@@ -465,7 +476,7 @@ impl SessionRuntime for CodexSession {
                 .get(&native)
                 .is_some_and(|t| t.recorder.ids().provider_turn_id == input.provider_turn_id)
             {
-                return Err(AdapterError::Runtime(format!(
+                return Err(AdapterError::Busy(format!(
                     "turn {} is already running on thread {}",
                     input.provider_turn_id, input.thread_id
                 )));
@@ -579,7 +590,10 @@ impl SessionRuntime for CodexSession {
                         error: RunError::new("runtime", text.clone()),
                     });
                 }
-                Err(AdapterError::Runtime(text))
+                Err(AdapterError::Refused {
+                    operation: method::TURN_START,
+                    reason: text,
+                })
             }
         }
     }
@@ -689,7 +703,7 @@ impl SessionRuntime for CodexSession {
     /// Answers the approval codex waits on (see the driver docs for the mapping).
     ///
     /// Errors: [`AdapterError::RequestNotPending`] for an unknown or answered request;
-    /// [`AdapterError::Runtime`] when the answer cannot be written (process gone).
+    /// [`AdapterError::Send`] when the answer cannot be written (process gone).
     async fn respond_to_runtime_request(
         &self,
         request: &RuntimeRequestId,
@@ -730,9 +744,7 @@ impl SessionRuntime for CodexSession {
             }),
         };
         if let Err(e) = inner.rpc.respond(&pending.rpc_id, result) {
-            return Err(AdapterError::Runtime(format!(
-                "the answer could not be sent to codex: {e}"
-            )));
+            return Err(AdapterError::send("the approval's answer", e));
         }
         if let Some(turn) = st.turns.get_mut(&pending.native_thread) {
             turn.recorder.approval_answered(request, &answer);
@@ -748,7 +760,7 @@ impl SessionRuntime for CodexSession {
     /// (CHG-09), then `thread/unsubscribe` of the new one: the target's first turn
     /// resumes it with its own settings (its MCP credential). Returns the target's
     /// provider thread (`not_loaded`). Errors: [`AdapterError::Closed`] after close;
-    /// [`AdapterError::Runtime`] with codex's answer when it refuses.
+    /// [`AdapterError::Refused`] with codex's answer when it refuses.
     async fn fork_thread(&self, input: ForkThreadInput) -> Result<ProviderThread, AdapterError> {
         let inner = &self.inner;
         if inner.closing.load(Ordering::SeqCst) || inner.sink.is_closed() {
@@ -769,9 +781,10 @@ impl SessionRuntime for CodexSession {
         {
             Ok(resp) => resp.thread.id,
             Err(e) => {
-                return Err(AdapterError::Runtime(
-                    failure_text(inner.rpc.child(), &e, "forking the codex thread").await,
-                ));
+                return Err(AdapterError::Refused {
+                    operation: method::THREAD_FORK,
+                    reason: failure_text(inner.rpc.child(), &e, "forking the codex thread").await,
+                });
             }
         };
         // Best effort: a loaded fork only costs memory until the idle unload.
@@ -829,9 +842,10 @@ impl SessionRuntime for CodexSession {
             }
             st.natives.remove(native_thread_id);
         }
-        result
-            .map(|_| ())
-            .map_err(|e| AdapterError::Runtime(format!("thread/unsubscribe failed: {e}")))
+        result.map(|_| ()).map_err(|e| AdapterError::Refused {
+            operation: method::THREAD_UNSUBSCRIBE,
+            reason: format!("thread/unsubscribe failed: {e}"),
+        })
     }
 }
 

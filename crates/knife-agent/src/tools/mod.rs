@@ -583,7 +583,7 @@ pub(crate) fn walker(
         .require_git(false)
         .follow_links(false)
         .max_depth(max_depth)
-        .sort_by_file_name(|a, b| a.cmp(b));
+        .sort_by_file_name(std::cmp::Ord::cmp);
     if ctx.policy().permissions.restricts(tool) {
         let ctx = ctx.clone();
         let count = withheld.clone();

@@ -14,8 +14,8 @@ use knife_agent::{BuiltinAgentAdapter, BuiltinAgentConfig};
 use knife_llm::*;
 use knife_protocol::*;
 use knife_runtime::{
-    AdapterError, InterruptReason, OpenSessionInput, ProviderAdapter, SessionRuntime,
-    StartTurnInput,
+    AdapterError, InterruptReason, OpenSessionInput, OpenSessionOptions, ProviderAdapter,
+    SessionRuntime, StartTurnInput,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -169,7 +169,10 @@ pub async fn open(
     }
     assert_eq!(adapter.driver(), "builtin");
     assert!(!adapter.capabilities().shared_sessions && adapter.capabilities().steer);
-    let session = adapter.open(open_input(project.path())).await.unwrap();
+    let session = adapter
+        .open(open_input(project.path()), OpenSessionOptions::default())
+        .await
+        .unwrap();
     let events = session.take_events().unwrap();
     assert!(session.take_events().is_none());
     Harness {

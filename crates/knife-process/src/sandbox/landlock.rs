@@ -53,7 +53,7 @@ pub fn landlock_available() -> Result<(), String> {
     Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(ABI::V1))
-        .and_then(|r| r.create())
+        .and_then(landlock::Ruleset::create)
         .map(|_| ())
         .map_err(|e| format!("the kernel does not enforce Landlock ({e})"))
 }

@@ -104,7 +104,10 @@ impl LeaseKeeper {
         }
         let node = store.node().node().to_owned();
         let exclude: Vec<ThreadId> = {
-            let mut not_here = self.not_here.lock().unwrap_or_else(|e| e.into_inner());
+            let mut not_here = self
+                .not_here
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
             not_here.retain(|_, until| *until > now);
             not_here.keys().cloned().collect()
@@ -183,12 +186,12 @@ impl LeaseKeeper {
         }
         self.not_here
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(thread.clone(), Instant::now() + NOT_HERE_FOR);
         let first = self
             .logged
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(thread.clone());
         if first {
             tracing::warn!(

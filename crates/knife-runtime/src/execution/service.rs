@@ -772,5 +772,5 @@ fn run_span(ctx: &RunContext) -> tracing::Span {
 const START_ATTEMPTS: u32 = 5;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

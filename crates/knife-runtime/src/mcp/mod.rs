@@ -190,7 +190,9 @@ impl CredentialRegistry {
     }
 
     fn lock(&self) -> MutexGuard<'_, RegistryState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Sets the endpoint later configs name (the server learns its address after bind).
@@ -393,7 +395,9 @@ pub struct McpSlots {
 
 impl McpSlots {
     fn lock(&self) -> MutexGuard<'_, HashMap<ThreadId, McpSessionConfig>> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The config in `thread`'s slot.

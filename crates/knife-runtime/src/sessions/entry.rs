@@ -40,25 +40,32 @@ pub(crate) struct Entry {
 impl Entry {
     /// The mutable state (a poisoned lock still holds valid state).
     pub fn state(&self) -> MutexGuard<'_, EntryState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The current session record.
     pub fn record(&self) -> ProviderSession {
         self.record
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
     /// Replaces the session record.
     pub fn set_record(&self, session: ProviderSession) {
-        *self.record.lock().unwrap_or_else(|e| e.into_inner()) = session;
+        *self
+            .record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = session;
     }
 
     /// The subscriber set.
     pub fn subscribers(&self) -> MutexGuard<'_, Subscribers> {
-        self.subscribers.lock().unwrap_or_else(|e| e.into_inner())
+        self.subscribers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the session serves several threads (MGR-06, MGR-10).
@@ -192,7 +199,7 @@ impl<K: Eq + Hash + Clone> KeyedLocks<K> {
         let mutex = Arc::clone(
             self.locks
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .entry(key.clone())
                 .or_default(),
         );
@@ -209,7 +216,11 @@ impl<K: Eq + Hash + Clone> KeyedLocks<K> {
 impl<K: Eq + Hash + Clone> Drop for KeyedGuard<'_, K> {
     fn drop(&mut self) {
         drop(self.guard.take());
-        let mut locks = self.owner.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self
+            .owner
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Only the map holds it now: nobody waits or holds it.
         if locks
             .get(&self.key)

@@ -33,6 +33,8 @@ impl AgentHealth {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<ThreadId>> {
-        self.oom_killed.lock().unwrap_or_else(|e| e.into_inner())
+        self.oom_killed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

@@ -159,7 +159,9 @@ pub(crate) struct Inner {
 
 impl Inner {
     pub fn entries(&self) -> MutexGuard<'_, HashMap<ProviderSessionId, Arc<Entry>>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The live entry of `id`.

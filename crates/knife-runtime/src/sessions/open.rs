@@ -11,7 +11,7 @@ use super::metrics;
 use super::state::EntryState;
 use super::store::WriteKind;
 use super::{Inner, SessionError, SessionHandle, SessionManager, idle, pump, release};
-use crate::adapter::{AdapterError, OpenSessionInput, OpenSessionOptions};
+use crate::adapter::{OpenSessionInput, OpenSessionOptions};
 use crate::error::{ProviderSessionOpenError, ProviderWorkspaceMissingError};
 use crate::mcp::{
     AgentAccess, CredentialId, CredentialRequest, McpSessionConfig, Reservation, capabilities_for,
@@ -159,10 +159,7 @@ impl SessionManager {
         let opened = tokio::select! {
             // The error below already says "could not open provider session X":
             // keep only the adapter's reason of an `Open` failure.
-            opened = adapter.open_with_options(input, options) => opened.map_err(|e| match e {
-                AdapterError::Open(reason) => reason,
-                other => other.to_string(),
-            }),
+            opened = adapter.open(input, options) => opened.map_err(|e| e.open_reason()),
             // Shutdown stops opens still in their handshake (MGR-35); the guard
             // then closes whatever the adapter spawned.
             _ = inner.shutdown.cancelled() => Err("the server is shutting down".to_owned()),

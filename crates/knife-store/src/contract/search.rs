@@ -75,10 +75,15 @@ pub async fn turn_08_search_finds_settled_items_and_titles_ranked_with_snippets(
         .find(|h| h.kind == SearchKind::UserMessage)
         .unwrap();
     assert_eq!(
-        user.item_id.as_ref().map(|i| i.as_str()),
+        user.item_id
+            .as_ref()
+            .map(knife_protocol::TurnItemId::as_str),
         Some("item:run:t1:1:0")
     );
-    assert_eq!(user.run_id.as_ref().map(|r| r.as_str()), Some("run:t1:1"));
+    assert_eq!(
+        user.run_id.as_ref().map(knife_protocol::RunId::as_str),
+        Some("run:t1:1")
+    );
     assert_eq!(user.project_id.as_str(), "p1");
     assert_eq!(user.thread_title, "Retry logic of the client");
     assert!(

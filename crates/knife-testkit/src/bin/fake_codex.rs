@@ -499,7 +499,10 @@ async fn run_command(fake: &Arc<Fake>, thread: &str, ids: &Value, command: &Valu
         .as_deref()
     {
         let (total_in, total_out) = {
-            let mut usage = fake.usage.lock().unwrap_or_else(|e| e.into_inner());
+            let mut usage = fake
+                .usage
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let entry = usage.entry(thread.to_owned()).or_default();
             entry.0 += input;
             entry.1 += output;

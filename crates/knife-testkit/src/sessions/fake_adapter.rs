@@ -74,7 +74,7 @@ pub struct FakeBehaviour {
     pub turns: TurnPlan,
     /// `interrupt_turn` ends the thread's running turn `Interrupted` (with the reason).
     pub interrupt_ends_turn: bool,
-    /// Opens fail with `AdapterError::Open(message)` (after they were counted).
+    /// Opens fail with `AdapterError::Handshake` carrying `message` (after they were counted).
     pub open_error: Option<String>,
     /// Opens hang until cancelled (after they were counted).
     pub open_hangs: bool,
@@ -179,7 +179,7 @@ impl FakeState {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Pushes events into one fake session's stream.
@@ -199,7 +199,7 @@ impl FakeSessionControl {
     /// Fails the stream with `message` and ends it (MGR-31).
     pub fn fail(&self, message: &str) {
         if let Some(tx) = lock(&self.tx).take() {
-            let _ = tx.send(Err(AdapterError::Runtime(message.to_owned())));
+            let _ = tx.send(Err(AdapterError::Lost(message.to_owned())));
         }
     }
     /// Ends the stream (the process exited).
@@ -290,12 +290,7 @@ impl ProviderAdapter for FakeAdapter {
         }
     }
 
-    async fn open(&self, input: OpenSessionInput) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        self.open_with_options(input, OpenSessionOptions::default())
-            .await
-    }
-
-    async fn open_with_options(
+    async fn open(
         &self,
         input: OpenSessionInput,
         options: OpenSessionOptions,
@@ -324,7 +319,10 @@ impl ProviderAdapter for FakeAdapter {
             hook(input.clone(), options.clone()).await?;
         }
         if let Some(message) = behaviour.open_error {
-            return Err(AdapterError::Open(message));
+            return Err(AdapterError::Handshake {
+                step: "open",
+                reason: message,
+            });
         }
         if behaviour.open_hangs {
             std::future::pending::<()>().await;
@@ -462,9 +460,10 @@ impl SessionRuntime for FakeSession {
         steer: knife_runtime::SteerInput,
     ) -> Result<(), AdapterError> {
         if self.adapter.behaviour().steer_refused {
-            return Err(AdapterError::Runtime(
-                "this fake runtime cannot steer".into(),
-            ));
+            return Err(AdapterError::Unsupported {
+                operation: "add input to a running turn",
+                hint: "this fake runtime is set to refuse steers",
+            });
         }
         self.adapter.state.steers.fetch_add(1, Ordering::SeqCst);
         let turn = lock(&self.turns).get(thread).cloned();

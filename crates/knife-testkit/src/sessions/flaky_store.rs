@@ -78,7 +78,9 @@ impl FlakyStore {
     }
 
     fn rules(&self) -> MutexGuard<'_, Rules> {
-        self.rules.lock().unwrap_or_else(|e| e.into_inner())
+        self.rules
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Writes of `kind` fail (`times`: how many; `None` = until [`FlakyStore::heal`]).

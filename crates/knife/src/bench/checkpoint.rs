@@ -88,8 +88,7 @@ pub async fn run(files: usize, changed: usize, rounds: usize) -> anyhow::Result<
     );
     println!("change set + unified diff:          p50 {diff_p50:>7.1} ms   max {diff_max:>7.1} ms");
     println!(
-        "objects stored per checkpoint: {:?} (the changed blobs, the trees above them, one commit)",
-        stored
+        "objects stored per checkpoint: {stored:?} (the changed blobs, the trees above them, one commit)"
     );
     println!(
         "checkpoint repository: {} KiB",
@@ -133,7 +132,7 @@ fn loose_objects(repo: &Path) -> usize {
     dirs.filter_map(Result::ok)
         .filter(|d| d.file_name().len() == 2)
         .filter_map(|d| std::fs::read_dir(d.path()).ok())
-        .map(|entries| entries.count())
+        .map(std::iter::Iterator::count)
         .sum()
 }
 
@@ -143,7 +142,7 @@ fn ms(t: Instant) -> f64 {
 
 /// (median, max) of `values`.
 fn summary(values: &mut [f64]) -> (f64, f64) {
-    values.sort_by(|a, b| a.total_cmp(b));
+    values.sort_by(f64::total_cmp);
     let median = values.get(values.len() / 2).copied().unwrap_or(0.0);
     let max = values.last().copied().unwrap_or(0.0);
     (median, max)

@@ -3,6 +3,7 @@
 
 mod checkpoint;
 mod cluster;
+mod drain_adapter;
 mod processor;
 mod restart;
 mod search;

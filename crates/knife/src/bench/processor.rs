@@ -81,15 +81,18 @@ async fn measure(
     let adapter = BuiltinAgentAdapter::new(config);
     let thread_id = ThreadId::new();
     let session = adapter
-        .open(OpenSessionInput {
-            provider_session_id: ProviderSessionId::from("provider-session:bench"),
-            provider_instance_id: ProviderInstanceId::from("bench"),
-            thread_id: thread_id.clone(),
-            cwd: root.to_path_buf(),
-            project_root: None,
-            model: None,
-            native_thread_id: None,
-        })
+        .open(
+            OpenSessionInput {
+                provider_session_id: ProviderSessionId::from("provider-session:bench"),
+                provider_instance_id: ProviderInstanceId::from("bench"),
+                thread_id: thread_id.clone(),
+                cwd: root.to_path_buf(),
+                project_root: None,
+                model: None,
+                native_thread_id: None,
+            },
+            knife_runtime::OpenSessionOptions::default(),
+        )
         .await?;
     let mut events = session
         .take_events()

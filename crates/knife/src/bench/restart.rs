@@ -1,15 +1,15 @@
 //! `knife bench restart`: N claimed threads left by a "dead" process, then a boot's
-//! restart sweep over knife-testkit's fake adapter (turns complete at once). Measures the time from the start of the sweep
+//! restart sweep over a no-op adapter ([`super::drain_adapter`]; turns complete at once). Measures the time from the start of the sweep
 //! to the first drain of the last thread, until every drain finished, and memory.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::drain_adapter::DrainAdapter;
 use knife_protocol::*;
 use knife_runtime::commands::create_project;
 use knife_runtime::*;
-use knife_testkit::sessions::{FakeAdapter, FakeBehaviour, TurnPlan, TurnScript};
 
 pub async fn run(threads: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -67,14 +67,8 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
         rss_mib("VmRSS")
     );
 
-    // knife-testkit's fake adapter: every turn completes at once, with no output.
-    let drains = FakeAdapter::new(FakeBehaviour {
-        turns: TurnPlan::Script(TurnScript {
-            outcome: Some(TurnOutcome::Completed),
-            ..TurnScript::default()
-        }),
-        ..FakeBehaviour::default()
-    });
+    // Every turn completes at once, with no output.
+    let drains = DrainAdapter::new();
     let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
     adapters.insert(instance, Arc::new(drains.clone()));
     let manager = SessionManager::new(
@@ -90,7 +84,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
         .await?;
     let swept = boot.elapsed();
     let rss_after_sweep = rss_mib("VmRSS");
-    drains.state().wait_turns_started(threads).await;
+    drains.wait_turns_started(threads).await;
     let last_first_drain = boot.elapsed();
     let mut finished = Vec::new();
     for (thread, _, _) in &report.resumed {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{SinkExt, StreamExt};
+use knife_mock_llm::{MockLlm, MockLlmConfig, parse_write_times};
 use knife_protocol::*;
-use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, parse_write_times};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::app::InProcessServer;

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use crate::mock_llm::{Script, ScriptResponse};
+use crate::{Script, ScriptResponse};
 
 /// The sample project's files: (relative path, contents). Stored under
-/// `crates/knife-testkit/sample/` with neutral names (`gitignore.sample`,
+/// `crates/knife-mock-llm/sample/` with neutral names (`gitignore.sample`,
 /// `Cargo.toml.sample`) so they do not act on this repository.
 pub const SAMPLE_FILES: &[(&str, &str)] = &[
     ("README.md", include_str!("../sample/README.md")),

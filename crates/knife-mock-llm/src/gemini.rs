@@ -164,7 +164,7 @@ pub(crate) fn gemini_unary(ctx: &ChunkCtx, response: &ScriptResponse, prompt_tok
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::mock_llm::ToolCallSpec;
+    use crate::ToolCallSpec;
 
     fn ctx() -> ChunkCtx {
         ChunkCtx {

@@ -371,7 +371,7 @@ pub(crate) fn responses_events(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::mock_llm::ToolCallSpec;
+    use crate::ToolCallSpec;
 
     #[test]
     fn paths_pick_the_format() {

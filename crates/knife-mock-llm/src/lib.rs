@@ -1,5 +1,6 @@
-// The scripted OpenAI-compatible streaming mock LLM behind `knife mock-llm`, tests and benches.
-// Owns the config, the axum server, request recording and the per-request response choice.
+// knife-mock-llm: the scripted OpenAI-compatible streaming mock LLM behind `knife mock-llm`,
+// `knife demo`, the benches and the tests. Owns the config, the axum server, request recording,
+// the per-request response choice and the demo script; it links no test fakes (issue 19 item 7).
 
 //! A scripted OpenAI-compatible (Chat Completions) streaming server on loopback.
 //!
@@ -100,8 +101,8 @@
 //! # Example
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), knife_testkit::mock_llm::MockLlmError> {
-//! use knife_testkit::mock_llm::{MockLlm, MockLlmConfig, Script, ScriptResponse};
+//! # async fn demo() -> Result<(), knife_mock_llm::MockLlmError> {
+//! use knife_mock_llm::{MockLlm, MockLlmConfig, Script, ScriptResponse};
 //! let script = Script::new(vec![ScriptResponse::text("Hello there")]);
 //! let mock = MockLlm::start(MockLlmConfig::script(script)).await?;
 //! let _endpoint = mock.base_url(); // "http://127.0.0.1:PORT/v1"
@@ -112,6 +113,7 @@
 pub mod bench;
 mod body;
 mod chunks;
+pub mod demo;
 mod formats;
 mod gate;
 mod gemini;
