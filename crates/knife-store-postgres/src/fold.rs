@@ -352,6 +352,9 @@ struct Upserts {
     at: HashMap<(&'static str, String), usize>,
 }
 
+/// A table and the indexed columns of its upserts.
+type Shape = (&'static str, Vec<&'static str>);
+
 /// One row's merged upserts.
 struct HeldRow {
     table: &'static str,
@@ -407,7 +410,7 @@ impl Upserts {
             return Ok(());
         }
         // Grouped by (table, column names), in first-upsert order of the groups.
-        let mut groups: Vec<((&'static str, Vec<&'static str>), Vec<HeldRow>)> = Vec::new();
+        let mut groups: Vec<(Shape, Vec<HeldRow>)> = Vec::new();
         for row in rows {
             let key = (
                 row.table,

@@ -213,7 +213,7 @@ impl PgStore {
         let (outbox, outgoing) = relay::Outbox::new();
         let sender =
             tokio::spawn(relay::run_sender(pool.clone(), sender_id, outgoing)).abort_handle();
-        let committer = group::Committer::start(pool.clone(), wake.clone(), options.group_appends);
+        let committer = group::Committer::start(pool.clone(), wake, options.group_appends);
         tracing::debug!(%location, "knife store open on PostgreSQL");
         Ok(PgStore {
             inner: Arc::new(Inner {

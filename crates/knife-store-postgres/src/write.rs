@@ -297,7 +297,7 @@ async fn blame(
     let owner = folder.pipeline.failed_owner().unwrap_or(current);
     match error {
         PgError::Store(e) => Ok(Attempt::Rejected(owner, e)),
-        PgError::Driver(e) => match e.code().map(|c| c.code()) {
+        PgError::Driver(e) => match e.code().map(tokio_postgres::error::SqlState::code) {
             Some("23505") => {
                 let error = duplicate(client, &e, &appends[owner].events).await;
                 Ok(Attempt::Rejected(owner, error))
