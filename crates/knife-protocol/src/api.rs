@@ -94,10 +94,16 @@ pub struct LiveSession {
     /// Attached threads holding an MCP credential of this session (empty when MCP is off).
     #[serde(default)]
     pub mcp_threads: Vec<ThreadId>,
-    /// The node holding the session (its `[store] node_id`; `local` on one node):
-    /// the node that answered, since each node lists the sessions it runs (SCALE-06).
+    /// The node holding the session (its `[store] node_id`; `local` on one node)
+    /// (SCALE-06).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// `true` for a session another node holds than the one that answered (listed from
+    /// the store): its `busy_turns`, `idle_deadline`, `pinned_since` and `mcp_threads`
+    /// are only known to that node (empty / `null` here), and only that node closes it
+    /// (409 `session_on_another_node` elsewhere).
+    #[serde(default)]
+    pub remote: bool,
 }
 
 /// `POST /api/sessions/{id}/close`.

@@ -22,6 +22,20 @@ pub struct CheckpointRef {
     /// checkpointed content, or are absent from it when new).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
+    /// The knife node whose checkpoint repository (in its data directory) holds the
+    /// commit, when that is not the single-installation node `local` (SCALE-05/08:
+    /// checkpoints are kept per node, docs/2026-12-01-cluster-checkpoints.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl CheckpointRef {
+    /// The node holding the commit (`local` when none is named).
+    pub fn node(&self) -> &str {
+        self.node
+            .as_deref()
+            .unwrap_or(crate::ProviderSessionId::DEFAULT_NODE)
+    }
 }
 
 /// A file a checkpoint left out.
@@ -52,6 +66,11 @@ pub struct RunCheckpoints {
     /// Why the end checkpoint is missing (`no checkpoint: <why>`); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_error: Option<String>,
+    /// Why the run has both checkpoints but no change set: they are in two nodes'
+    /// checkpoint repositories (another node took the run over, SCALE-05), so no node
+    /// can compare them, show the run's diff or revert it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes_error: Option<String>,
 }
 
 impl RunCheckpoints {
@@ -60,15 +79,32 @@ impl RunCheckpoints {
         self == &RunCheckpoints::default()
     }
 
+    /// Why node `node` cannot read the run's checkpoints, if it cannot: they are in
+    /// another node's checkpoint repository (each node keeps its own, in its data
+    /// directory; docs/2026-12-01-cluster-checkpoints.md).
+    pub fn elsewhere_than(&self, node: &str) -> Option<String> {
+        let holder = [&self.start, &self.end]
+            .into_iter()
+            .flatten()
+            .map(CheckpointRef::node)
+            .find(|holder| *holder != node)?;
+        Some(format!(
+            "no checkpoint here: this run's checkpoints are in node {holder}'s checkpoint \
+             repository (each node keeps its own in its data directory), so node {node} cannot \
+             show or revert it; ask node {holder}"
+        ))
+    }
+
     /// Why the run has no usable pair of checkpoints, if it has none.
     pub fn missing_reason(&self) -> Option<String> {
         if let (Some(_), Some(_)) = (&self.start, &self.end) {
-            return None;
+            return self.changes_error.clone();
         }
         Some(
             self.start_error
                 .clone()
                 .or_else(|| self.end_error.clone())
+                .or_else(|| self.changes_error.clone())
                 .unwrap_or_else(|| {
                     if self.start.is_none() {
                         "no checkpoint: the run has no start checkpoint".into()

@@ -171,7 +171,7 @@ pub async fn create_thread(
         created_at: now,
         updated_at: now,
         agent_status: None,
-        time_suspended: None,
+        claimed_at: None,
         resume_attempts: 0,
         parent_thread_id: request.parent_thread_id,
         worktree: None,

@@ -108,7 +108,7 @@ impl ExecutionService {
             created_at: now,
             updated_at: now,
             agent_status: None,
-            time_suspended: None,
+            claimed_at: None,
             resume_attempts: 0,
             parent_thread_id: None,
             archived_at: None,

@@ -530,7 +530,7 @@ async fn exec_08_a_spent_budget_terminalises_with_aborted_instead_of_draining() 
         assert_eq!(t.status, ThreadStatus::Failed);
         assert_eq!(t.last_error.unwrap().error_type, "aborted");
         // The terminal released the claim and reset the counter atomically.
-        assert!(t.time_suspended.is_none());
+        assert!(t.claimed_at.is_none());
         assert_eq!(t.resume_attempts, 0);
         assert!(t.active_run_id.is_none());
     }

@@ -120,7 +120,7 @@ impl H {
             created_at: seen,
             updated_at: seen,
             agent_status: None,
-            time_suspended: None,
+            claimed_at: None,
             resume_attempts: 0,
             parent_thread_id: None,
             worktree: None,

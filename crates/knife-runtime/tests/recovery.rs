@@ -53,7 +53,7 @@ async fn reconcile_settles_what_a_dead_process_left_active_exactly_once() {
         updated_at: now,
         // The dead process last said "busy" (PROC-06); reconciliation must not keep it.
         agent_status: Some(AgentStatus::Busy),
-        time_suspended: None,
+        claimed_at: None,
         resume_attempts: 0,
         parent_thread_id: None,
         worktree: None,

@@ -92,7 +92,7 @@ export class SessionsView {
     // out anew on every read, so its nanoseconds move).
     const key = JSON.stringify(this.sessions.map((s) => [s.provider_session_id, s.status, s.driver, s.provider_instance_id,
       s.model, s.cwd, s.threads, s.busy_turns, s.idle_deadline && Math.round(Date.parse(s.idle_deadline) / 1000),
-      s.pinned_since, s.capabilities, s.mcp_threads]));
+      s.pinned_since, s.capabilities, s.mcp_threads, s.node, s.remote]));
     if (key === this.drawn && !force) return;
     this.drawn = key;
     this.countdowns = [];
@@ -101,8 +101,10 @@ export class SessionsView {
       return;
     }
     replace(this.list, this.sessions.map((s) => {
-      const close = h('button', { type: 'button', class: 'danger close-session', dataset: { session: s.provider_session_id } }, 'Close');
-      close.addEventListener('click', async () => {
+      // Only the node holding a session closes it; another node's is listed, not closed.
+      const close = s.remote ? h('span', { class: 'muted' }, `on node ${s.node}`)
+        : h('button', { type: 'button', class: 'danger close-session', dataset: { session: s.provider_session_id } }, 'Close');
+      if (!s.remote) close.addEventListener('click', async () => {
         close.disabled = true;
         try {
           await api(`/sessions/${encodeURIComponent(s.provider_session_id)}/close`, { method: 'POST', body: {} });
@@ -121,9 +123,10 @@ export class SessionsView {
           row('driver', s.driver),
           row('instance', `${s.provider_instance_id}${s.model ? ` / ${s.model}` : ''}`),
           row('folder', s.cwd),
+          ...(s.node ? row('node', s.remote ? `${s.node} (another node)` : s.node) : []),
           row('threads', s.threads.length ? s.threads.map((t) => [h('a', { href: `#/thread/${encodeURIComponent(t)}`, class: 'session-thread', title: t }, this.threadName(t)), ' ']) : 'none'),
-          row('busy turns', s.busy_turns.length ? s.busy_turns.join(', ') : 'none'),
-          row('idle release', this.countdownNode(s)),
+          row('busy turns', s.remote ? `known to node ${s.node}` : s.busy_turns.length ? s.busy_turns.join(', ') : 'none'),
+          row('idle release', s.remote ? `known to node ${s.node}` : this.countdownNode(s)),
           row('pinned since', s.pinned_since ? clock(s.pinned_since) : 'not pinned'),
           row('runtime capabilities', capabilities(s.capabilities)),
           row('MCP capabilities', h('span', { class: 'mcp' }, this.mcpText(s)))));

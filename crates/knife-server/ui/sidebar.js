@@ -17,10 +17,10 @@ export function threadStatus(thread, pendingCount) {
   if (a && a.type === 'retry' && thread.status === 'running') {
     return { key: 'retrying', label: `retrying (attempt ${a.attempt}, next try ${clock(a.next)})`, title: a.message };
   }
-  if (thread.time_suspended && thread.resume_attempts > 0 && thread.status === 'running') {
+  if (thread.claimed_at && thread.resume_attempts > 0 && thread.status === 'running') {
     return { key: 'resuming', label: `resuming after restart (attempt ${thread.resume_attempts})` };
   }
-  if (thread.time_suspended && thread.status !== 'running') {
+  if (thread.claimed_at && thread.status !== 'running') {
     return { key: 'resuming', label: 'resuming after restart' };
   }
   if (thread.status === 'running') return { key: 'running', label: 'running' };

@@ -69,8 +69,8 @@ impl Claims for PgStore {
         Ok(list_entities(
             &**client,
             "SELECT payload_json FROM threads \
-             WHERE time_suspended_us IS NOT NULL AND parent_thread_id IS NULL \
-             ORDER BY time_suspended_us, id COLLATE \"C\"",
+             WHERE claimed_at_us IS NOT NULL AND parent_thread_id IS NULL \
+             ORDER BY claimed_at_us, id COLLATE \"C\"",
             &[],
         )
         .await?)
@@ -81,8 +81,8 @@ impl Claims for PgStore {
         Ok(list_entities(
             &**client,
             "SELECT payload_json FROM threads \
-             WHERE time_suspended_us IS NOT NULL AND parent_thread_id IS NOT NULL \
-             ORDER BY time_suspended_us, id COLLATE \"C\"",
+             WHERE claimed_at_us IS NOT NULL AND parent_thread_id IS NOT NULL \
+             ORDER BY claimed_at_us, id COLLATE \"C\"",
             &[],
         )
         .await?)

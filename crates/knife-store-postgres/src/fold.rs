@@ -29,8 +29,13 @@ pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
 #[derive(Default)]
 pub(crate) struct Pipeline {
     queued: Vec<(Statement, Vec<Param>)>,
-    /// Rows affected by each statement flushed so far, in order.
-    affected: Vec<u64>,
+    /// Who queued each statement not yet flushed (the caller's tag, e.g. an append of
+    /// a group), in order.
+    owners: Vec<usize>,
+    /// The tag of the statements queued from now on (0 unless the caller sets it).
+    pub(crate) owner: usize,
+    /// The tag of the statement that failed a flush.
+    failed: Option<usize>,
 }
 
 impl Pipeline {
@@ -43,18 +48,21 @@ impl Pipeline {
     ) -> PgResult<()> {
         let statement = tx.prepare_cached(sql).await?;
         self.queued.push((statement, params));
+        self.owners.push(self.owner);
         Ok(())
     }
 
-    /// Rows affected by each statement flushed so far, in the order queued.
-    pub(crate) fn affected(&self) -> &[u64] {
-        &self.affected
+    /// The tag ([`Pipeline::owner`]) of the statement whose failure ended the last
+    /// failed flush; `None` when no flush failed.
+    pub(crate) fn failed_owner(&self) -> Option<usize> {
+        self.failed
     }
 
     /// Sends every queued statement, then reads their answers in order: the first
     /// failure is the error (the transaction is then aborted; the caller drops it).
     pub(crate) async fn flush(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
         let queued = std::mem::take(&mut self.queued);
+        let owners = std::mem::take(&mut self.owners);
         let refs: Vec<Vec<&(dyn ToSql + Sync)>> = queued
             .iter()
             .map(|(_, params)| params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect())
@@ -72,12 +80,18 @@ impl Pipeline {
                 Poll::Pending => None,
             });
         }
-        for (future, early) in futures.into_iter().zip(early) {
+        for ((future, early), owner) in futures.into_iter().zip(early).zip(owners) {
             let result = match early {
                 Some(result) => result,
                 None => future.await,
             };
-            self.affected.push(result.map_err(PgError::from)?);
+            match result {
+                Ok(_) => {}
+                Err(e) => {
+                    self.failed = Some(owner);
+                    return Err(PgError::from(e));
+                }
+            }
         }
         Ok(())
     }
@@ -89,6 +103,8 @@ pub(crate) struct Folder {
     pub(crate) pipeline: Pipeline,
     deleted: HashSet<String>,
     mode: FoldMode,
+    /// Entity upserts not queued yet, merged per row (see [`Upserts`]).
+    upserts: Upserts,
 }
 
 impl Folder {
@@ -99,7 +115,21 @@ impl Folder {
             pipeline: Pipeline::default(),
             deleted,
             mode,
+            upserts: Upserts::default(),
         }
+    }
+
+    /// Queues the upserts held back so far (one statement per table), so that what
+    /// follows in the pipeline runs after them. Call before queuing anything that is
+    /// not a fold statement, before a read and at the end of each append.
+    pub(crate) async fn emit(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
+        self.upserts.emit(&mut self.pipeline, tx).await
+    }
+
+    /// [`Folder::emit`], then [`Pipeline::flush`].
+    pub(crate) async fn flush(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
+        self.emit(tx).await?;
+        self.pipeline.flush(tx).await
     }
 
     /// Queues the row changes of `stored` (`plan` = knife_store::fold::plan of it).
@@ -130,6 +160,22 @@ impl Folder {
     }
 
     async fn apply(&mut self, tx: &Transaction<'_>, change: RowChange, seq: i64) -> PgResult<()> {
+        let change = match change {
+            RowChange::Upsert {
+                table,
+                id,
+                columns,
+                payload,
+            } => {
+                self.upserts.add(table, id, columns, payload, seq);
+                return Ok(());
+            }
+            // Anything else may touch or read a held-back row: those run first.
+            other => {
+                self.emit(tx).await?;
+                other
+            }
+        };
         let p = &mut self.pipeline;
         match change {
             RowChange::Upsert {
@@ -301,6 +347,158 @@ impl Folder {
             }
         }
     }
+}
+
+/// Entity upserts held back within one append (or one rebuild page) and merged per row:
+/// the snapshots of one row in a batch (a streaming item's many `turn-item.updated`)
+/// become one row change, and the rows of one table one multi-row statement, instead
+/// of a statement per event under the append lock.
+///
+/// Exact: a row upserted `k` times from sequence `first` to `last` ends as the last
+/// upsert wrote it, with `created_sequence = first` when new, `last_sequence = last`
+/// and `version` + `k` (`k` when new), as `k` statements in order would leave it.
+/// Upserts of different rows commute (no projection has a unique key beside `id`
+/// except a project's root, which is its own change kind), and every other change
+/// kind first queues what is held back ([`Folder::emit`]), so nothing reads or
+/// changes a row before its upserts ran.
+#[derive(Default)]
+struct Upserts {
+    /// Rows by table and id, in first-upsert order.
+    rows: Vec<HeldRow>,
+    at: HashMap<(&'static str, String), usize>,
+}
+
+/// A table and the indexed columns of its upserts.
+type Shape = (&'static str, Vec<&'static str>);
+
+/// One row's merged upserts.
+struct HeldRow {
+    table: &'static str,
+    id: String,
+    columns: Vec<(&'static str, Cell)>,
+    payload: String,
+    first: i64,
+    last: i64,
+    count: i64,
+}
+
+impl Upserts {
+    fn add(
+        &mut self,
+        table: &'static str,
+        id: String,
+        columns: Vec<(&'static str, Cell)>,
+        payload: String,
+        seq: i64,
+    ) {
+        if let Some(&i) = self.at.get(&(table, id.clone())) {
+            let row = &mut self.rows[i];
+            let same_shape = row.columns.len() == columns.len()
+                && row.columns.iter().zip(&columns).all(|(a, b)| a.0 == b.0);
+            if same_shape {
+                row.columns = columns;
+                row.payload = payload;
+                row.last = seq;
+                row.count += 1;
+                return;
+            }
+        }
+        self.at.insert((table, id.clone()), self.rows.len());
+        self.rows.push(HeldRow {
+            table,
+            id,
+            columns,
+            payload,
+            first: seq,
+            last: seq,
+            count: 1,
+        });
+    }
+
+    /// Queues the held rows: a row alone in its table (and shape) as the plain upsert,
+    /// several as one `INSERT … SELECT FROM json_populate_recordset` (the table's own
+    /// row type gives every column its type). Rows of one id with two shapes (never
+    /// made by the fold) stay two changes, in order.
+    async fn emit(&mut self, p: &mut Pipeline, tx: &Transaction<'_>) -> PgResult<()> {
+        self.at.clear();
+        let rows = std::mem::take(&mut self.rows);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // Grouped by (table, column names), in first-upsert order of the groups.
+        let mut groups: Vec<(Shape, Vec<HeldRow>)> = Vec::new();
+        for row in rows {
+            let key = (
+                row.table,
+                row.columns.iter().map(|c| c.0).collect::<Vec<_>>(),
+            );
+            match groups.iter_mut().find(|g| g.0 == key) {
+                Some(group) => group.1.push(row),
+                None => groups.push((key, vec![row])),
+            }
+        }
+        for ((table, names), mut rows) in groups {
+            if rows.len() == 1 && rows[0].count == 1 {
+                if let Some(row) = rows.pop() {
+                    upsert(p, tx, table, row.id, row.columns, row.payload, row.last).await?;
+                }
+                continue;
+            }
+            let json: Vec<serde_json::Value> = rows
+                .into_iter()
+                .map(|row| {
+                    let mut object = serde_json::Map::new();
+                    object.insert("id".into(), row.id.into());
+                    object.insert("payload_json".into(), row.payload.into());
+                    object.insert("created_sequence".into(), row.first.into());
+                    object.insert("last_sequence".into(), row.last.into());
+                    object.insert("version".into(), row.count.into());
+                    for (name, cell) in row.columns {
+                        let value = match cell {
+                            Cell::Null => serde_json::Value::Null,
+                            Cell::Integer(i) => i.into(),
+                            Cell::Text(t) => t.into(),
+                        };
+                        object.insert(name.into(), value);
+                    }
+                    serde_json::Value::Object(object)
+                })
+                .collect();
+            p.push(
+                tx,
+                &merged_upsert_sql(table, &names),
+                vec![Box::new(serde_json::to_string(&json)?)],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The multi-row upsert of [`Upserts::emit`] for `table` with these indexed columns.
+fn merged_upsert_sql(table: &str, names: &[&'static str]) -> String {
+    let cols = [
+        "id",
+        "payload_json",
+        "created_sequence",
+        "last_sequence",
+        "version",
+    ]
+    .iter()
+    .chain(names)
+    .copied()
+    .collect::<Vec<_>>()
+    .join(", ");
+    let updates: String = names
+        .iter()
+        .map(|n| format!("{n} = excluded.{n}, "))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({cols}) SELECT {cols} FROM \
+         json_populate_recordset(NULL::{table}, $1::text::json) \
+         ON CONFLICT (id) DO UPDATE SET {updates}payload_json = excluded.payload_json, \
+         last_sequence = excluded.last_sequence, version = {table}.version + excluded.version"
+    )
 }
 
 /// Of `threads`, those with a `thread.deleted` tombstone in the log already.

@@ -207,7 +207,7 @@ impl Leases for PgStore {
         tx.execute(
             "INSERT INTO thread_leases (thread_id, node, epoch, expires_at_us) \
              SELECT id, '', 0, 0 FROM threads \
-             WHERE time_suspended_us IS NOT NULL AND parent_thread_id IS NULL \
+             WHERE claimed_at_us IS NOT NULL AND parent_thread_id IS NULL \
              ON CONFLICT (thread_id) DO NOTHING",
             &[],
         )
@@ -217,10 +217,10 @@ impl Leases for PgStore {
         // left to it; concurrent sweepers get disjoint sets.
         let sql = format!(
             "SELECT l.thread_id FROM thread_leases l JOIN threads t ON t.id = l.thread_id \
-             WHERE t.time_suspended_us IS NOT NULL AND t.parent_thread_id IS NULL \
+             WHERE t.claimed_at_us IS NOT NULL AND t.parent_thread_id IS NULL \
                AND (l.expires_at_us <= {NOW_US} OR ($2 AND l.node = $1)) \
                AND l.thread_id <> ALL($4::text[]) \
-             ORDER BY t.time_suspended_us, l.thread_id COLLATE \"C\" \
+             ORDER BY t.claimed_at_us, l.thread_id COLLATE \"C\" \
              LIMIT $3 FOR UPDATE OF l SKIP LOCKED"
         );
         let own = scope == TakeScope::ExpiredOrOwn;

@@ -23,6 +23,7 @@ mod cluster;
 mod error;
 mod feed;
 mod fold;
+mod group;
 mod import;
 mod leases;
 mod read;
@@ -33,7 +34,7 @@ mod write;
 #[cfg(feature = "test-cluster")]
 pub mod testing;
 
-use error::{PgError, PgResult};
+use error::PgResult;
 use futures::stream::BoxStream;
 use knife_protocol::{
     DomainEvent, Project, ProjectId, ProviderSession, ProviderSessionId, ProviderThread,
@@ -70,6 +71,10 @@ pub struct PgOptions {
     /// append lock and stall every node's writes and the takeover of its own threads
     /// (SCALE-04/05). Its transaction is rolled back: nothing half-written.
     pub idle_in_transaction_timeout: Option<Duration>,
+    /// Appends of this node written together in one transaction at most (group commit,
+    /// crate::group; default 64, 1 = each append its own transaction). The appends
+    /// queued while the node's previous transaction runs share the next one.
+    pub group_appends: usize,
 }
 
 impl Default for PgOptions {
@@ -79,6 +84,7 @@ impl Default for PgOptions {
             live_capacity: 4096,
             poll_fallback: Duration::from_secs(1),
             idle_in_transaction_timeout: Some(Duration::from_secs(5)),
+            group_appends: 64,
         }
     }
 }
@@ -108,13 +114,14 @@ struct Inner {
     location: String,
     pool: deadpool_postgres::Pool,
     live: broadcast::Sender<StoredEvent>,
-    wake: Arc<Notify>,
     pump: tokio::task::AbortHandle,
     /// This node's live messages for the other nodes (crate::relay).
     outbox: relay::Outbox,
     /// The other nodes' live messages, reassembled by the LISTEN connection.
     relayed: broadcast::Sender<Arc<knife_store::RelayedLive>>,
     sender: tokio::task::AbortHandle,
+    /// This node's append queue (group commit, crate::group).
+    committer: group::Committer,
 }
 
 impl std::fmt::Debug for Inner {
@@ -208,17 +215,18 @@ impl PgStore {
         let (outbox, outgoing) = relay::Outbox::new();
         let sender =
             tokio::spawn(relay::run_sender(pool.clone(), sender_id, outgoing)).abort_handle();
+        let committer = group::Committer::start(pool.clone(), wake, options.group_appends);
         tracing::debug!(%location, "knife store open on PostgreSQL");
         Ok(PgStore {
             inner: Arc::new(Inner {
                 location,
                 pool,
                 live,
-                wake,
                 pump,
                 outbox,
                 relayed,
                 sender,
+                committer,
             }),
         })
     }
@@ -250,28 +258,28 @@ impl PgStore {
         Ok(read::list_entities(&**client, sql, params).await?)
     }
 
-    /// Runs the write in its own task, so dropping the caller's future does not
-    /// cancel a transaction half-way (the contract: a write once polled may still
-    /// commit), as the SQLite writer thread does.
+    /// Encodes and plans `events` here, then queues the append on the node's committer
+    /// (group commit: crate::group), which writes it in its own task, so dropping the
+    /// caller's future does not cancel a transaction half-way (the contract: a write
+    /// once polled may still commit), as the SQLite writer thread does.
     pub(crate) async fn write_batch(
         &self,
         fences: Vec<knife_store::Lease>,
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        let pool = self.inner.pool.clone();
-        let wake = self.inner.wake.clone();
-        tokio::spawn(async move {
-            let mut client = pool.get().await.map_err(PgError::from)?;
-            let written = write::write_batch(&mut client, &fences, guard.as_ref(), events).await?;
-            if written.as_ref().is_some_and(|w| !w.is_empty()) {
-                // Our own commit: wake the pump now instead of waiting for the NOTIFY.
-                wake.notify_one();
-            }
-            Ok(written)
-        })
-        .await
-        .map_err(|_| StoreError::WriterGone)?
+        let events = events
+            .into_iter()
+            .map(write::Ready::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.inner
+            .committer
+            .append(write::Append {
+                fences,
+                guard,
+                events,
+            })
+            .await
     }
 }
 

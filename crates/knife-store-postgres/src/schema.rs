@@ -40,6 +40,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "model_calls",
         sql: include_str!("../migrations/0045_model_calls.sql"),
     },
+    Migration {
+        version: 50,
+        name: "claimed_at",
+        sql: include_str!("../migrations/0050_claimed_at.sql"),
+    },
 ];
 
 /// Advisory lock key that serialises migrations of one database across nodes.

@@ -27,6 +27,10 @@ pub struct TestCluster {
     pub port: u16,
 }
 
+/// The cluster-wide append lock's advisory key (crate::write::APPEND_LOCK), for tests
+/// that hold it from another session.
+pub const APPEND_LOCK: i64 = crate::write::APPEND_LOCK;
+
 static CLUSTER: OnceCell<Result<TestCluster, String>> = OnceCell::const_new();
 static NEXT_DB: AtomicU64 = AtomicU64::new(0);
 

@@ -1,7 +1,7 @@
 // The write path on PostgreSQL: appends under a transaction-scoped advisory lock (so
 // sequences are assigned in commit order), compare-and-set, the fold, and rebuild.
 
-use crate::error::PgResult;
+use crate::error::{PgError, PgResult};
 use crate::fold;
 use knife_protocol::{DomainEvent, StoredEvent};
 use knife_store::fold::{FoldMode, PROJECTION_TABLES, TOMBSTONE_TYPE, plan};
@@ -16,47 +16,118 @@ pub(crate) const APPEND_LOCK: i64 = 0x6b6e_6966_6502;
 /// only; subscribers read the rows from `events`).
 pub(crate) const CHANNEL: &str = "knife_events";
 
-/// An event ready to append: encoded and its fold planned before the append lock.
-struct Ready {
+/// An event ready to append: encoded and its fold planned before the append lock (in
+/// the caller's task, so the encoding of several callers runs in parallel).
+pub(crate) struct Ready {
     event: DomainEvent,
     payload: String,
     occurred_at: String,
     plan: Vec<knife_store::fold::RowChange>,
 }
 
-/// The body of `write` / `write_if` in one transaction: lock, check the fences and
-/// `guard`, append, fold, notify, commit. `Ok(None)` (nothing written) when the guard
-/// failed.
-///
-/// Round trips under the append lock are few and do not grow with the batch (they
-/// cap the whole cluster's throughput, docs/2026-12-01-store-postgres.md): the lock
-/// with the log head, the deleted-thread check, the fences and a guard (one pipeline,
-/// plus one prepare for a fence or guard), then ONE pipeline holding the multi-row `INSERT … SELECT FROM
-/// UNNEST` of the events, every fold statement (crate::fold), the log head update and
-/// the NOTIFY, and the COMMIT. Encoding and planning happen before the lock.
-pub(crate) async fn write_batch(
-    client: &mut deadpool_postgres::ClientWrapper,
-    fences: &[knife_store::Lease],
-    guard: Option<&RowGuard>,
-    events: Vec<DomainEvent>,
-) -> PgResult<Option<Vec<StoredEvent>>> {
-    let mut ready = Vec::with_capacity(events.len());
-    for event in events {
-        ready.push(Ready {
+impl Ready {
+    /// Encodes `event` and plans its fold. Errors: [`StoreError::Serde`].
+    pub(crate) fn new(event: DomainEvent) -> Result<Ready, StoreError> {
+        Ok(Ready {
             payload: serde_json::to_string(&event)?,
             occurred_at: event
                 .occurred_at
                 .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
             plan: plan(&event)?,
             event,
-        });
+        })
     }
-    let mut threads: Vec<String> = ready
+}
+
+/// One caller's append (`write` / `write_if` / `write_fenced`): atomic on its own, its
+/// fences and guard its own, whatever group it is written with.
+pub(crate) struct Append {
+    pub(crate) fences: Vec<knife_store::Lease>,
+    pub(crate) guard: Option<RowGuard>,
+    pub(crate) events: Vec<Ready>,
+}
+
+/// What an append's caller gets: its stored events, `None` when its guard failed.
+pub(crate) type Outcome = Result<Option<Vec<StoredEvent>>, StoreError>;
+
+/// How one attempt at a group's transaction ended.
+enum Attempt {
+    /// Committed (or nothing to write): the outcome of every append it held.
+    Done(Vec<(usize, Outcome)>),
+    /// Append `.0` failed on its own (a duplicate event id, a project root taken, a
+    /// constraint its rows break): the transaction was rolled back; the group is
+    /// tried again without it.
+    Rejected(usize, StoreError),
+}
+
+/// Writes a group of appends (group commit, crate::group) in ONE transaction under the
+/// append lock and returns each append's outcome, in order.
+///
+/// Each append stays atomic and independent, as if written alone in queue order: its
+/// fences and its guard are checked for it (a guard after the appends before it in
+/// the group), a fenced append or a failed guard writes nothing of it and the others
+/// go on, and an append that fails on its own rows (see [`Attempt::Rejected`]) gets
+/// its error while the group is written again without it (a new transaction: a
+/// rolled-back attempt leaves nothing). A failure of the database itself (connection
+/// lost, disk full, COMMIT failed) is every caller's error.
+///
+/// Round trips under the lock do not grow with the group (they cap the whole cluster's
+/// throughput, docs/2026-12-01-store-postgres.md): one pipeline with the lock, the log
+/// head, the deleted threads, every fence and the first append's guard; ONE pipeline
+/// with each append's multi-row `INSERT … SELECT FROM UNNEST`, every fold statement
+/// (crate::fold), the log head update and the NOTIFY; the COMMIT. A guard of a later
+/// append flushes the pipeline and reads its row first (one round trip more).
+pub(crate) async fn write_group(
+    client: &mut deadpool_postgres::ClientWrapper,
+    appends: &[Append],
+) -> Vec<Outcome> {
+    let mut outcomes: Vec<Option<Outcome>> = appends.iter().map(|_| None).collect();
+    let mut live: Vec<usize> = (0..appends.len()).collect();
+    while !live.is_empty() {
+        match attempt(client, appends, &live).await {
+            Ok(Attempt::Done(done)) => {
+                for (i, outcome) in done {
+                    outcomes[i] = Some(outcome);
+                }
+                break;
+            }
+            Ok(Attempt::Rejected(i, error)) => {
+                tracing::debug!(%error, "an append of a group failed on its own; the rest is retried");
+                outcomes[i] = Some(Err(error));
+                live.retain(|&j| j != i);
+            }
+            Err(error) => {
+                let error = StoreError::from(error);
+                for &i in &live {
+                    outcomes[i] = Some(Err(copy_error(&error)));
+                }
+                if let Some(&first) = live.first() {
+                    outcomes[first] = Some(Err(error));
+                }
+                break;
+            }
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or(Err(StoreError::WriterGone)))
+        .collect()
+}
+
+/// One transaction over the appends `live` (indices into `appends`, in queue order).
+async fn attempt(
+    client: &mut deadpool_postgres::ClientWrapper,
+    appends: &[Append],
+    live: &[usize],
+) -> PgResult<Attempt> {
+    let mut threads: Vec<String> = live
         .iter()
+        .flat_map(|&i| appends[i].events.iter())
         .filter_map(|r| r.event.thread_id.as_ref().map(|t| t.as_str().to_owned()))
         .collect();
     threads.sort_unstable();
     threads.dedup();
+    let opening = live[0];
 
     let tx = client.transaction().await?;
     let lock = tx
@@ -66,23 +137,25 @@ pub(crate) async fn write_batch(
         .prepare_cached("SELECT last_sequence FROM log_head")
         .await?;
     // Pipelined (`futures::join!` and a short `join_all` poll in order, so the requests
-    // go out in order): the head, the tombstones, the fences and the guard are read by
-    // statements that start once the lock is held, so they see every commit before ours.
-    // Fencing (SCALE-04): the lease row is read FOR SHARE, so a takeover in flight
-    // finishes first and this write then sees its epoch. The guard is re-read under the
-    // append lock: no other write can land before our COMMIT.
-    let fence_checks = futures::future::join_all(
-        fences
+    // go out in order): the head, the tombstones, the fences and the first guard are
+    // read by statements that start once the lock is held, so they see every commit
+    // before ours. Fencing (SCALE-04): the lease row is read FOR SHARE, so a takeover in
+    // flight finishes first and this write then sees its epoch. Appends write no lease
+    // rows, so the fences of the whole group are read here.
+    let reader = &*tx;
+    let fence_checks = futures::future::join_all(live.iter().flat_map(|&i| {
+        appends[i]
+            .fences
             .iter()
-            .map(|lease| crate::leases::check_fence(&*tx, lease)),
-    );
+            .map(move |lease| async move { (i, crate::leases::check_fence(reader, lease).await) })
+    }));
     let guard_read = async {
-        match guard {
+        match &appends[opening].guard {
             Some(g) => read_version(&*tx, g.kind.table(), &g.id).await.map(Some),
             None => Ok(None),
         }
     };
-    let (locked, head, deleted, fenced, current) = futures::join!(
+    let (locked, head, deleted, fenced, opening_version) = futures::join!(
         tx.execute(&lock, &[&APPEND_LOCK]),
         tx.query_one(&head, &[]),
         fold::deleted_threads(&tx, threads),
@@ -90,56 +163,100 @@ pub(crate) async fn write_batch(
         guard_read,
     );
     locked?;
-    let first: i64 = head?.get(0);
+    let mut last: i64 = head?.get(0);
     let deleted = deleted?;
-    for fence in fenced {
-        fence?;
+    let opening_version = opening_version?;
+    let mut done: Vec<(usize, Outcome)> = Vec::with_capacity(live.len());
+    let mut refused = std::collections::HashSet::new();
+    for (i, fence) in fenced {
+        match fence {
+            Ok(()) => {}
+            Err(PgError::Store(e)) if refused.insert(i) => done.push((i, Err(e))),
+            Err(PgError::Store(_)) => {}
+            Err(e) => return Err(e),
+        }
     }
-    if let (Some(guard), Some(current)) = (guard, current?)
-        && current != guard.expected_version
-    {
-        tracing::debug!(
-            kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
-            ?current, "compare-and-set write skipped: the row moved"
-        );
-        return Ok(None); // `tx` drops: ROLLBACK
-    }
-    if ready.is_empty() {
-        return Ok(Some(Vec::new()));
-    }
-    let count = ready.len();
-    let last = first + i64::try_from(count).unwrap_or(i64::MAX);
+
     let mut folder = fold::Folder::new(FoldMode::Write, deleted);
-    folder
-        .pipeline
-        .push(
-            &tx,
-            "INSERT INTO events (sequence, event_id, thread_id, run_id, type, occurred_at, \
-             payload_json) SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], \
-             $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[]) ON CONFLICT (event_id) DO NOTHING",
-            vec![
-                Box::new(((first + 1)..=last).collect::<Vec<i64>>()),
-                Box::new(column(&ready, |r| Some(r.event.id.as_str().to_owned()))),
-                Box::new(column(&ready, |r| {
-                    r.event.thread_id.as_ref().map(|t| t.as_str().to_owned())
-                })),
-                Box::new(column(&ready, |r| {
-                    r.event.run_id.as_ref().map(|t| t.as_str().to_owned())
-                })),
-                Box::new(column(&ready, |r| Some(r.event.event_type().to_owned()))),
-                Box::new(column(&ready, |r| Some(r.occurred_at.clone()))),
-                Box::new(column(&ready, |r| Some(r.payload.clone()))),
-            ],
-        )
-        .await?;
-    let mut stored = Vec::with_capacity(count);
-    for (i, r) in ready.into_iter().enumerate() {
-        let ev = StoredEvent {
-            sequence: u64::try_from(first).unwrap_or(0) + i as u64 + 1,
-            event: r.event,
-        };
-        folder.fold(&tx, &ev, r.plan).await?;
-        stored.push(ev);
+    let mut written: Vec<(usize, Vec<StoredEvent>)> = Vec::new();
+    for &i in live.iter().filter(|i| !refused.contains(*i)) {
+        let append = &appends[i];
+        folder.pipeline.owner = i;
+        if let Some(guard) = &append.guard {
+            let current = if i == opening {
+                opening_version.flatten()
+            } else {
+                // The appends before it in this transaction may have moved the row.
+                if let Err(e) = folder.flush(&tx).await {
+                    drop(tx);
+                    return blame(client, &folder, i, e, appends).await;
+                }
+                read_version(&*tx, guard.kind.table(), &guard.id).await?
+            };
+            if current != guard.expected_version {
+                tracing::debug!(
+                    kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
+                    ?current, "compare-and-set write skipped: the row moved"
+                );
+                done.push((i, Ok(None)));
+                continue;
+            }
+        }
+        if append.events.is_empty() {
+            done.push((i, Ok(Some(Vec::new()))));
+            continue;
+        }
+        let first = last;
+        last = first + i64::try_from(append.events.len()).unwrap_or(i64::MAX);
+        let events = &append.events;
+        let queued = folder
+            .pipeline
+            .push(
+                &tx,
+                "INSERT INTO events (sequence, event_id, thread_id, run_id, type, occurred_at, \
+                 payload_json) SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], \
+                 $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[])",
+                vec![
+                    Box::new(((first + 1)..=last).collect::<Vec<i64>>()),
+                    Box::new(column(events, |r| Some(r.event.id.as_str().to_owned()))),
+                    Box::new(column(events, |r| {
+                        r.event.thread_id.as_ref().map(|t| t.as_str().to_owned())
+                    })),
+                    Box::new(column(events, |r| {
+                        r.event.run_id.as_ref().map(|t| t.as_str().to_owned())
+                    })),
+                    Box::new(column(events, |r| Some(r.event.event_type().to_owned()))),
+                    Box::new(column(events, |r| Some(r.occurred_at.clone()))),
+                    Box::new(column(events, |r| Some(r.payload.clone()))),
+                ],
+            )
+            .await;
+        if let Err(e) = queued {
+            drop(tx);
+            return blame(client, &folder, i, e, appends).await;
+        }
+        let mut stored = Vec::with_capacity(events.len());
+        for (k, r) in events.iter().enumerate() {
+            let ev = StoredEvent {
+                sequence: u64::try_from(first).unwrap_or(0) + k as u64 + 1,
+                event: r.event.clone(),
+            };
+            if let Err(e) = folder.fold(&tx, &ev, r.plan.clone()).await {
+                drop(tx);
+                return blame(client, &folder, i, e, appends).await;
+            }
+            stored.push(ev);
+        }
+        // An append's merged upserts are its own statements (errors are blamed on it).
+        if let Err(e) = folder.emit(&tx).await {
+            drop(tx);
+            return blame(client, &folder, i, e, appends).await;
+        }
+        written.push((i, stored));
+    }
+    if written.is_empty() {
+        // Nothing to write (all fenced, guards failed or empty): `tx` drops, ROLLBACK.
+        return Ok(Attempt::Done(done));
     }
     let p = &mut folder.pipeline;
     p.push(
@@ -154,15 +271,65 @@ pub(crate) async fn write_batch(
         vec![Box::new(CHANNEL), Box::new(last.to_string())],
     )
     .await?;
-    p.flush(&tx).await?;
-    // The first statement of the pipeline is the INSERT.
-    if p.affected().first().copied().unwrap_or(0) != count as u64 {
-        // Some event id is in the log already (or twice in the batch): name it.
+    if let Err(e) = p.flush(&tx).await {
         drop(tx);
-        return Err(duplicate(client, &stored).await.into());
+        return blame(client, &folder, opening, e, appends).await;
     }
     tx.commit().await?;
-    Ok(Some(stored))
+    done.extend(written.into_iter().map(|(i, s)| (i, Ok(Some(s)))));
+    done.sort_by_key(|(i, _)| *i);
+    Ok(Attempt::Done(done))
+}
+
+/// The attempt failed with `error` (its transaction already rolled back) while
+/// queuing or folding append `current`, or flushing the statements queued so far:
+/// whose fault is it? The append that queued the failing statement
+/// ([`fold::Pipeline::failed_owner`], else `current`) when the error is about its own
+/// rows (a contract error, a unique, other constraint or data error): it is then
+/// [`Attempt::Rejected`]. Anything else (the database failing) is the group's.
+async fn blame(
+    client: &deadpool_postgres::ClientWrapper,
+    folder: &fold::Folder,
+    current: usize,
+    error: PgError,
+    appends: &[Append],
+) -> PgResult<Attempt> {
+    let owner = folder.pipeline.failed_owner().unwrap_or(current);
+    match error {
+        PgError::Store(e) => Ok(Attempt::Rejected(owner, e)),
+        PgError::Driver(e) => match e.code().map(tokio_postgres::error::SqlState::code) {
+            Some("23505") => {
+                let error = duplicate(client, &e, &appends[owner].events).await;
+                Ok(Attempt::Rejected(owner, error))
+            }
+            Some(code) if code.starts_with("23") || code.starts_with("22") => {
+                Ok(Attempt::Rejected(owner, PgError::Driver(e).into()))
+            }
+            _ => Err(PgError::Driver(e)),
+        },
+        other => Err(other),
+    }
+}
+
+/// A copy of a group-wide `error` for each further caller ([`StoreError`] is not
+/// `Clone`): the same variant for the errors callers act on (a full disk), the
+/// message otherwise.
+pub(crate) fn copy_error(error: &StoreError) -> StoreError {
+    let source: knife_store::BackendError = error.to_string().into();
+    match error {
+        StoreError::Full { backend, .. } => StoreError::Full { backend, source },
+        StoreError::Database { backend, hint, .. } => StoreError::Database {
+            backend,
+            hint,
+            source,
+        },
+        StoreError::WriterGone => StoreError::WriterGone,
+        _ => StoreError::Database {
+            backend: "PostgreSQL",
+            hint: crate::error::PG_HINT,
+            source,
+        },
+    }
 }
 
 /// One column of the batch for `UNNEST`.
@@ -170,18 +337,34 @@ fn column(ready: &[Ready], f: impl Fn(&Ready) -> Option<String>) -> Vec<Option<S
     ready.iter().map(f).collect()
 }
 
-/// The [`StoreError::DuplicateEvent`] of a batch whose insert skipped a row: the first
-/// event whose id is already in the log, or repeated in the batch.
-async fn duplicate(client: &deadpool_postgres::ClientWrapper, batch: &[StoredEvent]) -> StoreError {
+/// The [`StoreError::DuplicateEvent`] of an append whose insert broke the event id's
+/// unique index (`unique`, its transaction rolled back): the id the server names, else
+/// the first repeated in the append, else the first already in the log.
+async fn duplicate(
+    client: &deadpool_postgres::ClientWrapper,
+    unique: &tokio_postgres::Error,
+    batch: &[Ready],
+) -> StoreError {
+    // "Key (event_id)=(…) already exists."
+    let named = unique
+        .as_db_error()
+        .and_then(|d| d.detail())
+        .and_then(|d| d.strip_prefix("Key (event_id)=("))
+        .and_then(|d| d.strip_suffix(") already exists."));
+    if let Some(id) = named {
+        return StoreError::DuplicateEvent {
+            event_id: knife_protocol::EventId::from(id),
+        };
+    }
     let mut seen = std::collections::HashSet::new();
-    for ev in batch {
-        if !seen.insert(ev.event.id.as_str()) {
+    for r in batch {
+        if !seen.insert(r.event.id.as_str()) {
             return StoreError::DuplicateEvent {
-                event_id: ev.event.id.clone(),
+                event_id: r.event.id.clone(),
             };
         }
     }
-    let ids: Vec<&str> = batch.iter().map(|e| e.event.id.as_str()).collect();
+    let ids: Vec<&str> = batch.iter().map(|r| r.event.id.as_str()).collect();
     let found = client
         .query_opt(
             "SELECT event_id FROM events WHERE event_id = ANY($1) LIMIT 1",
@@ -190,7 +373,10 @@ async fn duplicate(client: &deadpool_postgres::ClientWrapper, batch: &[StoredEve
         .await;
     let event_id = match found {
         Ok(Some(row)) => knife_protocol::EventId::from(row.get::<_, String>(0).as_str()),
-        _ => batch[0].event.id.clone(),
+        _ => match batch.first() {
+            Some(r) => r.event.id.clone(),
+            None => knife_protocol::EventId::from("unknown"),
+        },
     };
     StoreError::DuplicateEvent { event_id }
 }
@@ -268,7 +454,7 @@ async fn refold(tx: &deadpool_postgres::Transaction<'_>) -> PgResult<u64> {
             folder.fold(tx, &ev, changes).await?;
             count += 1;
         }
-        folder.pipeline.flush(tx).await?;
+        folder.flush(tx).await?;
         after = last;
     }
     Ok(count)

@@ -295,3 +295,266 @@ async fn scale_03_live_deltas_relayed_by_node_a_reach_node_b_in_order_chunked() 
         "a node does not hear its own deltas"
     );
 }
+
+/// Outcome of one append in [`scale_02_appends_queued_on_one_node_share_one_transaction_each_alone_in_its_outcome`].
+type Outcome = Result<Option<Vec<StoredEvent>>, knife_store::StoreError>;
+
+/// SCALE-02 with group commit: appends queued on one node while the cluster-wide
+/// append lock is held elsewhere share one transaction (at most two transactions for
+/// all of them, seen in the rows' `xmin`), yet each keeps its own outcome as if it
+/// were written alone in queue order: its events consecutive and in order, a guard
+/// checked after the appends before it, a fenced append, a duplicate event id (of the
+/// log, or of an earlier append of the same group) and a taken project root each fail
+/// only themselves, and the log stays gap-free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_02_appends_queued_on_one_node_share_one_transaction_each_alone_in_its_outcome() {
+    use knife_store::contract::fixtures::project;
+    use knife_store::{EntityKind, Lease, RowGuard, StoreError};
+    let (db, nodes) = nodes(1, PgOptions::default()).await;
+    let store = nodes[0].clone();
+    let first = store
+        .write(vec![ev(EventBody::ProjectCreated(project("p1", 1)))])
+        .await
+        .unwrap();
+    let logged = first[0].event.id.clone();
+
+    // Another session holds the append lock: the node's appends queue behind it.
+    let (holder, connection) =
+        tokio_postgres::connect(&cluster().await.url(&db), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&knife_store_postgres::testing::APPEND_LOCK],
+        )
+        .await
+        .unwrap();
+
+    let item = |thread: &str, n: u64| {
+        ev(EventBody::TurnItemUpdated(turn_item(
+            thread,
+            1,
+            n,
+            &format!("{thread} {n}"),
+        )))
+    };
+    let created = turn_item("thread:g3", 1, 0, "");
+    let shared = item("thread:g14", 1);
+    let shared_id = shared.id.clone();
+    let mut twin = item("thread:g15", 1);
+    twin.id = shared.id.clone();
+    let mut stale = item("thread:g5", 1);
+    stale.id = logged.clone();
+    let fence = Lease {
+        thread_id: ThreadId::from("thread:g9"),
+        node: "node-0".into(),
+        epoch: 3,
+        expires_at: chrono::Utc::now(),
+    };
+    let mut appends: Vec<futures::future::BoxFuture<'static, Outcome>> = Vec::new();
+    for i in 0..20u64 {
+        let thread = format!("thread:g{i}");
+        let batch: Vec<DomainEvent> = (0..=(i % 4)).map(|n| item(&thread, n)).collect();
+        let store = store.clone();
+        appends.push(match i {
+            5 => {
+                let batch = vec![item(&thread, 9), stale.clone()];
+                Box::pin(async move { store.write(batch).await.map(Some) })
+            }
+            // The row append 3 created: version 1 after it, so this guard holds …
+            6 => {
+                let guard = RowGuard::new(EntityKind::TurnItem, created.id.as_str(), Some(1));
+                Box::pin(async move { store.write_if(guard, batch).await })
+            }
+            // … and "must not exist yet" fails.
+            7 => {
+                let guard = RowGuard::new(EntityKind::TurnItem, created.id.as_str(), None);
+                Box::pin(async move { store.write_if(guard, batch).await })
+            }
+            8 => Box::pin(async move {
+                store
+                    .write(vec![ev(EventBody::ProjectCreated(
+                        knife_protocol::Project {
+                            id: ProjectId::from("p2"),
+                            ..project("p1", 2)
+                        },
+                    ))])
+                    .await
+                    .map(Some)
+            }),
+            9 => {
+                let fence = fence.clone();
+                Box::pin(async move { store.backend().write_fenced(&[fence], None, batch).await })
+            }
+            14 => {
+                let shared = shared.clone();
+                Box::pin(async move { store.write(vec![shared]).await.map(Some) })
+            }
+            15 => {
+                let twin = twin.clone();
+                Box::pin(async move { store.write(vec![twin]).await.map(Some) })
+            }
+            _ => Box::pin(async move { store.write(batch).await.map(Some) }),
+        });
+    }
+    let mut all = futures::future::join_all(appends);
+    // One poll queues every append (nothing before the queue waits), in order.
+    assert!(futures::poll!(&mut all).is_pending());
+    // Bounded: the node's committer is waiting for the lock.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let waiting: i64 = holder
+                .query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the node's appends to wait for the append lock");
+    holder.batch_execute("COMMIT").await.unwrap();
+    let outcomes = tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("the queued appends to finish");
+
+    let mut expected_sequence = 2;
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match (i, outcome) {
+            (5, Err(StoreError::DuplicateEvent { event_id })) => assert_eq!(event_id, logged),
+            (15, Err(StoreError::DuplicateEvent { event_id })) => assert_eq!(event_id, shared_id),
+            (8, Err(StoreError::ProjectRootTaken { project_id, .. })) => {
+                assert_eq!(project_id, ProjectId::from("p1"));
+            }
+            (9, Err(StoreError::Fenced { thread_id, .. })) => {
+                assert_eq!(thread_id, ThreadId::from("thread:g9"));
+            }
+            (7, Ok(None)) => {}
+            (i, Ok(Some(stored))) if ![5, 7, 8, 9, 15].contains(&i) => {
+                let sequences: Vec<u64> = stored.iter().map(|e| e.sequence).collect();
+                let expected: Vec<u64> =
+                    (expected_sequence..expected_sequence + stored.len() as u64).collect();
+                assert_eq!(
+                    sequences, expected,
+                    "append {i}: consecutive, in queue order"
+                );
+                expected_sequence += stored.len() as u64;
+            }
+            (i, other) => panic!("append {i}: unexpected outcome {other:?}"),
+        }
+    }
+    // Nothing of the failed appends, no gap, and the appends shared transactions.
+    let row = holder
+        .query_one(
+            "SELECT count(*), max(sequence), count(DISTINCT xmin::text) FILTER (WHERE sequence > 1) \
+             FROM events",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (count, max, transactions): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(
+        (count, max),
+        (expected_sequence as i64 - 1, expected_sequence as i64 - 1)
+    );
+    assert!(
+        transactions <= 2,
+        "{transactions} transactions for the queued appends; expected them grouped"
+    );
+    let p2: Option<knife_protocol::Project> =
+        store.get_project(&ProjectId::from("p2")).await.unwrap();
+    assert!(p2.is_none(), "the rejected append wrote nothing");
+    drop(holder);
+    let _ = driver.await;
+}
+
+/// SCALE-10 (the append path behind the figure): a batch's upserts of one row are
+/// merged into one row change and a table's rows into one statement, and that leaves
+/// the projections exactly as appending the same events one per transaction does
+/// (versions, created and last sequences, the last snapshot), across the barriers
+/// (a thread deleted in the middle of the batch, its later events ignored) and on
+/// rows that existed before the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_10_merged_upserts_of_a_batch_leave_the_projections_of_one_append_per_event() {
+    use knife_store::contract::fixtures::{project, thread, ts};
+    let (_one_db, one) = nodes(1, PgOptions::default()).await;
+    let (_batch_db, batch) = nodes(1, PgOptions::default()).await;
+    let setup = vec![
+        ev(EventBody::ProjectCreated(project("p", 1))),
+        ev(EventBody::ThreadCreated(thread("t1", "p", 1))),
+        ev(EventBody::ThreadCreated(thread("t2", "p", 1))),
+        ev(EventBody::TurnItemUpdated(turn_item("t1", 1, 0, "before"))),
+    ];
+    let mut events = Vec::new();
+    for round in 0..3u64 {
+        for n in 0..4 {
+            events.push(ev(EventBody::TurnItemUpdated(turn_item(
+                "t1",
+                1,
+                n,
+                &format!("t1 item {n} round {round}"),
+            ))));
+            events.push(ev(EventBody::TurnItemUpdated(turn_item(
+                "t2",
+                1,
+                n,
+                &format!("t2 item {n} round {round}"),
+            ))));
+        }
+        events.push(ev(EventBody::ThreadUpdated(thread(
+            "t1",
+            "p",
+            2 + round as i64,
+        ))));
+        if round == 1 {
+            events.push(ev(EventBody::ThreadDeleted {
+                thread_id: ThreadId::from("t2"),
+                deleted_at: ts(9),
+            }));
+        }
+    }
+    for store in [&one, &batch] {
+        store[0].write(setup.clone()).await.unwrap();
+    }
+    for e in &events {
+        one[0].write(vec![e.clone()]).await.unwrap();
+    }
+    batch[0].write(events).await.unwrap();
+    let (a, b) = (
+        one[0].dump_projections().await.unwrap(),
+        batch[0].dump_projections().await.unwrap(),
+    );
+    assert_eq!(a, b);
+    let item = batch[0]
+        .get_turn_item(&TurnItemId::from(turn_item("t1", 1, 0, "").id.as_str()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&item.kind, TurnItemKind::AssistantMessage { text, .. } if text == "t1 item 0 round 2")
+    );
+    assert!(
+        batch[0]
+            .get_thread(&ThreadId::from("t2"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

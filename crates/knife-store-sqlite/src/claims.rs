@@ -70,30 +70,30 @@ impl Activity for SqliteStore {
 
 #[async_trait::async_trait]
 impl Claims for SqliteStore {
-    /// Claimed top-level threads (`time_suspended` set, no parent), oldest claim
+    /// Claimed top-level threads (`claimed_at` set, no parent), oldest claim
     /// first: the work the restart sweep resumes (EXEC-03).
     async fn list_suspended_threads(&self) -> Result<Vec<Thread>, StoreError> {
         self.read(|c| {
             queries::list_entities(
                 c,
                 "SELECT payload_json FROM threads \
-                 WHERE time_suspended_us IS NOT NULL AND parent_thread_id IS NULL \
-                 ORDER BY time_suspended_us, id",
+                 WHERE claimed_at_us IS NOT NULL AND parent_thread_id IS NULL \
+                 ORDER BY claimed_at_us, id",
                 &[],
             )
         })
         .await
     }
 
-    /// Claimed child threads (`time_suspended` set, with a parent): claims the
+    /// Claimed child threads (`claimed_at` set, with a parent): claims the
     /// restart sweep releases without resuming (EXEC-03).
     async fn list_claimed_child_threads(&self) -> Result<Vec<Thread>, StoreError> {
         self.read(|c| {
             queries::list_entities(
                 c,
                 "SELECT payload_json FROM threads \
-                 WHERE time_suspended_us IS NOT NULL AND parent_thread_id IS NOT NULL \
-                 ORDER BY time_suspended_us, id",
+                 WHERE claimed_at_us IS NOT NULL AND parent_thread_id IS NOT NULL \
+                 ORDER BY claimed_at_us, id",
                 &[],
             )
         })

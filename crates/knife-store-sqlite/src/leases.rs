@@ -210,11 +210,11 @@ impl Leases for SqliteStore {
                     let mut stmt = tx.prepare_cached(
                         "SELECT t.id FROM threads t \
                          LEFT JOIN thread_leases l ON l.thread_id = t.id \
-                         WHERE t.time_suspended_us IS NOT NULL AND t.parent_thread_id IS NULL \
+                         WHERE t.claimed_at_us IS NOT NULL AND t.parent_thread_id IS NULL \
                            AND (l.thread_id IS NULL OR l.expires_at_us <= ?1 \
                                 OR (?2 AND l.node = ?3)) \
                            AND t.id NOT IN (SELECT value FROM json_each(?5)) \
-                         ORDER BY t.time_suspended_us, t.id LIMIT ?4",
+                         ORDER BY t.claimed_at_us, t.id LIMIT ?4",
                     )?;
                     let rows =
                         stmt.query_map(params![now, own, node, limit, exclude], |r| r.get(0))?;

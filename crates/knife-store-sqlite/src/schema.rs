@@ -60,6 +60,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "model_calls",
         sql: include_str!("../migrations/0085_model_calls.sql"),
     },
+    Migration {
+        version: 90,
+        name: "claimed_at",
+        sql: include_str!("../migrations/0090_claimed_at.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

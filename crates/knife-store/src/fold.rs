@@ -224,8 +224,8 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
                         Cell::Integer(t.updated_at.timestamp_micros()),
                     ),
                     (
-                        "time_suspended_us",
-                        t.time_suspended
+                        "claimed_at_us",
+                        t.claimed_at
                             .map_or(Cell::Null, |c| Cell::Integer(c.timestamp_micros())),
                     ),
                     (

@@ -3,7 +3,7 @@
 
 //! The lease contract (docs/2026-12-01-leases.md).
 //!
-//! A thread's *claim* (its `time_suspended`, an event-log fact) says "this work must be
+//! A thread's *claim* (its `claimed_at`, an event-log fact) says "this work must be
 //! finished"; its *lease* (an operational row, not an event: renewals every few seconds
 //! must not flood the log) says which node runs it now, until when, under which epoch.
 //!

@@ -134,10 +134,10 @@ pub trait ProjectionReads: Send + Sync {
 /// Execution claims: what the restart sweep and boot reconciliation read (EXEC-03..10).
 #[async_trait::async_trait]
 pub trait Claims: Send + Sync {
-    /// Claimed top-level threads (`time_suspended` set, no parent), oldest claim
+    /// Claimed top-level threads (`claimed_at` set, no parent), oldest claim
     /// first: the work the restart sweep resumes (EXEC-03).
     async fn list_suspended_threads(&self) -> Result<Vec<Thread>, StoreError>;
-    /// Claimed child threads (`time_suspended` set, with a parent): claims the
+    /// Claimed child threads (`claimed_at` set, with a parent): claims the
     /// restart sweep releases without resuming (EXEC-03).
     async fn list_claimed_child_threads(&self) -> Result<Vec<Thread>, StoreError>;
     /// Runtime requests still `pending`, oldest first.

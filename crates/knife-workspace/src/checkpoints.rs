@@ -471,6 +471,8 @@ impl Locked {
             git_ref: git_ref.to_owned(),
             taken_at: chrono::Utc::now(),
             skipped,
+            // The caller (the runtime) names its node.
+            node: None,
         })
     }
 

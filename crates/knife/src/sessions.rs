@@ -115,8 +115,17 @@ fn render_list(sessions: &[LiveSession]) -> String {
                 .unwrap_or_default()
         );
         let _ = writeln!(out, "  folder   {}", s.cwd);
-        if let Some(node) = &s.node {
-            let _ = writeln!(out, "  node     {node}");
+        match (&s.node, s.remote) {
+            (Some(node), true) => {
+                let _ = writeln!(
+                    out,
+                    "  node     {node} (another node: its turns, idle timer and close are there)"
+                );
+            }
+            (Some(node), false) => {
+                let _ = writeln!(out, "  node     {node}");
+            }
+            (None, _) => {}
         }
         let threads: Vec<_> = s
             .threads
@@ -131,6 +140,7 @@ fn render_list(sessions: &[LiveSession]) -> String {
             .collect();
         let _ = writeln!(out, "  running  {}", join_or_none(&turns));
         match (&s.idle_deadline, &s.pinned_since) {
+            _ if s.remote => {}
             (_, Some(pin)) => {
                 let _ = writeln!(
                     out,

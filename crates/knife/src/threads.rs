@@ -545,7 +545,7 @@ fn print_projection(p: &ThreadProjection, usage: &UsageReport) {
     );
     println!("runs     {}", t.run_count);
     // The execution claim (SPEC.md EXEC-04): held while work runs or waits for a restart.
-    match t.time_suspended {
+    match t.claimed_at {
         Some(at) => println!(
             "claim    held since {} · resume attempts {}",
             at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -558,7 +558,7 @@ fn print_projection(p: &ThreadProjection, usage: &UsageReport) {
         let until = lease
             .expires_at
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        match t.time_suspended {
+        match t.claimed_at {
             Some(_) => println!(
                 "node     {} (lease epoch {}, until {until})",
                 lease.node, lease.epoch

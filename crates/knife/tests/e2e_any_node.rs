@@ -166,8 +166,8 @@ text = "answer to the message queued on node B"
 /// the same 202 answers as the same messages sent to A itself (one node). The steer
 /// reaches A's running turn (its delivery item is in run 1); the queued message waits
 /// in the thread row and A starts it after its own queued message, when run 1 ends (A's
-/// terminal write re-reads the queue from the database). `GET /api/sessions` names the
-/// node holding each session.
+/// terminal write re-reads the queue from the database). `GET /api/sessions` on either
+/// node names the node holding each session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_postgres),
@@ -205,13 +205,19 @@ async fn scale_06_a_steer_and_a_queued_message_sent_to_node_b_reach_node_as_run(
         .find(|s| s["threads"].as_array().unwrap().contains(&json!(thread)))
         .unwrap_or_else(|| panic!("no session of the thread on A: {sessions}"));
     assert_eq!(held["node"], "node-a", "{held}");
+    assert_eq!(held["remote"], false, "{held}");
+    // B runs none of it, and lists it as node A's (from the store).
     let (_, on_b) = b.get("/api/sessions").await;
-    assert!(
-        on_b.as_array()
-            .unwrap()
-            .iter()
-            .all(|s| !s["threads"].as_array().unwrap().contains(&json!(thread))),
-        "{on_b}"
+    let listed = on_b
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["provider_session_id"] == held["provider_session_id"])
+        .unwrap_or_else(|| panic!("B does not list A's session: {on_b}"));
+    assert_eq!(
+        (&listed["node"], &listed["remote"]),
+        (&json!("node-a"), &json!(true)),
+        "{listed}"
     );
 
     // Queued: to A, then to B; same answers, B's one place later.
@@ -559,6 +565,128 @@ async fn scale_06_a_stop_the_owning_node_never_applied_is_honoured_by_the_takeov
     let status = nodes.a.proc.kill_hard().await;
     assert!(!status.success());
     assert!(nodes.b.proc.terminate().await.success());
+}
+
+/// One quick answer per thread.
+const TWO_ANSWERS: &str = r#"
+[[response]]
+text = "answer on node A"
+
+[[response]]
+text = "answer on node B"
+"#;
+
+/// SCALE-06: `GET /api/sessions` on either node lists the sessions of every node, each
+/// naming the node holding it: a thread run on A and one run on B give two sessions,
+/// and A and B list the same two, their own as local (`remote: false`) and the other's
+/// as `remote` from the store. `knife sessions list` shows the node; closing the other
+/// node's session is refused with 409 `session_on_another_node`, its own is closed and
+/// then no longer listed by either node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_06_each_node_lists_every_node_s_sessions_with_the_node_holding_them() {
+    let nodes = two_nodes(TWO_ANSWERS).await;
+    let (a, b) = (&nodes.a.api, &nodes.b.api);
+    let on_a = a.create_thread(&nodes.project).await;
+    a.post_message(&on_a, "hello A").await;
+    wait_settled(a, &on_a, 1).await;
+    let on_b = b.create_thread(&nodes.project).await;
+    b.post_message(&on_b, "hello B").await;
+    wait_settled(b, &on_b, 1).await;
+
+    // (session id, node, remote) of the session of `thread` as `api` lists it.
+    let session_of = |list: &Value, thread: &str| -> (String, String, bool) {
+        let s = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["threads"].as_array().unwrap().contains(&json!(thread)))
+            .unwrap_or_else(|| panic!("no session of {thread} listed: {list}"));
+        (
+            s["provider_session_id"].as_str().unwrap().to_owned(),
+            s["node"].as_str().unwrap().to_owned(),
+            s["remote"].as_bool().unwrap(),
+        )
+    };
+    let (s, from_a) = a.get("/api/sessions").await;
+    assert_eq!(s, StatusCode::OK, "{from_a}");
+    let (s, from_b) = b.get("/api/sessions").await;
+    assert_eq!(s, StatusCode::OK, "{from_b}");
+    let (a_session, node, remote) = session_of(&from_a, &on_a);
+    assert_eq!((node.as_str(), remote), ("node-a", false), "{from_a}");
+    let (b_session, node, remote) = session_of(&from_a, &on_b);
+    assert_eq!((node.as_str(), remote), ("node-b", true), "{from_a}");
+    assert_ne!(a_session, b_session);
+    assert_eq!(
+        session_of(&from_b, &on_a),
+        (a_session.clone(), "node-a".into(), true),
+        "{from_b}"
+    );
+    assert_eq!(
+        session_of(&from_b, &on_b),
+        (b_session.clone(), "node-b".into(), false),
+        "{from_b}"
+    );
+    let ids = |list: &Value| {
+        let mut ids: Vec<String> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["provider_session_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(&from_a),
+        ids(&from_b),
+        "both nodes list the same sessions"
+    );
+
+    let url = nodes.b.proc.url();
+    let listed = run_cli(nodes.b.path(), &["sessions", "list", "--server", &url]).await;
+    assert!(listed.status.success(), "{}", listed.stderr);
+    assert!(
+        listed.stdout.contains("  node     node-a (another node"),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed.stdout.contains("  node     node-b\n"),
+        "{}",
+        listed.stdout
+    );
+
+    let close = |id: &str| format!("/api/sessions/{}/close", urlencoding(id));
+    let (s, refused) = b.post(&close(&a_session), &json!({})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(
+        refused["error"]["code"], "session_on_another_node",
+        "{refused}"
+    );
+    let (s, closed) = b.post(&close(&b_session), &json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{closed}");
+    for api in [a, b] {
+        let (_, list) = api.get("/api/sessions").await;
+        assert!(!ids(&list).contains(&b_session), "{list}");
+        assert!(ids(&list).contains(&a_session), "{list}");
+    }
+    nodes.stop().await;
+}
+
+/// `id` as one URL path segment.
+fn urlencoding(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Commands of the latency measurement.

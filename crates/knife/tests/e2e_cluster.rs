@@ -210,6 +210,101 @@ async fn kill_loop(kills: usize) -> Vec<Duration> {
     takeovers
 }
 
+/// SCALE-05 with per-node checkpoints (docs/2026-12-01-cluster-checkpoints.md): node A
+/// starts a turn (its start checkpoint in A's checkpoint repository) and is SIGKILLed;
+/// node B takes the turn over and ends the cut run with its own checkpoint. The cut run
+/// then says why it has no change set (`checkpoints.changes_error` naming both nodes)
+/// instead of showing none, and its diff and revert answer 409 `no_checkpoint` with
+/// that reason on either node; the continuation run, all on B, has its diff on B and
+/// answers A with the node that holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_05_a_run_taken_over_by_another_node_says_why_it_has_no_change_set() {
+    let mock = MockLlm::script(&script(1), &[]).await;
+    let cluster = cluster().await;
+    let db = cluster.fresh_database().await;
+    let url = cluster.tcp_url(&db);
+    let mut a = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-a")).await;
+    let b = Server::start_with_config(&node_config(&mock.base_url(), &url, "node-b")).await;
+    let project = a.api.create_project(&a.project_dir()).await;
+    let thread = a.api.create_thread(&project).await;
+    a.api.post_message(&thread, "answer slowly").await;
+    wait_streaming(&b.api, &thread).await;
+    assert!(!a.proc.kill_hard().await.success());
+    let p = poll_until(
+        "node B to take the turn over and finish it",
+        RUN_TIMEOUT,
+        || async {
+            let p = b.api.projection(&thread).await;
+            (p.runs.len() == 2
+                && p.thread.active_run_id.is_none()
+                && p.runs.iter().all(|r| r.status.is_terminal())
+                && p.runs[0].checkpoints.end.is_some())
+            .then_some(p)
+        },
+    )
+    .await;
+    let cut = &p.runs[0].checkpoints;
+    assert_eq!(
+        cut.start.as_ref().map(CheckpointRef::node),
+        Some("node-a"),
+        "{cut:?}"
+    );
+    assert_eq!(
+        cut.end.as_ref().map(CheckpointRef::node),
+        Some("node-b"),
+        "{cut:?}"
+    );
+    assert!(p.runs[0].changes.is_none(), "{:?}", p.runs[0]);
+    let why = cut.changes_error.clone().unwrap_or_default();
+    assert!(
+        why.contains("node node-a") && why.contains("node node-b"),
+        "{why}"
+    );
+    a.respawn().await;
+    for api in [&a.api, &b.api] {
+        let (s, diff) = api.get(&format!("/api/threads/{thread}/runs/1/diff")).await;
+        assert_eq!(s, reqwest::StatusCode::CONFLICT, "{diff}");
+        assert_eq!(diff["error"]["code"], "no_checkpoint", "{diff}");
+        assert_eq!(diff["error"]["message"], why.as_str(), "{diff}");
+        let (s, revert) = api
+            .post(
+                &format!("/api/threads/{thread}/runs/1/revert"),
+                &serde_json::json!({}),
+            )
+            .await;
+        assert_eq!(s, reqwest::StatusCode::CONFLICT, "{revert}");
+        assert_eq!(revert["error"]["code"], "no_checkpoint", "{revert}");
+        assert!(
+            revert["error"]["message"].as_str().unwrap().contains(&why),
+            "{revert}"
+        );
+    }
+    let (s, diff) = b
+        .api
+        .get(&format!("/api/threads/{thread}/runs/2/diff"))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::OK, "{diff}");
+    let (s, elsewhere) = a
+        .api
+        .get(&format!("/api/threads/{thread}/runs/2/diff"))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::CONFLICT, "{elsewhere}");
+    assert!(
+        elsewhere["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ask node node-b"),
+        "{elsewhere}"
+    );
+    for mut node in [a, b] {
+        assert!(node.proc.terminate().await.success());
+    }
+}
+
 /// SCALE-04 across processes: node A runs a turn and is paused (SIGSTOP) past its
 /// lease; node B takes the claim over (epoch + 1) and finishes the turn. When A wakes
 /// (SIGCONT) its writes for the thread are refused by the fence: it writes nothing for
@@ -476,9 +571,9 @@ async fn scale_07_a_restarting_node_stops_only_its_own_sessions_never_a_live_nod
 }
 
 /// SCALE-10: `knife bench cluster` at a tiny size against the test cluster: three
-/// nodes append, and the table states the batch size and `synchronous_commit` of each
-/// row, events/s, and cross-node delivery p50/p99 over every event seen by the two
-/// other nodes. The figures themselves are the bench's to print, not asserted here.
+/// nodes append, and the table states the batch size, `synchronous_commit` and
+/// group-commit size of each row, events/s, and cross-node delivery p50/p99 over every
+/// event seen by the two other nodes. The figures themselves are the bench's to print, not asserted here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_postgres),
@@ -493,7 +588,7 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
             .args(["bench", "cluster", "--database"])
             .arg(cluster.url("postgres"))
             .args(["--events", "300", "--batch", "10", "--writers", "1"])
-            .args(["--synchronous-commit", "on,off"])
+            .args(["--synchronous-commit", "on,off", "--group-appends", "1,64"])
             .output(),
     )
     .await
@@ -517,6 +612,7 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
             "synchronous_commit",
             "batch",
             "size",
+            "group",
             "events/s",
             "delivery",
             "p50",
@@ -528,21 +624,21 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
         ],
         "{stdout}"
     );
-    for (line, sync) in lines[2..].iter().zip(["on", "off"]) {
+    let rows = [("on", "1"), ("on", "64"), ("off", "1"), ("off", "64")];
+    for (line, (sync, group)) in lines[2..].iter().zip(rows) {
         let cells: Vec<&str> = line.split_whitespace().collect();
-        // on 10 1234 3.1 ms 9.8 ms 12.0 ms 600
-        assert_eq!(cells.len(), 10, "{line}");
-        assert_eq!(cells[0], sync);
-        assert_eq!(cells[1], "10");
-        assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{line}");
-        let p50: f64 = cells[3].parse().unwrap();
-        let p99: f64 = cells[5].parse().unwrap();
+        // on 10 64 1234 3.1 ms 9.8 ms 12.0 ms 600
+        assert_eq!(cells.len(), 11, "{line}");
+        assert_eq!((cells[0], cells[1], cells[2]), (sync, "10", group));
+        assert!(cells[3].parse::<f64>().unwrap() > 0.0, "{line}");
+        let p50: f64 = cells[4].parse().unwrap();
+        let p99: f64 = cells[6].parse().unwrap();
         assert!(p50 <= p99, "{line}");
-        assert_eq!((cells[4], cells[6], cells[8]), ("ms", "ms", "ms"));
+        assert_eq!((cells[5], cells[7], cells[9]), ("ms", "ms", "ms"));
         // 300 events, each seen by the two nodes that did not write it.
-        assert_eq!(cells[9], "600", "{line}");
+        assert_eq!(cells[10], "600", "{line}");
     }
-    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines.len(), 6, "{stdout}");
 }
 
 /// SCALE-03 for live deltas (issue 17 item 2): a run on node A streams its answer; a

@@ -52,9 +52,12 @@ pub struct Thread {
     /// The execution claim (EXEC-04): set when a run starts, in the same transaction
     /// as `run.created`; cleared by the run's terminal event unless the run was
     /// interrupted by a shutdown. `None` = unclaimed. A claim with no live run in
-    /// this process is what the restart sweep resumes.
-    #[serde(default)]
-    pub time_suspended: Option<Timestamp>,
+    /// this process is what the restart sweep resumes. Which node runs the claimed
+    /// work, until when and under which epoch is the thread's lease (SCALE-04), kept
+    /// beside the claim (`thread_leases`), not in the log. Named `time_suspended`
+    /// before 2026-12-01; logs written then still decode.
+    #[serde(default, alias = "time_suspended")]
+    pub claimed_at: Option<Timestamp>,
     /// How many times the restart sweep resumed the claimed work since the last
     /// releasing terminal (EXEC-08/09); reset to 0 with the claim.
     #[serde(default)]
@@ -131,19 +134,19 @@ impl Thread {
 
     /// True while the thread holds an execution claim.
     pub fn is_claimed(&self) -> bool {
-        self.time_suspended.is_some()
+        self.claimed_at.is_some()
     }
 
     /// Takes the claim at `now`; an existing claim keeps its timestamp (EXEC-04).
     pub fn claim(&mut self, now: Timestamp) {
-        if self.time_suspended.is_none() {
-            self.time_suspended = Some(now);
+        if self.claimed_at.is_none() {
+            self.claimed_at = Some(now);
         }
     }
 
     /// Releases the claim and resets the resume counter (EXEC-04/05/08).
     pub fn release_claim(&mut self) {
-        self.time_suspended = None;
+        self.claimed_at = None;
         self.resume_attempts = 0;
     }
 }

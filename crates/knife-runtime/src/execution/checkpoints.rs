@@ -93,6 +93,7 @@ impl ExecutionService {
                 }
             }
         };
+        let checkpoint = self.on_this_node(checkpoint);
         let record = record_of(&ctx.run, CheckpointKind::RunStart, &checkpoint);
         match &checkpoint {
             Ok(cp) => ctx.run.checkpoints.start = Some(cp.clone()),
@@ -133,6 +134,7 @@ impl ExecutionService {
                     .map_err(|e| format!("no checkpoint: {e}"))
             }
         };
+        let checkpoint = self.on_this_node(checkpoint);
         let record = record_of(&ctx.run, CheckpointKind::RunEnd, &checkpoint);
         self.apply_end(&mut ctx.run, &ctx.thread.project_id, checkpoint)
             .await;
@@ -140,6 +142,21 @@ impl ExecutionService {
             self.inner.clock.now(),
             EventBody::CheckpointRecorded(record),
         ))
+    }
+
+    /// `checkpoint` naming this node as the holder of its commit, unless this is the
+    /// single-installation node `local` (its refs stay as they were).
+    fn on_this_node(
+        &self,
+        checkpoint: Result<CheckpointRef, String>,
+    ) -> Result<CheckpointRef, String> {
+        let node = self.inner.store.node().node();
+        checkpoint.map(|mut cp| {
+            if node != ProviderSessionId::DEFAULT_NODE {
+                cp.node = Some(node.to_owned());
+            }
+            cp
+        })
     }
 
     /// Puts `checkpoint` on `run` as its end, with the change set from its start.
@@ -151,6 +168,19 @@ impl ExecutionService {
     ) {
         match checkpoint {
             Ok(end) => {
+                let start_node = run.checkpoints.start.as_ref().map(|s| s.node().to_owned());
+                if let Some(start_node) = start_node.filter(|n| n != end.node()) {
+                    // Taken over (SCALE-05): the start is in another node's repository.
+                    run.checkpoints.changes_error = Some(format!(
+                        "no change set: node {start_node} took this run's start checkpoint and \
+                         node {end_node} its end after taking the run over; each node keeps its \
+                         checkpoints in its own data directory, so the run's changes cannot be \
+                         shown or reverted (the runs after it can)",
+                        end_node = end.node()
+                    ));
+                    run.checkpoints.end = Some(end);
+                    return;
+                }
                 if let (Some(start), Tracking::On(c)) =
                     (&run.checkpoints.start, &self.inner.tracking)
                 {
@@ -239,6 +269,7 @@ impl ExecutionService {
                 .map_err(|e| format!("no checkpoint: {e}")),
             Err(why) => Err(why),
         };
+        let checkpoint = self.on_this_node(checkpoint);
         let record = record_of(&run, CheckpointKind::RunEnd, &checkpoint);
         self.apply_end(&mut run, &tree.project, checkpoint).await;
         let now = self.inner.clock.now();
@@ -413,6 +444,12 @@ impl ExecutionService {
     pub async fn run_diff(&self, thread: &ThreadId, ordinal: u32) -> Result<RunDiff, RuntimeError> {
         let run = self.run_of(thread, ordinal).await?;
         let c = self.checkpoints_or_reason()?;
+        if let Some(why) = run.checkpoints.changes_error.clone().or_else(|| {
+            run.checkpoints
+                .elsewhere_than(self.inner.store.node().node())
+        }) {
+            return Err(RuntimeError::NoCheckpoint(why));
+        }
         let (Some(start), Some(end)) = (&run.checkpoints.start, &run.checkpoints.end) else {
             return Err(RuntimeError::NoCheckpoint(
                 run.checkpoints

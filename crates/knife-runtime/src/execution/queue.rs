@@ -122,7 +122,7 @@ mod tests {
             created_at: now,
             updated_at: now,
             agent_status: None,
-            time_suspended: None,
+            claimed_at: None,
             resume_attempts: 0,
             parent_thread_id: None,
             archived_at: None,

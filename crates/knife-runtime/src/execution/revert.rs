@@ -46,7 +46,11 @@ impl ExecutionService {
         }
         let mut files = Vec::new();
         for run in &runs {
-            if let Some(why) = run.checkpoints.missing_reason() {
+            let why = run.checkpoints.missing_reason().or_else(|| {
+                run.checkpoints
+                    .elsewhere_than(self.inner.store.node().node())
+            });
+            if let Some(why) = why {
                 return Err(RuntimeError::NoCheckpoint(format!(
                     "run {} cannot be reverted: {why}",
                     run.ordinal

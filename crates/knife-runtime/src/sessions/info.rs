@@ -76,6 +76,7 @@ impl SessionManager {
                     pinned_since: st.pinned_since.and_then(to_wall),
                     // The manager does not know the node; the API fills it in.
                     node: None,
+                    remote: false,
                 }
             })
             .collect();

@@ -37,7 +37,7 @@ pub async fn claimed_threads_are_listed_by_kind_and_survive_a_rebuild(factory: &
     store.rebuild().await.unwrap();
     assert_eq!(store.dump_projections().await.unwrap(), before);
     let got = store.get_thread(&parent.id).await.unwrap().unwrap();
-    assert_eq!(got.time_suspended, Some(ts(5)));
+    assert_eq!(got.claimed_at, Some(ts(5)));
     assert_eq!(got.resume_attempts, 2);
 
     // Releasing is just another thread.updated: the claim column follows it.

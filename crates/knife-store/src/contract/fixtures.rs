@@ -47,7 +47,7 @@ pub fn thread(id: &str, project: &str, at: i64) -> Thread {
         created_at: ts(0),
         updated_at: ts(at),
         agent_status: None,
-        time_suspended: None,
+        claimed_at: None,
         resume_attempts: 0,
         parent_thread_id: None,
         worktree: None,

@@ -31,6 +31,8 @@ pub struct ClusterBench {
     pub writers: usize,
     /// `synchronous_commit` values to measure, one row each.
     pub synchronous_commit: Vec<String>,
+    /// Group-commit sizes to measure (`PgOptions::group_appends`), one row each.
+    pub group_appends: Vec<usize>,
 }
 
 /// One row of the table.
@@ -76,21 +78,35 @@ pub async fn run(bench: ClusterBench) -> anyhow::Result<()> {
         }
     );
     println!(
-        "{:<20} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "{:<20} {:>10} {:>8} {:>12} {:>12} {:>12} {:>12} {:>12}",
         "synchronous_commit",
         "batch size",
+        "group",
         "events/s",
         "delivery p50",
         "delivery p99",
         "delivery max",
         "deliveries"
     );
-    for (n, sync) in bench.synchronous_commit.iter().enumerate() {
+    let groups = if bench.group_appends.is_empty() {
+        vec![knife_store_postgres::PgOptions::default().group_appends]
+    } else {
+        bench.group_appends.clone()
+    };
+    let runs = bench
+        .synchronous_commit
+        .iter()
+        .flat_map(|sync| groups.iter().map(move |group| (sync, (*group).max(1))));
+    for (n, (sync, group)) in runs.enumerate() {
         let db = format!("knife_bench_{}_{n}", std::process::id());
         let url = testing::create_database(&server, &db, &[("synchronous_commit", sync.as_str())])
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
-        let row = measure(&url, writers, per_writer, batch).await;
+        let options = knife_store_postgres::PgOptions {
+            group_appends: group,
+            ..knife_store_postgres::PgOptions::default()
+        };
+        let row = measure(&url, options, writers, per_writer, batch).await;
         if let Err(e) = testing::drop_database(&server, &db).await {
             eprintln!("warning: {e}");
         }
@@ -99,9 +115,10 @@ pub async fn run(bench: ClusterBench) -> anyhow::Result<()> {
         lat.sort_unstable();
         let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
         println!(
-            "{:<20} {:>10} {:>12.0} {:>12} {:>12} {:>12} {:>12}",
+            "{:<20} {:>10} {:>8} {:>12.0} {:>12} {:>12} {:>12} {:>12}",
             sync,
             batch,
+            group,
             row.events as f64 / row.elapsed.as_secs_f64().max(1e-9),
             ms(super::quantile(&lat, 0.5)),
             ms(super::quantile(&lat, 0.99)),
@@ -113,11 +130,17 @@ pub async fn run(bench: ClusterBench) -> anyhow::Result<()> {
 }
 
 /// Three nodes on `url`: subscribers on each, then every appender at once.
-async fn measure(url: &str, writers: usize, batches: usize, batch: usize) -> anyhow::Result<Row> {
+async fn measure(
+    url: &str,
+    options: knife_store_postgres::PgOptions,
+    writers: usize,
+    batches: usize,
+    batch: usize,
+) -> anyhow::Result<Row> {
     let mut nodes = Vec::new();
     for _ in 0..NODES {
         nodes.push(
-            knife_store_postgres::open(url)
+            knife_store_postgres::open_with(url, options)
                 .await
                 .context("opening a bench node")?,
         );

@@ -114,6 +114,11 @@ pub enum BenchCommand {
         /// `synchronous_commit` settings to measure (one row each).
         #[arg(long, value_delimiter = ',', default_value = "on,off")]
         synchronous_commit: Vec<String>,
+        /// Group-commit sizes to measure (appends of one node per transaction at most,
+        /// `PgOptions::group_appends`; 1 = each append its own transaction): one row
+        /// per size and `synchronous_commit` setting.
+        #[arg(long, value_delimiter = ',', default_value = "64")]
+        group_appends: Vec<usize>,
     },
     /// N claimed threads and a restart sweep over no-op drains: time from boot to the
     /// first drain of the last thread, and memory.
@@ -142,11 +147,13 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             batch,
             writers,
             synchronous_commit,
+            group_appends,
         } => {
             cluster::run(cluster::ClusterBench {
                 database,
                 events,
                 batch,
+                group_appends,
                 writers,
                 synchronous_commit,
             })

@@ -45,7 +45,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
             created_at: now,
             updated_at: now,
             agent_status: None,
-            time_suspended: Some(now),
+            claimed_at: Some(now),
             resume_attempts: 0,
             parent_thread_id: None,
             worktree: None,

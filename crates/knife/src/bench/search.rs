@@ -86,7 +86,7 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
             created_at: now,
             updated_at: now,
             agent_status: None,
-            time_suspended: None,
+            claimed_at: None,
             resume_attempts: 0,
             parent_thread_id: None,
             archived_at: None,
