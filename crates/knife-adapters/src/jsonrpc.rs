@@ -104,13 +104,16 @@ pub enum Incoming {
     /// A server→client request; answer it with [`RpcConnection::respond`] using `id`
     /// as given (number or string).
     Request {
+        /// The request id, echoed in the answer.
         id: Value,
+        /// The method the child calls (e.g. `session/request_permission`).
         method: String,
         /// `params`, or `null` when absent.
         params: Value,
     },
     /// A notification.
     Notification {
+        /// The method (e.g. `session/update`, `turn/completed`).
         method: String,
         /// `params`, or `null` when absent.
         params: Value,
@@ -120,26 +123,43 @@ pub enum Incoming {
 /// Errors of a JSON-RPC call.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
-    /// No answer within the bound.
+    /// No answer within the bound. The session is likely stuck: the caller fails the
+    /// open or turn with this message (the manager then releases the session).
     #[error("{method} got no answer from {peer} within {}s; the agent process may be stuck", after.as_secs_f32())]
     Timeout {
+        /// The method called.
         method: String,
+        /// The child's label (driver and program), for the message.
         peer: String,
+        /// How long knife waited.
         after: Duration,
     },
-    /// The child closed its output (exited) before answering.
+    /// The child closed its output (exited) before answering. The session is gone:
+    /// the caller fails the operation; the next turn opens a fresh session.
     #[error("{peer} closed its output before answering {method} (the agent process exited)")]
-    Closed { method: String, peer: String },
-    /// The child answered with a JSON-RPC error.
+    Closed {
+        /// The method called.
+        method: String,
+        /// The child's label.
+        peer: String,
+    },
+    /// The child answered with a JSON-RPC error. The caller reports `message` to
+    /// the user (the session stays usable).
     #[error("{method} failed in {peer}: {message} (code {code})")]
     Remote {
+        /// The method called.
         method: String,
+        /// The child's label.
         peer: String,
+        /// The JSON-RPC error code.
         code: i64,
+        /// The child's error message.
         message: String,
+        /// The error's `data`, when the child sent one.
         data: Option<Value>,
     },
-    /// The message could not be written (stdin closed).
+    /// The message could not be written (stdin closed): the child is exiting; treat
+    /// it like [`RpcError::Closed`].
     #[error(transparent)]
     Send(#[from] ProcessError),
     /// Before its first answer the child wrote something that is not the answer (see
@@ -148,16 +168,24 @@ pub enum RpcError {
         "{peer} does not speak JSON-RPC over stdio: {what} instead of an answer to {method}; its first output was {line}"
     )]
     NotJsonRpc {
+        /// The method called.
         method: String,
+        /// The child's label.
         peer: String,
         /// What the line was (`a line that is not JSON`, `a request (initialize), e.g. its input echoed back`, …).
         what: String,
         /// The line, quoted and cut to [`QUOTE_CHARS`] characters.
         line: String,
     },
-    /// The answer did not have the expected shape.
+    /// The answer did not have the expected shape (a protocol version knife does not
+    /// speak); the caller fails the operation with this message.
     #[error("{method} answered with an unexpected shape: {error}")]
-    Decode { method: String, error: String },
+    Decode {
+        /// The method called.
+        method: String,
+        /// The decoder's message (which field, what was expected).
+        error: String,
+    },
 }
 
 /// Characters of a line quoted in [`RpcError::NotJsonRpc`].

@@ -13,6 +13,8 @@
 //! Both drivers implement `knife_runtime::ProviderAdapter`; the rules are in
 //! `docs/2026-11-29-external-runtimes.md`.
 
+#![deny(missing_docs)]
+
 pub mod acp;
 pub mod codex;
 pub mod jsonrpc;

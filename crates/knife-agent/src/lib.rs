@@ -13,6 +13,8 @@
 //! - [`permissions`]: allow / ask / deny rules per tool call and the approval hook.
 //! - `approvals`: `ask` → runtime request → the user's answer (docs/2026-11-29-approvals.md).
 
+#![deny(missing_docs)]
+
 pub mod adapter;
 mod agent;
 mod approvals;

@@ -7,7 +7,7 @@
 //! [`anthropic::AnthropicClient`] (Anthropic Messages),
 //! [`openai_responses::OpenAiResponsesClient`] (OpenAI Responses).
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod anthropic;
 pub mod error;

@@ -110,9 +110,13 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
+/// Bench stream support: write-time markers `⟨t:<unix µs>⟩` in text deltas and their parser.
 pub mod bench;
 mod body;
 mod chunks;
+/// The scripted model and sample project of `knife demo`.
 pub mod demo;
 mod formats;
 mod gate;

@@ -25,6 +25,8 @@
 //!
 //! The decision and how to add a prerequisite: `docs/2026-12-01-test-prerequisites.md`.
 
+#![deny(missing_docs)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

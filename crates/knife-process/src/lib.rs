@@ -20,6 +20,8 @@
 //! forbidding it: the sandbox's `pre_exec` (no-new-privs, Landlock) will be the one
 //! reviewed place with a local `allow` (ARCHITECTURE.md "Child processes").
 
+#![deny(missing_docs)]
+
 mod group;
 mod record;
 pub mod sandbox;

@@ -23,12 +23,16 @@ pub struct CreateProjectRequest {
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateThreadRequest {
+    /// The project the thread works in (`project_…`, from `POST /api/projects`).
     pub project_id: ProjectId,
+    /// Title, at most [`TITLE_MAX_CHARS`] characters; absent: the thread is untitled
+    /// and its first message names it (CHG-08).
     #[serde(default)]
     pub title: Option<String>,
     /// Provider instance from `knife.toml`; defaults to the configured default instance.
     #[serde(default)]
     pub provider_instance_id: Option<ProviderInstanceId>,
+    /// Model override for every run of the thread; absent: the instance's default model.
     #[serde(default)]
     pub model: Option<String>,
     /// Makes the new thread a child (sub-agent) thread of this one (EXEC-03: child
@@ -61,9 +65,11 @@ pub struct ProviderInstanceInfo {
 /// the session manager's `describe()`. Times are RFC 3339 UTC.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveSession {
+    /// The session's id (`psession_…`); what `POST /api/sessions/{id}/close` takes.
     pub provider_session_id: ProviderSessionId,
     /// Driver kind (`builtin`, `codex`, …).
     pub driver: String,
+    /// The `knife.toml` provider instance the session belongs to.
     pub provider_instance_id: ProviderInstanceId,
     /// The session record's status (`ready`, `running`, …).
     pub status: SessionStatus,
@@ -97,6 +103,7 @@ pub struct LiveSession {
 /// `POST /api/sessions/{id}/close`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CloseSessionResponse {
+    /// The session that was closed.
     pub provider_session_id: ProviderSessionId,
     /// Always `true` on 200: the session was released (`stopped`).
     pub closed: bool,
@@ -108,6 +115,7 @@ pub struct CloseSessionResponse {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateThreadRequest {
+    /// New title (trimmed, 1..=[`TITLE_MAX_CHARS`] characters); absent: unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// `true` archives (refused with 409 while a run is active), `false` unarchives.
@@ -118,7 +126,9 @@ pub struct UpdateThreadRequest {
 /// Answer to `DELETE /api/threads/{id}` (CHG-08).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeleteThreadResponse {
+    /// The deleted thread.
     pub thread_id: ThreadId,
+    /// When the thread was marked deleted (its events are purged later by `knife db purge`).
     pub deleted_at: Timestamp,
     /// The run that was stopped first (`?force=true` while a run was active).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,6 +152,7 @@ pub struct ForkThreadRequest {
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostMessageRequest {
+    /// The message text; becomes the run's user message (or the queued / steered text).
     pub text: String,
     /// Model for this run only (TURN-10), recorded on the run; absent or `null`:
     /// the thread's model. Later messages go back to the thread's model.
@@ -169,6 +180,7 @@ pub enum MessageDelivery {
 /// Answer to `POST /api/threads/{id}/messages` (HTTP 202).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PostMessageResponse {
+    /// The thread the message was posted to.
     pub thread_id: ThreadId,
     /// `started`, `queued` or `steering`.
     pub status: MessageDelivery,
@@ -206,6 +218,7 @@ pub struct RaiseBudgetRequest {
 /// Answer of `POST /api/threads/{id}/budget`.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RaiseBudgetResponse {
+    /// The thread whose budgets were raised.
     pub thread_id: ThreadId,
     /// Everything added to this thread's budgets so far.
     pub budget_raise: BudgetRaise,
@@ -217,10 +230,12 @@ pub struct RaiseBudgetResponse {
 /// `GET /api/threads/{id}/queue` and the answer of the queue commands (TURN-01/02).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QueueResponse {
+    /// The thread whose queue this is.
     pub thread_id: ThreadId,
     /// The active run, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_run_id: Option<RunId>,
+    /// The queue's `entries` and `paused`, flattened into this object.
     #[serde(flatten)]
     pub queue: MessageQueue,
 }
@@ -228,6 +243,7 @@ pub struct QueueResponse {
 /// Answer to `POST /api/threads/{id}/interrupt`.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InterruptResponse {
+    /// The thread that was asked to stop.
     pub thread_id: ThreadId,
     /// The run that was asked to stop, or `None` when nothing was running.
     pub run_id: Option<RunId>,
@@ -249,15 +265,21 @@ pub struct RequestAnswer {
 /// The full projection of one thread (`GET /api/threads/{id}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadProjection {
+    /// The thread row.
     pub thread: Thread,
+    /// Every run of the thread, by ordinal.
     pub runs: Vec<Run>,
     /// Ordered by `ordinal`.
     pub turn_items: Vec<TurnItem>,
+    /// Nodes of the runs' work trees.
     pub nodes: Vec<Node>,
     /// Sessions bound to this thread.
     pub provider_sessions: Vec<ProviderSession>,
+    /// Native conversations backing the thread.
     pub provider_threads: Vec<ProviderThread>,
+    /// Every provider turn (run attempt) of the thread.
     pub provider_turns: Vec<ProviderTurn>,
+    /// Every runtime request of the thread, pending or settled.
     pub runtime_requests: Vec<RuntimeRequest>,
     /// Highest event sequence of this thread included in the projection.
     pub latest_sequence: u64,
@@ -289,12 +311,14 @@ pub struct ThreadLease {
 /// this way without replaying their histories).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LatestSequenceResponse {
+    /// Highest event sequence in the log; 0 when the log is empty.
     pub sequence: u64,
 }
 
 /// JSON error body of every non-2xx API answer: `{"error": {"code", "message"}}`.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiErrorBody {
+    /// The error.
     pub error: ApiError,
 }
 
@@ -302,7 +326,10 @@ pub struct ApiErrorBody {
 /// human message saying what to do.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiError {
+    /// Stable machine code (`not_found`, `invalid_request`, `conflict`, `run_in_progress`, …);
+    /// clients branch on it.
     pub code: String,
+    /// What happened and what to do, for people.
     pub message: String,
     /// The files a `revert_conflict` is about (CHG-04); absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -315,11 +342,15 @@ pub struct ApiError {
 pub enum WsClientMessage {
     /// Replay the thread's events with `sequence > after`, then follow live.
     Subscribe {
+        /// The thread to follow.
         thread_id: ThreadId,
+        /// Replay events with `sequence > after` first (0: the whole history).
         #[serde(default)]
         after: u64,
     },
+    /// Stop following the thread.
     Unsubscribe {
+        /// The thread to stop following.
         thread_id: ThreadId,
     },
 }
@@ -328,11 +359,16 @@ pub enum WsClientMessage {
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WsServerMessage {
+    /// The subscription is active: replay from `after` follows, then live events.
     Subscribed {
+        /// The thread subscribed to.
         thread_id: ThreadId,
+        /// The `after` the replay starts from.
         after: u64,
     },
+    /// One stored event of a subscribed thread, in sequence order.
     Event {
+        /// The event, as stored in the log (sequence, id, body).
         event: Box<StoredEvent>,
     },
     /// More streaming text of an item, not durable (LIVE-01): `{"type":"delta",
@@ -341,7 +377,10 @@ pub enum WsServerMessage {
     /// The item's live text is void (a discarded attempt): `{"type":"reset",
     /// "thread_id","item_id"}`.
     Reset(ItemReset),
+    /// Something failed: a client message was refused (bad JSON, unknown thread; the
+    /// socket stays open) or the server ended a subscription (`code` says why).
     Error {
+        /// The error, with its stable code.
         error: ApiError,
     },
 }

@@ -16,6 +16,7 @@ pub struct CheckpointRef {
     pub tree: String,
     /// The ref that keeps it (`refs/knife/threads/<thread>/runs/<ordinal>/start`, …).
     pub git_ref: String,
+    /// When the checkpoint was taken.
     pub taken_at: Timestamp,
     /// Files left out because they exceed the size cap (they keep their previous
     /// checkpointed content, or are absent from it when new).
@@ -38,12 +39,17 @@ pub struct SkippedFile {
 /// ("no checkpoint: <why>") instead of failing the run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunCheckpoints {
+    /// Checkpoint taken before the run's turn started (CHG-01); `None` if it failed or
+    /// was not taken yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<CheckpointRef>,
+    /// Checkpoint taken after the run ended (CHG-02); `None` until then or if it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<CheckpointRef>,
+    /// Why the start checkpoint is missing ("no checkpoint: <why>"); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_error: Option<String>,
+    /// Why the end checkpoint is missing ("no checkpoint: <why>"); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_error: Option<String>,
 }
@@ -78,9 +84,13 @@ impl RunCheckpoints {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileChangeKind {
+    /// New file (git's `A`).
     Added,
+    /// Content changed (git's `M`).
     Modified,
+    /// File removed (git's `D`).
     Deleted,
+    /// Moved, possibly with edits (git's `R`); `old_path` holds the old path.
     Renamed,
     /// File ↔ symlink (git's `T`).
     TypeChanged,
@@ -94,6 +104,7 @@ pub struct FileChange {
     /// Path before a rename.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old_path: Option<String>,
+    /// How the file changed.
     pub kind: FileChangeKind,
     /// Lines added (0 for a binary file).
     pub added: u64,
@@ -108,11 +119,13 @@ pub struct FileChange {
 /// end checkpoint left out (size cap).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChangeSet {
+    /// Changed files, sorted by path.
     pub files: Vec<FileChange>,
     /// Sum of `added` over `files`.
     pub added: u64,
     /// Sum of `removed` over `files`.
     pub removed: u64,
+    /// Files the end checkpoint left out (over the size cap); empty when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
 }
@@ -148,12 +161,17 @@ pub enum CheckpointKind {
 /// Payload of `checkpoint.recorded`: a checkpoint, or why there is none.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckpointRecord {
+    /// The thread whose working tree was checkpointed.
     pub thread_id: ThreadId,
+    /// The run, for `run_start` / `run_end`; `None` for revert checkpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<RunId>,
+    /// The revert, for `revert_before` / `revert_after`; `None` for run checkpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert_id: Option<RevertId>,
+    /// Which checkpoint this is.
     pub kind: CheckpointKind,
+    /// The checkpoint; `None` when it failed (`error` then says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointRef>,
     /// "no checkpoint: <why>" when it failed.
@@ -166,9 +184,13 @@ pub struct CheckpointRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RevertStatus {
+    /// Files are being written (journal open; a boot finishes or rolls it back, CHG-10).
     Applying,
+    /// Files restored to `target`; can be undone.
     Applied,
+    /// The undo is writing `before` back (journal open, CHG-10).
     Undoing,
+    /// Undone: the files are as they were before the revert.
     Undone,
     /// Writing failed and what was written was put back (`error` says why).
     Failed,
@@ -179,8 +201,11 @@ pub enum RevertStatus {
 /// as `revert.updated` events (whole entity; the journal of CHG-10).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Revert {
+    /// Revert id, `revert_<uuid v7>`; `POST /api/threads/{id}/reverts/{revert_id}/undo` names it.
     pub id: RevertId,
+    /// The thread whose runs' changes were reverted.
     pub thread_id: ThreadId,
+    /// The thread's project.
     pub project_id: ProjectId,
     /// The working tree the files were written in (absolute path).
     pub root: String,
@@ -189,6 +214,7 @@ pub struct Revert {
     /// The thread's run count when the revert was made: the next run
     /// (`runs_before + 1`) is told which files were reverted.
     pub runs_before: u32,
+    /// Where the revert stands.
     pub status: RevertStatus,
     /// Paths restored (relative, `/`-separated, sorted).
     pub files: Vec<String>,
@@ -208,7 +234,9 @@ pub struct Revert {
     /// Why a revert or undo failed (its files were put back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When the revert was made.
     pub created_at: Timestamp,
+    /// When its status last changed.
     pub updated_at: Timestamp,
 }
 
@@ -223,7 +251,9 @@ pub struct RevertRequest {
 /// Answer of `GET /api/threads/{id}/runs/{ordinal}/diff` (CHG-03).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunDiff {
+    /// The thread of the run.
     pub thread_id: ThreadId,
+    /// Ordinal of the run the diff is of (1-based).
     pub run_ordinal: u32,
     /// Start checkpoint commit.
     pub from: String,
@@ -231,7 +261,9 @@ pub struct RunDiff {
     pub to: String,
     /// Per-file stats (all files, also those cut from `diff`).
     pub files: Vec<FileChange>,
+    /// Lines added, over every file.
     pub added: u64,
+    /// Lines removed, over every file.
     pub removed: u64,
     /// Unified diff (git format); binary files appear as "Binary files … differ".
     pub diff: String,
@@ -240,6 +272,7 @@ pub struct RunDiff {
     /// Says what was cut and how to see all of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Files the end checkpoint left out (over the size cap); not in `diff`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
 }
@@ -259,6 +292,7 @@ pub struct ThreadWorktree {
 /// Answer of `POST /api/threads/{id}/merge` (CHG-07).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MergeResponse {
+    /// The worktree thread that was merged.
     pub thread_id: ThreadId,
     /// The thread's branch.
     pub branch: String,

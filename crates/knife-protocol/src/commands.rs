@@ -19,7 +19,9 @@ pub const THREAD_COMMAND_APPLIED: &str = "thread.command_applied";
 /// ignores it (a stale command never acts on another run).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadCommand {
+    /// Command id (`command_…`); the applied answer names it in `command_id`.
     pub id: ThreadCommandId,
+    /// The thread whose run it acts on.
     pub thread_id: ThreadId,
     /// The run it acts on.
     pub run_id: RunId,
@@ -27,6 +29,7 @@ pub struct ThreadCommand {
     pub from_node: String,
     /// When that node wrote it (its clock).
     pub issued_at: Timestamp,
+    /// What is asked (flattened: `kind` and its fields sit beside these).
     #[serde(flatten)]
     pub action: CommandAction,
 }
@@ -37,13 +40,21 @@ pub struct ThreadCommand {
 pub enum CommandAction {
     /// Stop the run (`POST /api/threads/{id}/interrupt`, or a message with
     /// `mode = interrupt`: reason `superseded`).
-    Interrupt { reason: CommandInterruptReason },
+    Interrupt {
+        /// Why it stops: the user, or a newer message.
+        reason: CommandInterruptReason,
+    },
     /// Hand queue entry `entry_id` (already in the thread's queue as a steer of the
     /// run) to the running turn (a message with `mode = steer`).
-    Steer { entry_id: QueuedMessageId },
+    Steer {
+        /// The queue entry (`queued_…`) whose text is the steer.
+        entry_id: QueuedMessageId,
+    },
     /// Answer runtime request `request_id` (a tool approval) with `answer`.
     AnswerRequest {
+        /// The pending request to answer.
         request_id: RuntimeRequestId,
+        /// The user's answer, as `POST /api/threads/{id}/requests/{request_id}` took it.
         answer: RequestAnswer,
     },
 }
@@ -61,13 +72,17 @@ pub enum CommandInterruptReason {
 /// The answer of the node that drove the run to a [`ThreadCommand`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadCommandApplied {
+    /// The command this answers.
     pub command_id: ThreadCommandId,
+    /// The command's thread.
     pub thread_id: ThreadId,
+    /// The command's run.
     pub run_id: RunId,
     /// The node that applied it.
     pub node: String,
     /// When it applied it (its clock).
     pub applied_at: Timestamp,
+    /// How it went (flattened: `outcome` and its fields sit beside these).
     #[serde(flatten)]
     pub outcome: CommandOutcome,
 }
@@ -81,5 +96,8 @@ pub enum CommandOutcome {
     Applied,
     /// Refused, with the words a one-node answer would give (a steer the runtime
     /// cannot take was queued instead; an answer the runtime refused).
-    Refused { reason: String },
+    Refused {
+        /// Why, in the words a one-node answer would give.
+        reason: String,
+    },
 }

@@ -12,11 +12,15 @@ use serde::{Deserialize, Serialize};
 /// JSON shape: `{"id", "thread_id", "run_id", "occurred_at", "type": "run.updated", "payload": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DomainEvent {
+    /// Event id, `event_<uuid v7>`; unique in the log.
     pub id: EventId,
     /// The thread this event belongs to; `None` for project-level and unbound session events.
     pub thread_id: Option<ThreadId>,
+    /// The run it belongs to; `None` for events outside any run.
     pub run_id: Option<RunId>,
+    /// When the writer stamped it (the writing node's clock).
     pub occurred_at: Timestamp,
+    /// `type` and `payload` (flattened beside these fields).
     #[serde(flatten)]
     pub body: EventBody,
 }
@@ -59,7 +63,7 @@ macro_rules! event_bodies {
         pub enum $name:ident {
             $(
                 $(#[$meta:meta])*
-                $type:literal => $variant:ident $( ( $payload:ty ) )? $( { $($field:ident : $fty:ty),* $(,)? } )?
+                $type:literal => $variant:ident $( ( $payload:ty ) )? $( { $($(#[$fmeta:meta])* $field:ident : $fty:ty),* $(,)? } )?
             ),* $(,)?
         }
     ) => {
@@ -70,7 +74,7 @@ macro_rules! event_bodies {
             $(
                 $(#[$meta])*
                 #[serde(rename = $type)]
-                $variant $( ( $payload ) )? $( { $($field : $fty),* } )?,
+                $variant $( ( $payload ) )? $( { $($(#[$fmeta])* $field : $fty),* } )?,
             )*
         }
 
@@ -92,19 +96,29 @@ macro_rules! event_bodies {
 event_bodies! {
     /// The payload of a domain event, tagged by its type.
     pub enum EventBody {
+        /// A project was registered (`POST /api/projects` on a new folder).
         "project.created" => ProjectCreated(Project),
+        /// A project row changed (whole row).
         "project.updated" => ProjectUpdated(Project),
+        /// A thread was created (`POST /api/threads`, a fork).
         "thread.created" => ThreadCreated(Thread),
+        /// A thread row changed (whole row: run start and end, claim, queue, rename,
+        /// archive, budget raise…).
         "thread.updated" => ThreadUpdated(Thread),
         /// The tombstone of a deleted thread (CHG-08): the fold drops the thread and every
         /// row of it from the projections, and ignores the thread's later events;
         /// `knife db purge` removes the thread's events for good.
         "thread.deleted" => ThreadDeleted {
+            /// The deleted thread.
             thread_id: ThreadId,
+            /// When it was deleted.
             deleted_at: Timestamp,
         },
+        /// A run was started (same transaction as the thread's claim, EXEC-04).
         "run.created" => RunCreated(Run),
+        /// A run changed (whole row: status, usage, checkpoints, changes).
         "run.updated" => RunUpdated(Run),
+        /// A node of a run's work tree changed (whole row).
         "node.updated" => NodeUpdated(Node),
         /// Upserts the session and binds it to the event's thread.
         "provider-session.attached" => ProviderSessionAttached(ProviderSession),
@@ -112,13 +126,20 @@ event_bodies! {
         "provider-session.updated" => ProviderSessionUpdated(ProviderSession),
         /// Removes the binding of the session to the event's thread.
         "provider-session.detached" => ProviderSessionDetached {
+            /// The session unbound from the event's thread.
             provider_session_id: ProviderSessionId,
+            /// When it was unbound.
             detached_at: Timestamp,
+            /// Why, for people (the detach detail, or the reaper's mark); `None` when not given.
             reason: Option<String>,
         },
+        /// A provider thread changed (whole row, compare-and-set for the roster, MGR-47).
         "provider-thread.updated" => ProviderThreadUpdated(ProviderThread),
+        /// A provider turn (run attempt) changed (whole row).
         "provider-turn.updated" => ProviderTurnUpdated(ProviderTurn),
+        /// A runtime request was raised, answered, expired or cancelled (whole row).
         "runtime-request.updated" => RuntimeRequestUpdated(RuntimeRequest),
+        /// A durable snapshot of a transcript item (whole item; PROC-12 throttles them).
         "turn-item.updated" => TurnItemUpdated(TurnItem),
         /// Text appended to a streaming item's field since its previous durable state
         /// (LIVE-03); the fold appends it to the `turn_items` row. The item's first and
@@ -126,14 +147,20 @@ event_bodies! {
         "turn-item.appended" => TurnItemAppended(crate::live::TurnItemAppend),
         /// The agent's live status on the thread (PROC-06); sets `Thread::agent_status`.
         "thread.status" => ThreadStatusChanged {
+            /// The thread whose agent status changed.
             thread_id: ThreadId,
+            /// The run the agent works on; `None` between runs.
             run_id: Option<RunId>,
+            /// The new status.
             status: AgentStatus,
         },
         /// A named agent error on the thread (PROC-04, PROC-09); changes no projection.
         "thread.error" => ThreadErrorRaised {
+            /// The thread whose agent hit the error.
             thread_id: ThreadId,
+            /// The run that hit it; `None` outside a run.
             run_id: Option<RunId>,
+            /// The named error.
             error: AgentError,
         },
         /// An `/mcp` tool call made with the thread's credential (the `/mcp`
@@ -198,7 +225,9 @@ impl EventBody {
 /// `INTEGER PRIMARY KEY AUTOINCREMENT`). JSON: the event's fields plus `"sequence"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StoredEvent {
+    /// Position in the whole log, from 1; strictly increasing, gap-free in commit order.
     pub sequence: u64,
+    /// The event (flattened beside `sequence`).
     #[serde(flatten)]
     pub event: DomainEvent,
 }

@@ -5,6 +5,8 @@
 //! The JSON shapes here are the wire format of the HTTP API, the event log stored
 //! in SQLite and the events streamed over SSE / WebSocket.
 
+#![deny(missing_docs)]
+
 pub mod adapter;
 pub mod api;
 pub mod changes;

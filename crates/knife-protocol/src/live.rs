@@ -65,15 +65,20 @@ impl DeltaField {
 /// Not durable, no store sequence (LIVE-01).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ItemDelta {
+    /// The item's thread.
     pub thread_id: ThreadId,
+    /// The item's run; `None` for an item outside any run.
     pub run_id: Option<RunId>,
+    /// The streaming item (same id as its durable `turn-item.updated` snapshots).
     pub item_id: TurnItemId,
     /// The item's transcript position ([`TurnItem::ordinal`]), so a client can place
     /// an item it has no durable event of yet.
     pub ordinal: u64,
+    /// Which text field of the item grows.
     pub field: DeltaField,
     /// Where `text` starts in the field, in UTF-8 bytes.
     pub offset: u64,
+    /// The new text (UTF-8), continuing the field at `offset`.
     pub text: String,
 }
 
@@ -88,7 +93,9 @@ impl ItemDelta {
 /// client drops what deltas gave it for `item_id`; later deltas start again at 0.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ItemReset {
+    /// The item's thread.
     pub thread_id: ThreadId,
+    /// The item whose live text is void.
     pub item_id: TurnItemId,
 }
 
@@ -101,14 +108,19 @@ pub struct ItemReset {
 /// as whole snapshots; chunks come only between them (docs/2026-12-01-live-chunks.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TurnItemAppend {
+    /// The item's thread.
     pub thread_id: ThreadId,
+    /// The item's run; `None` for an item outside any run.
     pub run_id: Option<RunId>,
+    /// The streaming item.
     pub item_id: TurnItemId,
     /// The item's transcript position ([`TurnItem::ordinal`]).
     pub ordinal: u64,
+    /// Which text field of the item grows.
     pub field: DeltaField,
     /// Where `text` starts in the field, in UTF-8 bytes (never inside a character).
     pub offset: u64,
+    /// The appended text (UTF-8).
     pub text: String,
     /// The item's new `updated_at`.
     pub updated_at: crate::Timestamp,
@@ -119,21 +131,35 @@ pub struct TurnItemAppend {
 pub enum AppendError {
     /// The item has no growing text `field` (another kind, or a parsed tool input).
     #[error("item {item} has no growing {field:?} text to append to; the chunk is skipped")]
-    NoSuchField { item: TurnItemId, field: DeltaField },
+    NoSuchField {
+        /// The chunk's item.
+        item: TurnItemId,
+        /// The field the chunk names.
+        field: DeltaField,
+    },
     /// The chunk starts past the field's end (a chunk is missing before it).
     #[error(
         "chunk of item {item} starts at byte {offset} but its {field:?} text has {len} bytes; \
          the chunk is skipped (rebuild from a log that has the missing chunk)"
     )]
     Gap {
+        /// The chunk's item.
         item: TurnItemId,
+        /// The field the chunk names.
         field: DeltaField,
+        /// Where the chunk starts, in UTF-8 bytes.
         offset: u64,
+        /// The field's length so far, in UTF-8 bytes.
         len: u64,
     },
     /// The chunk starts inside a character of the field's text.
     #[error("chunk of item {item} starts inside a UTF-8 character (byte {offset}); skipped")]
-    NotCharBoundary { item: TurnItemId, offset: u64 },
+    NotCharBoundary {
+        /// The chunk's item.
+        item: TurnItemId,
+        /// Where the chunk starts, in UTF-8 bytes.
+        offset: u64,
+    },
 }
 
 impl TurnItemAppend {

@@ -120,10 +120,15 @@ impl PriceTable {
 pub struct UsageTotals {
     /// Runs counted (those with reported usage or not).
     pub runs: u64,
+    /// Prompt tokens, cached ones included, summed over the runs.
     pub input_tokens: u64,
+    /// Prompt tokens served from the provider's cache, summed.
     pub cached_input_tokens: u64,
+    /// Generated tokens, summed.
     pub output_tokens: u64,
+    /// Reasoning tokens (where reported separately), summed.
     pub reasoning_tokens: u64,
+    /// Total tokens as the providers report them, summed.
     pub total_tokens: u64,
     /// Cost of the priced runs, µ$ (10⁻⁶ USD).
     pub cost_microdollars: u64,
@@ -153,19 +158,24 @@ impl UsageTotals {
 /// One model's share of a [`UsageReport`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelUsage {
+    /// The provider instance of these runs.
     pub provider_instance_id: crate::ProviderInstanceId,
     /// The run's model, else the instance's default (`null` when neither is known).
     pub model: Option<String>,
+    /// Their totals.
     pub totals: UsageTotals,
 }
 
 /// One run's share of a [`UsageReport`] (with `thread_id`, TURN-06).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunUsage {
+    /// The run (`run:<thread>:<ordinal>`).
     pub run_id: crate::RunId,
+    /// Its ordinal in the thread (1-based).
     pub ordinal: u32,
     /// The model it was priced with (`null` when unknown).
     pub model: Option<String>,
+    /// Its totals (one run).
     pub totals: UsageTotals,
 }
 
@@ -174,8 +184,11 @@ pub struct RunUsage {
 /// also per run (by ordinal).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageReport {
+    /// Totals over every matching run.
     pub total: UsageTotals,
+    /// Per provider instance and model, sorted by instance, then model.
     pub by_model: Vec<ModelUsage>,
+    /// Per run, by ordinal; only with `thread_id` (else empty and left out).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_run: Vec<RunUsage>,
 }

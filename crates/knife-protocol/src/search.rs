@@ -17,7 +17,9 @@ pub const SEARCH_MAX_QUERY_CHARS: usize = 500;
 pub enum SearchKind {
     /// A thread's title.
     Title,
+    /// A user message's text.
     UserMessage,
+    /// An assistant message's text.
     AssistantMessage,
     /// A tool call's input and output.
     ToolCall,
@@ -49,7 +51,9 @@ impl SearchKind {
 /// One ranked hit (best first).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SearchHit {
+    /// The thread the hit is in.
     pub thread_id: ThreadId,
+    /// The thread's project.
     pub project_id: ProjectId,
     /// The thread's title now.
     pub thread_title: String,
@@ -59,6 +63,7 @@ pub struct SearchHit {
     /// The turn item; `None` for a title.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub item_id: Option<TurnItemId>,
+    /// What matched: the title, a message or a tool call.
     pub kind: SearchKind,
     /// Text around the match, the matched words between `[` and `]`.
     pub snippet: String,
@@ -69,7 +74,9 @@ pub struct SearchHit {
 /// Answer of `GET /api/search?q=&project_id=&limit=`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SearchResponse {
+    /// The query as given.
     pub query: String,
+    /// Hits, best first; at most `limit` ([`SEARCH_DEFAULT_LIMIT`] by default).
     pub hits: Vec<SearchHit>,
 }
 

@@ -10,7 +10,9 @@ use knife_protocol::*;
 /// Everything an adapter needs to open a provider session (MGR-09).
 #[derive(Clone, Debug)]
 pub struct OpenSessionInput {
+    /// The session to open (`psession_…`); the adapter records its rows under this id.
     pub provider_session_id: ProviderSessionId,
+    /// The `knife.toml` provider instance whose runtime to start.
     pub provider_instance_id: ProviderInstanceId,
     /// The first thread the session serves.
     pub thread_id: ThreadId,
@@ -29,10 +31,13 @@ pub struct OpenSessionInput {
 /// Input of one provider turn (one attempt of a run).
 #[derive(Clone, Debug)]
 pub struct StartTurnInput {
+    /// The app thread of the run.
     pub thread_id: ThreadId,
+    /// The run this turn executes (`run:<thread>:<ordinal>`).
     pub run_id: RunId,
     /// 1-based ordinal of the run in its thread (turn item ordinals derive from it).
     pub run_ordinal: u32,
+    /// The provider turn to record (`provider-turn:<run>:<attempt>`).
     pub provider_turn_id: ProviderTurnId,
     /// 1-based attempt of the run.
     pub attempt: u32,
@@ -41,6 +46,7 @@ pub struct StartTurnInput {
     /// The thread's transcript before this run, ordered by ordinal. Runtimes with
     /// their own native history may ignore it; the built-in agent replays it.
     pub history: Vec<TurnItem>,
+    /// Model of this run (TURN-10); `None` = the session's.
     pub model: Option<String>,
     /// The thread's workspace (its project root). A shared runtime serving threads of
     /// several projects starts each thread's native conversation there; `None` = the
@@ -70,6 +76,7 @@ pub enum ForkSupport {
 pub struct ForkThreadInput {
     /// The source app thread and its native thread.
     pub source_thread_id: ThreadId,
+    /// The source's native conversation id (the provider thread's `native_id`).
     pub source_native_thread_id: String,
     /// The runtime's id of the last turn the fork keeps; `None` = all of them.
     pub last_native_turn_id: Option<String>,
@@ -77,6 +84,7 @@ pub struct ForkThreadInput {
     pub target_thread_id: ThreadId,
     /// The target's workspace.
     pub cwd: PathBuf,
+    /// Model of the new conversation; `None` = the session's.
     pub model: Option<String>,
 }
 
@@ -277,6 +285,7 @@ pub struct SteerInput {
     /// Id of the user-message item that records the delivery
     /// ([`TurnItemId::steer_of`]).
     pub item_id: TurnItemId,
+    /// The steer's text, delivered as user input into the running turn.
     pub text: String,
 }
 

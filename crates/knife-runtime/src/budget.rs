@@ -17,7 +17,9 @@ pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
 /// One limit: tokens (input + output, all kinds) and/or cost in micro-dollars. `None` = no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limit {
+    /// Most tokens; `None` = no token limit.
     pub tokens: Option<u64>,
+    /// Most cost, micro-dollars (1 USD = 1,000,000); `None` = no cost limit.
     pub cost_microdollars: Option<u64>,
 }
 
@@ -50,8 +52,11 @@ impl Budgets {
 /// Which budget a run went over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BudgetScope {
+    /// The budget of one thread (`[budgets] thread_*`), raise included.
     Thread,
+    /// The budget of all threads of one project (`[budgets] project_*`).
     Project,
+    /// The budget of one day over every thread (`[budgets] day_*`).
     Day,
 }
 
@@ -69,11 +74,15 @@ impl BudgetScope {
 /// A budget that is spent: scope, unit, limit (raise included) and what was spent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BudgetExceeded {
+    /// Which budget is spent.
     pub scope: BudgetScope,
     /// `true`: cost in micro-dollars; `false`: tokens.
     pub cost: bool,
+    /// The limit with the thread's raise added (tokens, or micro-dollars when `cost`).
     pub limit: u64,
+    /// What was spent against it, same unit.
     pub spent: u64,
+    /// The thread whose run went over.
     pub thread: ThreadId,
 }
 

@@ -6,8 +6,12 @@ use knife_protocol::*;
 /// Failures of runtime operations (commands, execution, session manager).
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// The named project does not exist (HTTP 404 `not_found`): a wrong or stale id;
+    /// the caller lists the projects and picks an existing one.
     #[error("project {0} does not exist; list projects with GET /api/projects")]
     ProjectNotFound(ProjectId),
+    /// The named thread does not exist or was deleted (HTTP 404 `not_found`); the
+    /// caller lists the threads and picks an existing one.
     #[error(
         "thread {0} does not exist; list threads with `knife threads list` or GET /api/threads"
     )]
@@ -16,27 +20,50 @@ pub enum RuntimeError {
         "thread {thread} already has run {run} in progress; wait for it to finish or stop it \
          with `knife threads interrupt {thread}` (POST /api/threads/{thread}/interrupt)"
     )]
-    RunInProgress { thread: ThreadId, run: RunId },
+    /// A message with `mode = reject` (or an operation needing an idle thread) met an
+    /// active run (HTTP 409 `run_in_progress`, TURN-01): wait for the run or interrupt it.
+    RunInProgress {
+        /// The thread.
+        thread: ThreadId,
+        /// Its active run.
+        run: RunId,
+    },
+    /// A thread names a provider instance `knife.toml` does not configure (HTTP 400
+    /// `unknown_provider_instance`): pick a configured one or add it and restart.
     #[error(
         "provider instance `{instance}` is not configured; configured instances: {known}. \
          Use one of them, or add it to knife.toml as [providers.{instance}] and restart knife"
     )]
     ProviderInstanceNotFound {
+        /// The instance id asked for.
         instance: ProviderInstanceId,
+        /// The configured instance ids, comma-separated, for the message.
         known: String,
     },
+    /// The project's root (or the thread's worktree) is gone (HTTP 409
+    /// `workspace_missing`, MGR-07): restore the folder, then retry.
     #[error(transparent)]
     WorkspaceMissing(#[from] ProviderWorkspaceMissingError),
+    /// The provider session for the run could not be opened (HTTP 502
+    /// `provider_session_open`): the message says what the runtime reported; fix
+    /// its configuration or installation, then send again.
     #[error(transparent)]
     SessionOpen(#[from] ProviderSessionOpenError),
+    /// The request itself is wrong (HTTP 400 `invalid_request`): the text says which
+    /// field and why; the caller fixes the request.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A compare-and-set on the thread row lost to a concurrent write (HTTP 409
+    /// `conflict`): nothing was applied; retry the request.
     #[error("the thread changed while this request was applied; retry it")]
     Conflict,
+    /// The server is shutting down (HTTP 503 `shutting_down`): nothing was started;
+    /// send again once it has restarted.
     #[error(
         "the server is shutting down and takes no new runs; send the message again once it has restarted"
     )]
     ShuttingDown,
+    /// An invariant of knife broke (HTTP 500 `internal`): a bug; report it with the text.
     #[error("internal error: {0}; this is a bug in knife, please report it")]
     Internal(String),
     /// A runtime request of a thread does not exist (HTTP 404).
@@ -45,21 +72,30 @@ pub enum RuntimeError {
          pending requests with `knife approve {thread}` (GET /api/threads/{thread}/requests)"
     )]
     RequestNotFound {
+        /// The thread asked about.
         thread: ThreadId,
+        /// The request id that was not found on it.
         request: RuntimeRequestId,
     },
     /// A runtime request can no longer be answered (HTTP 409): already resolved,
     /// expired or cancelled, or no live session waits for it. `reason` says which.
     #[error("runtime request {request} cannot be answered: {reason}")]
     RequestNotPending {
+        /// The request.
         request: RuntimeRequestId,
+        /// Why it cannot be answered (answered already, expired, cancelled, no live session).
         reason: String,
     },
     /// A thread has no run with that ordinal (HTTP 404).
     #[error(
         "thread {thread} has no run {ordinal}; its runs are listed by GET /api/threads/{thread}"
     )]
-    RunNotFound { thread: ThreadId, ordinal: u32 },
+    RunNotFound {
+        /// The thread.
+        thread: ThreadId,
+        /// The run ordinal asked for (1-based).
+        ordinal: u32,
+    },
     /// A run (or the server) has no checkpoints to diff or revert (HTTP 409); the
     /// text says why ("no checkpoint: …").
     #[error("{0}")]
@@ -71,7 +107,10 @@ pub enum RuntimeError {
          edited them): {}; nothing was written. Revert with force to overwrite them",
         files.join(", ")
     )]
-    RevertConflict { files: Vec<String> },
+    RevertConflict {
+        /// The changed files, root-relative, sorted.
+        files: Vec<String>,
+    },
     /// Merging a thread's worktree branch would conflict (HTTP 409, CHG-07): nothing
     /// was changed.
     #[error(
@@ -79,10 +118,20 @@ pub enum RuntimeError {
          Resolve it in git (`git merge {branch}` in the project), or keep the work on its branch",
         files.join(", ")
     )]
-    MergeConflict { branch: String, files: Vec<String> },
+    MergeConflict {
+        /// The thread's branch (`knife/<short id>`).
+        branch: String,
+        /// The conflicting files, repository-relative.
+        files: Vec<String>,
+    },
     /// A revert does not exist on the thread (HTTP 404).
     #[error("thread {thread} has no revert {revert}")]
-    RevertNotFound { thread: ThreadId, revert: RevertId },
+    RevertNotFound {
+        /// The thread.
+        thread: ThreadId,
+        /// The revert id asked for.
+        revert: RevertId,
+    },
     /// Reading or writing the working tree or knife's checkpoint repository failed.
     #[error(transparent)]
     Workspace(#[from] knife_workspace::WorkspaceError),
@@ -93,9 +142,13 @@ pub enum RuntimeError {
         "thread {thread} has run {run} in progress; {action} it is refused while a run is active: {hint}"
     )]
     ActiveRunRefuses {
+        /// The thread.
         thread: ThreadId,
+        /// Its active run.
         run: RunId,
+        /// What was refused (`archiving`, `deleting`).
         action: &'static str,
+        /// What to do instead (wait, interrupt, `force`).
         hint: &'static str,
     },
     /// The thread's worktree refuses a delete (HTTP 409 `workspace_not_clean`;
@@ -107,9 +160,13 @@ pub enum RuntimeError {
         "thread {thread} runs on provider instance `{instance}` (driver `{driver}`), which cannot fork a conversation: {reason}"
     )]
     ForkUnsupported {
+        /// The thread asked to fork.
         thread: ThreadId,
+        /// Its provider instance.
         instance: ProviderInstanceId,
+        /// The instance's driver (`acp`, …).
         driver: String,
+        /// Why that runtime cannot fork.
         reason: String,
     },
     /// A queue entry does not exist on the thread (HTTP 404, TURN-01): it started,
@@ -119,12 +176,17 @@ pub enum RuntimeError {
          GET /api/threads/{thread}/queue lists the queue"
     )]
     QueuedMessageNotFound {
+        /// The thread.
         thread: ThreadId,
+        /// The queue entry asked for.
         entry: QueuedMessageId,
     },
+    /// The store failed (HTTP 500 `store`; 507 when the disk is full, 409 for a lease
+    /// held or fenced elsewhere): the text says what; nothing partial was written.
     #[error(transparent)]
     Store(#[from] knife_store::StoreError),
-    /// A session-manager operation (close, release, detach) failed.
+    /// A session-manager operation (close, release, detach) failed (HTTP 500
+    /// `provider_session`); the inner error says what to do.
     #[error(transparent)]
     Session(#[from] SessionError),
 }
@@ -168,25 +230,38 @@ pub struct ProviderSessionCloseError {
 /// Failures of the session manager.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
+    /// The session's workspace is gone (MGR-07/08): nothing was opened; restore the
+    /// folder, then open again.
     #[error(transparent)]
     WorkspaceMissing(#[from] ProviderWorkspaceMissingError),
+    /// The adapter failed to open the session, or an exclusive session is taken by
+    /// another thread (MGR-06): no entry is left; fix the cause, then open again.
     #[error(transparent)]
     Open(#[from] ProviderSessionOpenError),
+    /// A release could not close or record cleanly (MGR-38): cleanup ran anyway and
+    /// the status write is retried in the background; nothing for the caller to redo.
     #[error(transparent)]
     Close(#[from] ProviderSessionCloseError),
+    /// The instance is not in `knife.toml`: add it and restart.
     #[error(
         "provider instance `{0}` is not configured; add it to knife.toml as [providers.{0}] \
          and restart knife"
     )]
     InstanceNotFound(ProviderInstanceId),
+    /// The session was released or replaced while the caller held its handle: open
+    /// it again (the next message does this on its own).
     #[error("provider session {0} is no longer live; open it again (the next message does this)")]
     SessionGone(ProviderSessionId),
+    /// The runtime refused or failed an operation (start, steer, interrupt, answer):
+    /// the adapter's error says why and what to do; the session may still be live.
     #[error(transparent)]
     Runtime(#[from] crate::adapter::AdapterError),
+    /// The manager is shutting down and opens nothing: retry after the restart.
     #[error(
         "the server is shutting down and opens no provider sessions; retry once it has restarted"
     )]
     ShuttingDown,
+    /// A store read or write of the manager failed; the text says what.
     #[error(transparent)]
     Store(#[from] knife_store::StoreError),
 }

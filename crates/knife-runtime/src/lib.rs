@@ -5,6 +5,8 @@
 //! The runtime never names a concrete driver: the built-in agent (knife-agent) and
 //! external runtimes (knife-adapters) implement [`ProviderAdapter`].
 
+#![deny(missing_docs)]
+
 pub mod adapter;
 pub mod boot;
 pub mod bounds;

@@ -39,14 +39,20 @@ const CHANNEL_CAPACITY: usize = 4096;
 pub enum LiveMessage {
     /// More text; `generation` counts the item's resets.
     Delta {
+        /// The delta, shared by every subscriber.
         delta: Arc<ItemDelta>,
+        /// The item's reset count when the delta was published; a client drops deltas of
+        /// an older generation.
         generation: u32,
     },
     /// The item's live text is void from `generation` on. Deliver it only after the
     /// durable events up to `after_sequence` (those read before the reset).
     Reset {
+        /// The reset, shared by every subscriber.
         reset: Arc<ItemReset>,
+        /// The item's new generation.
         generation: u32,
+        /// Highest durable sequence read before the reset.
         after_sequence: u64,
     },
 }
@@ -54,9 +60,13 @@ pub enum LiveMessage {
 /// The live text of one item, as [`LiveHub::snapshot`] returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveItem {
+    /// The streaming item.
     pub item_id: TurnItemId,
+    /// Its run; `None` outside a run.
     pub run_id: Option<RunId>,
+    /// Its transcript position ([`knife_protocol::TurnItem::ordinal`]).
     pub ordinal: u64,
+    /// How many times its live text was reset.
     pub generation: u32,
     /// Each growing field's whole live text (from byte 0).
     pub fields: BTreeMap<DeltaField, String>,

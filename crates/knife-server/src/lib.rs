@@ -23,6 +23,8 @@
 //! browser cannot set headers on a WebSocket; tokens in URLs end up in logs and
 //! history, so no other route takes them. `/healthz` is always open.
 
+#![deny(missing_docs)]
+
 mod changes;
 mod error;
 mod events;

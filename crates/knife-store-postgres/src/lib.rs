@@ -16,6 +16,8 @@
 //! * **Migrations**: embedded, numbered, tracked in `knife_migrations`, applied under an
 //!   advisory lock.
 
+#![deny(missing_docs)]
+
 mod claims;
 mod cluster;
 mod error;

@@ -24,6 +24,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 mod claims;
 mod cluster;
 mod error;

@@ -30,6 +30,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod cluster;
 mod error;
 pub mod fold;

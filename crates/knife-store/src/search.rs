@@ -18,8 +18,11 @@ pub const DOC_MAX_BYTES: usize = 32 * 1024;
 /// one project's threads, `limit` caps the hits (best first).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SearchQuery {
+    /// The user's query as typed; at most [`knife_protocol::SEARCH_MAX_QUERY_CHARS`] characters.
     pub text: String,
+    /// Only threads of this project; `None` = every project.
     pub project: Option<ProjectId>,
+    /// Most hits to return, 1..=[`knife_protocol::SEARCH_MAX_LIMIT`].
     pub limit: usize,
 }
 

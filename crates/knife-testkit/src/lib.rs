@@ -15,6 +15,9 @@
 //! * [`sessions`]: the fake provider adapter and flaky store of the session
 //!   manager's tests.
 
+#![deny(missing_docs)]
+
+/// Locating and loading the shared LLM streaming fixtures (`fixtures/streams`).
 pub mod fixtures;
 pub mod peers;
 pub mod sessions;

@@ -78,7 +78,9 @@ impl Default for CheckpointOptions {
 /// repository per project), its folder, and the project's own extra excludes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkTree {
+    /// The project whose checkpoint repository holds its checkpoints.
     pub project: ProjectId,
+    /// The folder to checkpoint: the project root or a thread's worktree (absolute).
     pub path: PathBuf,
     /// Per-project excludes (gitignore syntax), added to the global ones.
     pub exclude: Vec<String>,

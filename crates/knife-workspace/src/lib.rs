@@ -21,6 +21,8 @@
 //! # let _ = changes; Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod changes;
 pub mod checkpoints;
 pub mod error;

@@ -17,11 +17,19 @@ use crate::git::{Git, one_line};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MergeOutcome {
     /// Merged: the new commit of the project's branch.
-    Merged { commit: String, branch: String },
+    Merged {
+        /// The merge commit's id (hex).
+        commit: String,
+        /// The project's branch merged into.
+        branch: String,
+    },
     /// The branch has nothing the project's branch lacks.
     UpToDate,
     /// Refused: these files conflict; nothing was changed.
-    Conflict { files: Vec<String> },
+    Conflict {
+        /// The conflicting files, repository-relative.
+        files: Vec<String>,
+    },
 }
 
 /// Thread worktrees under one folder (`<data dir>/worktrees`). Cheap to clone.

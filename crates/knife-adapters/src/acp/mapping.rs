@@ -43,9 +43,12 @@ pub type TurnIdentity = knife_runtime::recording::TurnIds;
 /// How a turn ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TurnEnd {
+    /// The prompt turn ended on its own (`end_turn`).
     Completed,
     /// Cancelled; the reason as stored (`user`, `superseded`, `shutdown`).
     Interrupted(String),
+    /// The turn failed (`max_tokens`, `max_turn_requests`, `refusal`, an unknown stop
+    /// reason, or the agent errored); the run's error.
     Failed(RunError),
 }
 

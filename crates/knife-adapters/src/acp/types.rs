@@ -46,8 +46,11 @@ pub mod methods {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeRequest {
+    /// The protocol version knife speaks ([`PROTOCOL_VERSION`]).
     pub protocol_version: u16,
+    /// What knife offers the agent (no file system, no terminal).
     pub client_capabilities: ClientCapabilities,
+    /// knife's name and version; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_info: Option<Implementation>,
 }
@@ -57,7 +60,9 @@ pub struct InitializeRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientCapabilities {
+    /// File-system methods knife serves to the agent (none).
     pub fs: FileSystemCapabilities,
+    /// Whether knife serves `terminal/*` methods (no).
     pub terminal: bool,
 }
 
@@ -65,7 +70,9 @@ pub struct ClientCapabilities {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileSystemCapabilities {
+    /// Whether knife serves `fs/read_text_file` (no).
     pub read_text_file: bool,
+    /// Whether knife serves `fs/write_text_file` (no).
     pub write_text_file: bool,
 }
 
@@ -73,9 +80,12 @@ pub struct FileSystemCapabilities {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Implementation {
+    /// Program name (`knife`, `claude-agent-acp`, …).
     pub name: String,
+    /// Its version; empty when the agent sends none.
     #[serde(default)]
     pub version: String,
+    /// Display name; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
 }
@@ -84,11 +94,15 @@ pub struct Implementation {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResponse {
+    /// The version the agent agreed to (knife refuses any other than 1).
     pub protocol_version: u16,
+    /// What the agent supports.
     #[serde(default)]
     pub agent_capabilities: AgentCapabilities,
+    /// Authentication methods the agent offers (kept as JSON; knife authenticates none).
     #[serde(default)]
     pub auth_methods: Vec<Value>,
+    /// The agent's name and version, when it sends them.
     #[serde(default)]
     pub agent_info: Option<Implementation>,
 }
@@ -100,8 +114,10 @@ pub struct AgentCapabilities {
     /// `session/load` is supported.
     #[serde(default)]
     pub load_session: bool,
+    /// Which MCP transports the agent can connect to.
     #[serde(default)]
     pub mcp_capabilities: McpCapabilities,
+    /// Which optional session methods the agent supports.
     #[serde(default)]
     pub session_capabilities: SessionCapabilities,
 }
@@ -110,8 +126,10 @@ pub struct AgentCapabilities {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct McpCapabilities {
+    /// The agent accepts MCP servers over streamable HTTP (what knife's `/mcp` needs).
     #[serde(default)]
     pub http: bool,
+    /// The agent accepts MCP servers over SSE.
     #[serde(default)]
     pub sse: bool,
 }
@@ -121,8 +139,10 @@ pub struct McpCapabilities {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionCapabilities {
+    /// Present (any non-null value): `session/resume` is supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<Value>,
+    /// Present (any non-null value): `session/close` is supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub close: Option<Value>,
 }
@@ -145,8 +165,11 @@ impl SessionCapabilities {
 pub enum McpServer {
     /// Streamable HTTP (`mcpCapabilities.http`).
     Http {
+        /// Server name the agent shows (`knife`).
         name: String,
+        /// The MCP endpoint URL (knife's `/mcp` on loopback).
         url: String,
+        /// Headers to send, e.g. `Authorization: Bearer <thread credential>` (MCP-01).
         headers: Vec<HttpHeader>,
     },
 }
@@ -154,7 +177,9 @@ pub enum McpServer {
 /// One HTTP header of an MCP server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HttpHeader {
+    /// Header name.
     pub name: String,
+    /// Header value.
     pub value: String,
 }
 
@@ -162,7 +187,9 @@ pub struct HttpHeader {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSessionRequest {
+    /// Working directory of the session (absolute: the project root or the thread's worktree).
     pub cwd: PathBuf,
+    /// MCP servers the agent should connect to (knife's `/mcp` when enabled).
     pub mcp_servers: Vec<McpServer>,
 }
 
@@ -170,6 +197,7 @@ pub struct NewSessionRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSessionResponse {
+    /// The agent's session id; what every later request names.
     pub session_id: String,
 }
 
@@ -177,8 +205,11 @@ pub struct NewSessionResponse {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadSessionRequest {
+    /// The agent's session id to reopen (the provider thread's native id).
     pub session_id: String,
+    /// Working directory, as for `session/new`.
     pub cwd: PathBuf,
+    /// MCP servers, as for `session/new` (fresh credentials).
     pub mcp_servers: Vec<McpServer>,
 }
 
@@ -186,7 +217,9 @@ pub struct LoadSessionRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptRequest {
+    /// The session to run the turn in.
     pub session_id: String,
+    /// The user's message as content blocks (knife sends one text block).
     pub prompt: Vec<ContentBlock>,
 }
 
@@ -194,6 +227,7 @@ pub struct PromptRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptResponse {
+    /// Why the turn stopped.
     pub stop_reason: StopReason,
     /// Token usage of the turn, when the agent reports it (claude-agent-acp does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,14 +238,19 @@ pub struct PromptResponse {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptUsage {
+    /// Prompt tokens.
     #[serde(default)]
     pub input_tokens: u64,
+    /// Generated tokens.
     #[serde(default)]
     pub output_tokens: u64,
+    /// Reasoning ("thought") tokens, when reported.
     #[serde(default)]
     pub thought_tokens: Option<u64>,
+    /// Prompt tokens read from the cache, when reported.
     #[serde(default)]
     pub cached_read_tokens: Option<u64>,
+    /// Total tokens.
     #[serde(default)]
     pub total_tokens: u64,
 }
@@ -233,10 +272,15 @@ impl PromptUsage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
+    /// The agent finished its turn.
     EndTurn,
+    /// The model hit its output token limit.
     MaxTokens,
+    /// The agent hit its limit of model requests for one turn.
     MaxTurnRequests,
+    /// The agent refused to go on.
     Refusal,
+    /// The turn was cancelled (`session/cancel`).
     Cancelled,
     /// A reason this version of knife does not know.
     #[serde(other)]
@@ -247,6 +291,7 @@ pub enum StopReason {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionIdParams {
+    /// The session to cancel the turn of, or to close.
     pub session_id: String,
 }
 
@@ -254,7 +299,9 @@ pub struct SessionIdParams {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
+    /// Plain text.
     Text {
+        /// The text.
         text: String,
     },
     /// Images, audio, resources: kept out of knife's text transcript.
@@ -281,7 +328,9 @@ impl ContentBlock {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionNotification {
+    /// The session the update belongs to.
     pub session_id: String,
+    /// What happened.
     pub update: SessionUpdate,
 }
 
@@ -289,10 +338,15 @@ pub struct SessionNotification {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "sessionUpdate", rename_all = "snake_case")]
 pub enum SessionUpdate {
+    /// A chunk of the user's message (replayed by `session/load`).
     UserMessageChunk(ContentChunk),
+    /// A chunk of the agent's answer text.
     AgentMessageChunk(ContentChunk),
+    /// A chunk of the agent's reasoning.
     AgentThoughtChunk(ContentChunk),
+    /// A new tool call.
     ToolCall(ToolCall),
+    /// Changes to a known tool call.
     ToolCallUpdate(ToolCallUpdate),
     /// Plans, mode and command lists, usage, session info, …: not mapped.
     #[serde(other)]
@@ -303,6 +357,7 @@ pub enum SessionUpdate {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContentChunk {
+    /// The chunk's content (text, or another block knife ignores).
     pub content: ContentBlock,
     /// Groups the chunks of one message, when the agent sets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -313,15 +368,25 @@ pub struct ContentChunk {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolKind {
+    /// Reads files or data.
     Read,
+    /// Changes files.
     Edit,
+    /// Removes files.
     Delete,
+    /// Moves or renames files.
     Move,
+    /// Searches for information.
     Search,
+    /// Runs a command.
     Execute,
+    /// Thinks / plans (no side effect).
     Think,
+    /// Fetches from the network.
     Fetch,
+    /// Switches the agent's session mode.
     SwitchMode,
+    /// Any other kind (the default, also for kinds knife does not know).
     #[default]
     #[serde(other)]
     Other,
@@ -349,10 +414,14 @@ impl ToolKind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCallStatus {
+    /// Not started yet (waiting for input or approval).
     #[default]
     Pending,
+    /// Running.
     InProgress,
+    /// Finished.
     Completed,
+    /// Failed.
     Failed,
 }
 
@@ -360,14 +429,20 @@ pub enum ToolCallStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToolCallContent {
+    /// Ordinary content (text) the tool produced.
     Content {
+        /// The content block.
         content: ContentBlock,
     },
+    /// A file change, as old and new text.
     #[serde(rename_all = "camelCase")]
     Diff {
+        /// The changed file (absolute).
         path: PathBuf,
+        /// Its text before; `None` for a new file.
         #[serde(default)]
         old_text: Option<String>,
+        /// Its text after.
         new_text: String,
     },
     /// Terminals and anything newer.
@@ -379,19 +454,27 @@ pub enum ToolCallContent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
+    /// The agent's id of the call, unique in the session; updates name it.
     pub tool_call_id: String,
+    /// Human title (`Run ls`, `Edit src/main.rs`); empty when not given.
     #[serde(default)]
     pub title: String,
+    /// The tool's name, when the agent gives one (an extension of some agents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Kind of tool, for display and the runtime request kind.
     #[serde(default)]
     pub kind: ToolKind,
+    /// Where the call is.
     #[serde(default)]
     pub status: ToolCallStatus,
+    /// What the tool produced so far.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content: Vec<ToolCallContent>,
+    /// The tool's input as the agent passed it (JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
+    /// The tool's output as the agent got it (JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<Value>,
     /// Extension data; knife reads claude-agent-acp's `claudeCode.toolName`
@@ -405,19 +488,27 @@ pub struct ToolCall {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCallUpdate {
+    /// The call being updated.
     pub tool_call_id: String,
+    /// New title, if changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// New name, if changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// New kind, if changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ToolKind>,
+    /// New status, if changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ToolCallStatus>,
+    /// Content to replace the call's content with, if changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Vec<ToolCallContent>>,
+    /// Input, if now known or changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
+    /// Output, if now known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<Value>,
     /// Extension data; knife reads claude-agent-acp's `claudeCode.toolName`
@@ -442,8 +533,11 @@ pub fn agent_tool_name(meta: Option<&Value>) -> Option<String> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestPermissionRequest {
+    /// The session asking.
     pub session_id: String,
+    /// The tool call to allow (its fields as far as known).
     pub tool_call: ToolCallUpdate,
+    /// The choices the agent offers.
     pub options: Vec<PermissionOption>,
 }
 
@@ -451,9 +545,12 @@ pub struct RequestPermissionRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionOption {
+    /// The agent's id of the choice; the answer names it.
     pub option_id: String,
+    /// Label for people (`Allow`, `Always allow`…); empty when not given.
     #[serde(default)]
     pub name: String,
+    /// What choosing it means.
     pub kind: PermissionOptionKind,
 }
 
@@ -461,10 +558,15 @@ pub struct PermissionOption {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionOptionKind {
+    /// Allow this call.
     AllowOnce,
+    /// Allow this call and similar ones from now on.
     AllowAlways,
+    /// Refuse this call.
     RejectOnce,
+    /// Refuse this call and similar ones from now on.
     RejectAlways,
+    /// A kind this version of knife does not know (never chosen).
     #[serde(other)]
     Other,
 }
@@ -472,6 +574,7 @@ pub enum PermissionOptionKind {
 /// `session/request_permission` result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestPermissionResponse {
+    /// What the user chose.
     pub outcome: PermissionOutcome,
 }
 
@@ -479,9 +582,12 @@ pub struct RequestPermissionResponse {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum PermissionOutcome {
+    /// The turn was cancelled before an answer (knife answers this on Stop first).
     Cancelled,
+    /// The user chose an option.
     #[serde(rename_all = "camelCase")]
     Selected {
+        /// The chosen option's id.
         option_id: String,
     },
 }

@@ -9,29 +9,51 @@ use serde_json::Value;
 
 /// Method names.
 pub mod method {
+    /// Client request: the handshake (client info, capabilities); the first message on the pipe.
     pub const INITIALIZE: &str = "initialize";
+    /// Client notification after the `initialize` answer; codex takes requests from then on.
     pub const INITIALIZED: &str = "initialized";
+    /// Client request: start a new codex thread (conversation) in a working directory.
     pub const THREAD_START: &str = "thread/start";
+    /// Client request: load an existing codex thread by id and resume it.
     pub const THREAD_RESUME: &str = "thread/resume";
+    /// Client request: stop receiving a thread's notifications (knife's unload of an idle thread).
     pub const THREAD_UNSUBSCRIBE: &str = "thread/unsubscribe";
+    /// Client request: fork a codex thread into a new one, optionally through a given turn (CHG-09).
     pub const THREAD_FORK: &str = "thread/fork";
+    /// Client request: start a turn with user input on a thread; also used to steer an active turn.
     pub const TURN_START: &str = "turn/start";
+    /// Client request: stop a thread's running turn.
     pub const TURN_INTERRUPT: &str = "turn/interrupt";
 
+    /// Server notification: a turn started (carries the turn).
     pub const TURN_STARTED: &str = "turn/started";
+    /// Server notification: a turn ended (`completed`, `interrupted`, `failed`).
     pub const TURN_COMPLETED: &str = "turn/completed";
+    /// Server notification: a thread item (message, reasoning, command, file change, MCP call) began.
     pub const ITEM_STARTED: &str = "item/started";
+    /// Server notification: a thread item reached its final state.
     pub const ITEM_COMPLETED: &str = "item/completed";
+    /// Server notification: more text of an `agentMessage` item.
     pub const AGENT_MESSAGE_DELTA: &str = "item/agentMessage/delta";
+    /// Server notification: more raw reasoning text of a `reasoning` item.
     pub const REASONING_TEXT_DELTA: &str = "item/reasoning/textDelta";
+    /// Server notification: more reasoning summary text of a `reasoning` item.
     pub const REASONING_SUMMARY_DELTA: &str = "item/reasoning/summaryTextDelta";
+    /// Server notification: the thread's token usage (cumulative and last call).
     pub const TOKEN_USAGE_UPDATED: &str = "thread/tokenUsage/updated";
+    /// Server notification: the thread's status changed (`idle`, `active` with flags, …).
     pub const THREAD_STATUS_CHANGED: &str = "thread/status/changed";
+    /// Server notification: a turn hit an error, with whether codex will retry it.
     pub const ERROR: &str = "error";
+    /// Server notification: codex settled or withdrew one of its server→client requests.
     pub const SERVER_REQUEST_RESOLVED: &str = "serverRequest/resolved";
 
+    /// Server request: approve running a shell command.
     pub const COMMAND_APPROVAL: &str = "item/commandExecution/requestApproval";
+    /// Server request: approve applying a file change (patch).
     pub const FILE_CHANGE_APPROVAL: &str = "item/fileChange/requestApproval";
+    /// Server request: an MCP server asks the user for input (elicitation).
     pub const MCP_ELICITATION: &str = "mcpServer/elicitation/request";
 
     /// Requests knife sends (schema `ClientRequest.json`).
@@ -197,15 +219,20 @@ pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams {
+    /// Who the client is (knife, its version).
     pub client_info: ClientInfo,
+    /// What the client opts into (the experimental API, off).
     pub capabilities: InitializeCapabilities,
 }
 
 /// Who the client is.
 #[derive(Clone, Debug, Serialize)]
 pub struct ClientInfo {
+    /// Client name (`knife`).
     pub name: String,
+    /// Display title (`knife`); sent as `null` when `None`.
     pub title: Option<String>,
+    /// Client version (knife's crate version).
     pub version: String,
 }
 
@@ -213,6 +240,7 @@ pub struct ClientInfo {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeCapabilities {
+    /// Opt into codex's experimental API methods and fields (knife sends `false`).
     pub experimental_api: bool,
 }
 
@@ -220,13 +248,19 @@ pub struct InitializeCapabilities {
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadParams {
+    /// Codex thread id to resume; `None` for `thread/start`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
+    /// Working directory of the thread (the project root or the thread's worktree).
     pub cwd: String,
+    /// Codex approval policy (`untrusted`, `on-request`, `never`); `None` = codex's config.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval_policy: Option<String>,
+    /// Codex sandbox mode (`read-only`, `workspace-write`, `danger-full-access`); `None` =
+    /// codex's config.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// Model override; `None` = codex's configured model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Config overrides (`mcp_servers` …), merged over `CODEX_HOME/config.toml`.
@@ -242,14 +276,20 @@ pub struct ThreadParams {
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadForkParams {
+    /// The codex thread to fork.
     pub thread_id: String,
+    /// Last turn to keep, inclusive (the turn must not be in progress); `None` = every turn.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_turn_id: Option<String>,
+    /// Working directory of the new thread.
     pub cwd: String,
+    /// Approval policy of the new thread (as in [`ThreadParams::approval_policy`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval_policy: Option<String>,
+    /// Sandbox mode of the new thread (as in [`ThreadParams::sandbox`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// Model of the new thread; `None` = codex's configured model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 }
@@ -257,6 +297,7 @@ pub struct ThreadForkParams {
 /// `thread/start` / `thread/resume` / `thread/fork` result.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ThreadResponse {
+    /// The started, resumed or forked thread.
     pub thread: ThreadInfo,
 }
 
@@ -271,15 +312,22 @@ pub struct ThreadInfo {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum UserInput {
-    Text { text: String },
+    /// Plain text input.
+    Text {
+        /// The text.
+        text: String,
+    },
 }
 
 /// `turn/start` params.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnStartParams {
+    /// The codex thread to run the turn on.
     pub thread_id: String,
+    /// The user's input elements (knife sends one text element).
     pub input: Vec<UserInput>,
+    /// Model for this turn and later ones (TURN-10); `None` keeps the thread's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 }
@@ -287,16 +335,19 @@ pub struct TurnStartParams {
 /// `turn/start` result.
 #[derive(Clone, Debug, Deserialize)]
 pub struct TurnResponse {
+    /// The started turn (its id is what `turn/interrupt` names).
     pub turn: TurnInfo,
 }
 
 /// A turn as codex reports it.
 #[derive(Clone, Debug, Deserialize)]
 pub struct TurnInfo {
+    /// Codex's turn id; recorded as the provider turn's `native_turn_id`.
     pub id: String,
     /// `completed`, `interrupted`, `failed`, `inProgress`.
     #[serde(default)]
     pub status: Option<String>,
+    /// Why the turn failed, for `failed` turns; `None` otherwise.
     #[serde(default)]
     pub error: Option<TurnError>,
 }
@@ -304,6 +355,7 @@ pub struct TurnInfo {
 /// Why a turn failed.
 #[derive(Clone, Debug, Deserialize)]
 pub struct TurnError {
+    /// Codex's error text, shown to the user as the run's error message.
     pub message: String,
 }
 
@@ -311,7 +363,9 @@ pub struct TurnError {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnInterruptParams {
+    /// The thread of the turn to stop.
     pub thread_id: String,
+    /// The turn to stop (from `turn/start`'s answer or `turn/started`).
     pub turn_id: String,
 }
 
@@ -319,6 +373,7 @@ pub struct TurnInterruptParams {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadUnsubscribeParams {
+    /// The codex thread to stop following.
     pub thread_id: String,
 }
 
@@ -326,7 +381,9 @@ pub struct ThreadUnsubscribeParams {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnNotification {
+    /// The codex thread of the turn.
     pub thread_id: String,
+    /// The turn, with its status (and error) on `turn/completed`.
     pub turn: TurnInfo,
 }
 
@@ -334,8 +391,11 @@ pub struct TurnNotification {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ItemNotification {
+    /// The item as codex sent it (`ThreadItem`, parsed later by its `type`).
     pub item: Value,
+    /// The codex thread of the item.
     pub thread_id: String,
+    /// The turn the item belongs to.
     pub turn_id: String,
 }
 
@@ -343,51 +403,76 @@ pub struct ItemNotification {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum ThreadItem {
+    /// The user's input echoed as an item (knife records its own user message instead).
     UserMessage {
+        /// Codex's item id.
         id: String,
     },
+    /// Text the model wrote.
     AgentMessage {
+        /// Codex's item id.
         id: String,
+        /// The message text (whole on `item/completed`).
         #[serde(default)]
         text: String,
     },
+    /// The model's reasoning, as summary and/or raw content.
     Reasoning {
+        /// Codex's item id.
         id: String,
+        /// Reasoning summary paragraphs.
         #[serde(default)]
         summary: Vec<String>,
+        /// Raw reasoning text paragraphs (where the model exposes them).
         #[serde(default)]
         content: Vec<String>,
     },
+    /// A shell command codex ran (or asks to run).
     #[serde(rename_all = "camelCase")]
     CommandExecution {
+        /// Codex's item id.
         id: String,
+        /// The command line.
         command: String,
+        /// The command's working directory.
         #[serde(default)]
         cwd: Option<String>,
         /// `inProgress`, `completed`, `failed`, `declined`.
         status: String,
+        /// The command's stdout and stderr, interleaved as produced.
         #[serde(default)]
         aggregated_output: Option<String>,
+        /// The command's exit code, once it exited.
         #[serde(default)]
         exit_code: Option<i64>,
     },
+    /// A patch codex applies to files.
     FileChange {
+        /// Codex's item id.
         id: String,
+        /// The file updates (`FileUpdateChange`: path, kind, diff), kept as JSON.
         #[serde(default)]
         changes: Vec<Value>,
         /// `inProgress`, `completed`, `failed`, `declined`.
         status: String,
     },
+    /// A call of a tool on an MCP server (knife's `/mcp` or the user's).
     McpToolCall {
+        /// Codex's item id.
         id: String,
+        /// The MCP server's name (as configured in codex).
         server: String,
+        /// The tool's name.
         tool: String,
         /// `inProgress`, `completed`, `failed`.
         status: String,
+        /// The call's arguments (JSON).
         #[serde(default)]
         arguments: Value,
+        /// The tool's result (`McpToolCallResult`), once it succeeded.
         #[serde(default)]
         result: Option<Value>,
+        /// Why the call failed, when it did.
         #[serde(default)]
         error: Option<TurnError>,
     },
@@ -397,9 +482,13 @@ pub enum ThreadItem {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeltaNotification {
+    /// The codex thread of the item.
     pub thread_id: String,
+    /// The turn of the item.
     pub turn_id: String,
+    /// The item whose text grows.
     pub item_id: String,
+    /// The new text, appended to the item's text.
     pub delta: String,
 }
 
@@ -407,15 +496,20 @@ pub struct DeltaNotification {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenUsageNotification {
+    /// The codex thread.
     pub thread_id: String,
+    /// The turn whose model call the `last` counts are of.
     pub turn_id: String,
+    /// Cumulative and last-call counts.
     pub token_usage: ThreadTokenUsage,
 }
 
 /// Cumulative (`total`) and last-call (`last`) usage of a thread.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ThreadTokenUsage {
+    /// Summed over the whole thread.
     pub total: TokenBreakdown,
+    /// Of the last model call.
     pub last: TokenBreakdown,
 }
 
@@ -423,10 +517,15 @@ pub struct ThreadTokenUsage {
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenBreakdown {
+    /// Total tokens (input + output).
     pub total_tokens: u64,
+    /// Prompt tokens, cached ones included.
     pub input_tokens: u64,
+    /// Prompt tokens served from the cache.
     pub cached_input_tokens: u64,
+    /// Generated tokens, reasoning included.
     pub output_tokens: u64,
+    /// Reasoning tokens among `output_tokens`.
     pub reasoning_output_tokens: u64,
 }
 
@@ -434,7 +533,9 @@ pub struct TokenBreakdown {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadStatusNotification {
+    /// The codex thread.
     pub thread_id: String,
+    /// Its new status.
     pub status: ThreadStatus,
 }
 
@@ -442,8 +543,10 @@ pub struct ThreadStatusNotification {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadStatus {
+    /// `notLoaded`, `idle`, `systemError` or `active` (JSON `type`).
     #[serde(rename = "type")]
     pub kind: String,
+    /// With `active`: `waitingOnApproval`, `waitingOnUserInput`; empty otherwise.
     #[serde(default)]
     pub active_flags: Vec<String>,
 }
@@ -452,9 +555,13 @@ pub struct ThreadStatus {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorNotification {
+    /// The error (codex's message).
     pub error: TurnError,
+    /// True when codex retries on its own (knife then shows a retry status, not a failure).
     pub will_retry: bool,
+    /// The codex thread.
     pub thread_id: String,
+    /// The turn that hit the error.
     pub turn_id: String,
 }
 
@@ -462,7 +569,9 @@ pub struct ErrorNotification {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerRequestResolved {
+    /// The codex thread the request was about.
     pub thread_id: String,
+    /// The JSON-RPC id of the settled request (number or string).
     pub request_id: Value,
 }
 
@@ -470,13 +579,19 @@ pub struct ServerRequestResolved {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandApprovalParams {
+    /// The codex thread asking.
     pub thread_id: String,
+    /// The turn that wants to run the command.
     pub turn_id: String,
+    /// The `commandExecution` item the approval is for.
     pub item_id: String,
+    /// The command to be run; `None` when codex leaves it out.
     #[serde(default)]
     pub command: Option<String>,
+    /// The command's working directory.
     #[serde(default)]
     pub cwd: Option<String>,
+    /// Why codex asks (e.g. it needs network access); `None` when not given.
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -485,11 +600,16 @@ pub struct CommandApprovalParams {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileChangeApprovalParams {
+    /// The codex thread asking.
     pub thread_id: String,
+    /// The turn that wants to change files.
     pub turn_id: String,
+    /// The `fileChange` item the approval is for (its `changes` hold the patch).
     pub item_id: String,
+    /// Why codex asks (e.g. it needs extra write access); `None` when not given.
     #[serde(default)]
     pub reason: Option<String>,
+    /// A root codex asks to write under for the rest of the session (unstable in codex).
     #[serde(default)]
     pub grant_root: Option<String>,
 }
@@ -498,12 +618,17 @@ pub struct FileChangeApprovalParams {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ElicitationParams {
+    /// The codex thread the elicitation was observed on.
     pub thread_id: String,
+    /// Codex's active turn when it saw the request, if it could correlate one.
     #[serde(default)]
     pub turn_id: Option<String>,
+    /// The MCP server asking.
     pub server_name: String,
+    /// The server's message to the user, if any.
     #[serde(default)]
     pub message: Option<String>,
+    /// The request's `_meta` (MCP metadata), kept as JSON to echo back.
     #[serde(default, rename = "_meta")]
     pub meta: Option<Value>,
 }
@@ -512,14 +637,18 @@ pub struct ElicitationParams {
 /// `decline`, `cancel`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ApprovalResponse {
+    /// `accept`, `acceptForSession`, `decline` or `cancel`.
     pub decision: &'static str,
 }
 
 /// Answer to an elicitation: `accept` (with `content`), `decline`, `cancel`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ElicitationResponse {
+    /// `accept`, `decline` or `cancel`.
     pub action: &'static str,
+    /// The user's input for an accepted elicitation; `None` for decline / cancel.
     pub content: Option<Value>,
+    /// Client metadata for form-mode handling; left out when `None`.
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
 }

@@ -81,6 +81,7 @@ pub const MAX_QUEUED_BYTES: usize = 32 * 1024 * 1024;
 pub struct ProcessSpec {
     /// The program (looked up on `PATH` when it has no slash).
     pub program: OsString,
+    /// Its arguments (the instance's `args` in knife.toml).
     pub args: Vec<OsString>,
     /// Variables set on top of knife's environment.
     pub env: Vec<(OsString, OsString)>,
@@ -163,7 +164,9 @@ pub enum ProcessError {
         "could not start {label}: the program `{program}` was not found{where_}; install it or set the provider instance's `command` in knife.toml to its full path{hint}"
     )]
     NotFound {
+        /// The spec's [`ProcessSpec::label`] (e.g. `codex: app-server`).
         label: String,
+        /// The program as configured.
         program: String,
         /// ` on PATH` for a bare name, empty for a path.
         where_: &'static str,
@@ -175,8 +178,11 @@ pub enum ProcessError {
         "could not start {program} in {cwd}: {source}; check the instance's `command` and that the directory exists"
     )]
     Spawn {
+        /// The program as configured.
         program: String,
+        /// The working directory it was started in.
         cwd: String,
+        /// The OS error of the spawn.
         #[source]
         source: io::Error,
     },

@@ -58,37 +58,77 @@ pub use write::WriteTool;
 pub enum ToolError {
     /// The arguments object did not match the tool's JSON schema.
     #[error("invalid arguments for tool {tool}: {message}; check the tool's parameter schema")]
-    InvalidArguments { tool: String, message: String },
+    InvalidArguments {
+        /// The tool called.
+        tool: String,
+        /// What did not match (serde's message: field, expected type).
+        message: String,
+    },
     /// The requested path resolves (after following symlinks) outside the project root.
     #[error("path {path} is outside the project root {root}; use a path inside the project")]
-    OutsideRoot { path: String, root: String },
+    OutsideRoot {
+        /// The path as the model gave it.
+        path: String,
+        /// The project root it must stay in.
+        root: String,
+    },
     /// Nothing exists at the requested path.
     #[error("path {path} does not exist in the project; use list or glob to find the right path")]
-    NotFound { path: String },
+    NotFound {
+        /// The path as the model gave it.
+        path: String,
+    },
     /// A file was expected but the path is a directory.
     #[error("path {path} is a directory; use list to see its entries")]
-    IsDirectory { path: String },
+    IsDirectory {
+        /// The path as the model gave it.
+        path: String,
+    },
     /// A directory was expected but the path is a file.
     #[error("path {path} is not a directory; use read to see a file")]
-    NotADirectory { path: String },
+    NotADirectory {
+        /// The path as the model gave it.
+        path: String,
+    },
     /// The path is neither a regular file nor a directory (a FIFO, socket or
     /// device): reading it could block or never end, so it is not opened.
     #[error(
         "path {path} is not a regular file (a FIFO, socket or device); only regular files can be read or searched"
     )]
-    NotAFile { path: String },
+    NotAFile {
+        /// The path as the model gave it.
+        path: String,
+    },
     /// The file looks binary (it contains NUL bytes) and is not shown.
     #[error("path {path} looks like a binary file; read only shows text files")]
-    Binary { path: String },
+    Binary {
+        /// The path as the model gave it.
+        path: String,
+    },
     /// A glob or regex pattern could not be compiled.
     #[error("invalid pattern {pattern:?}: {message}")]
-    InvalidPattern { pattern: String, message: String },
+    InvalidPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// The compiler's message.
+        message: String,
+    },
     /// An I/O error other than "not found".
     #[error("could not access {path}: {message}")]
-    Io { path: String, message: String },
+    Io {
+        /// The path being accessed.
+        path: String,
+        /// The OS error.
+        message: String,
+    },
     /// The model named a tool that does not exist.
     #[error("unknown tool {name}; available tools: {available}")]
-    UnknownTool { name: String, available: String },
+    UnknownTool {
+        /// The name the model used.
+        name: String,
+        /// The tool names it may use, comma-separated.
+        available: String,
+    },
     /// The call was cancelled (the turn was interrupted).
     #[error("Tool execution aborted")]
     Aborted,
@@ -98,7 +138,9 @@ pub enum ToolError {
          do not retry it — choose another approach or ask the user to allow it"
     )]
     PermissionDenied {
+        /// The tool called.
         tool: String,
+        /// The call's subject the rules matched (root-relative path or command).
         subject: String,
         /// Which rule denied it, e.g. `rule 2`.
         rule: String,
@@ -109,7 +151,9 @@ pub enum ToolError {
         .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
     )]
     Rejected {
+        /// The tool called.
         tool: String,
+        /// The user's words with the denial, if any.
         message: Option<String>,
     },
     /// `edit`: `old_string` does not occur in the file.
@@ -117,13 +161,21 @@ pub enum ToolError {
         "old_string was not found in {path}; read the file and copy the exact text to replace, \
          including whitespace and indentation"
     )]
-    StringNotFound { path: String },
+    StringNotFound {
+        /// The file edited.
+        path: String,
+    },
     /// `edit`: `old_string` occurs more than once and `replace_all` is not set.
     #[error(
         "old_string occurs {count} times in {path}; include more surrounding lines to make it \
          unique, or set replace_all to true to replace every occurrence"
     )]
-    AmbiguousMatch { path: String, count: usize },
+    AmbiguousMatch {
+        /// The file edited.
+        path: String,
+        /// How many times `old_string` occurs.
+        count: usize,
+    },
     /// `edit`: `old_string` and `new_string` are the same, or `old_string` is empty.
     #[error("{0}")]
     InvalidEdit(String),
@@ -131,17 +183,27 @@ pub enum ToolError {
     #[error(
         "{path} is not UTF-8 text; edit only changes text files (use write to replace it whole)"
     )]
-    NotText { path: String },
+    NotText {
+        /// The file edited.
+        path: String,
+    },
     /// `write`: the path is a symlink whose target does not exist.
     #[error("{path} is a symlink to a missing file ({target}); write to the target path instead")]
-    DanglingSymlink { path: String, target: String },
+    DanglingSymlink {
+        /// The path written.
+        path: String,
+        /// Where the symlink points.
+        target: String,
+    },
     /// `bash`: the command ran past its timeout; its process group was killed.
     #[error(
         "the command timed out after {timeout_ms} ms and was killed (with every process it \
          started); pass a larger timeout_ms (at most {max_ms}) or run something shorter.\n{output}"
     )]
     CommandTimedOut {
+        /// The timeout the command had, ms.
         timeout_ms: u64,
+        /// The largest `timeout_ms` a call may ask for, ms.
         max_ms: u64,
         /// What the command printed before it was killed (capped).
         output: String,

@@ -62,13 +62,21 @@ pub const DEFAULT_MAX_RESUME_ATTEMPTS: u32 = 10;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResumeOutcome {
     /// A continuation run started; `attempt` is the thread's `resume_attempts` now.
-    Resumed { run: RunId, attempt: u32 },
+    Resumed {
+        /// The continuation run.
+        run: RunId,
+        /// The thread's `resume_attempts` after this resume (1-based).
+        attempt: u32,
+    },
     /// The thread already drains in this process: left untouched (EXEC-10).
     AlreadyActive,
     /// The thread holds no claim: nothing to resume.
     NotClaimed,
     /// The budget was spent after `attempts` resumes: terminalised with `aborted` (EXEC-08).
-    Exhausted { attempts: u32 },
+    Exhausted {
+        /// Resumes already spent (the budget).
+        attempts: u32,
+    },
 }
 
 /// Result of reserving a thread and creating its run.

@@ -20,9 +20,15 @@ pub enum Terminal {
     /// It finished on its own.
     Succeeded,
     /// It failed; `error.error_type` is the stable dotted type (`provider.transport`, …).
-    Failed { error: RunError },
+    Failed {
+        /// The typed failure recorded on the run.
+        error: RunError,
+    },
     /// It was interrupted, for `reason`.
-    Interrupted { reason: InterruptReason },
+    Interrupted {
+        /// Who or what stopped it (EXEC-02).
+        reason: InterruptReason,
+    },
 }
 
 impl Terminal {
@@ -62,7 +68,10 @@ pub enum ExecutionExit {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExecutionFailure {
     /// The provider could not be reached or the connection broke (`provider.transport`).
-    Transport { message: String },
+    Transport {
+        /// What broke, for the run's error message.
+        message: String,
+    },
     /// The failure says the user interrupted the turn.
     UserInterrupted,
     /// Any other typed failure; its type is kept.

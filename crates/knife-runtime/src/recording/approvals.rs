@@ -11,6 +11,7 @@ use crate::sessions::requests::{ApprovalOrigin, pending_approval, request_item_i
 /// What an approval is about, for [`TurnRecorder::approval_requested`].
 #[derive(Clone, Debug)]
 pub struct ApprovalAsk {
+    /// What is asked (command, file change, …); the request's kind.
     pub kind: RuntimeRequestKind,
     /// The runtime's id of the call it guards (its tool item key).
     pub call_id: String,

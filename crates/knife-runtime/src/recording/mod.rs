@@ -61,10 +61,15 @@ pub const TOOL_ABORTED: &str = "Tool execution aborted";
 /// Identity of the turn being recorded.
 #[derive(Clone, Debug)]
 pub struct TurnIds {
+    /// The app thread of the turn.
     pub thread_id: ThreadId,
+    /// The run the turn executes.
     pub run_id: RunId,
+    /// The run's ordinal (1-based); item ordinals derive from it.
     pub run_ordinal: u32,
+    /// The provider turn being recorded.
     pub provider_turn_id: ProviderTurnId,
+    /// The session the turn runs on.
     pub provider_session_id: ProviderSessionId,
     /// 1-based attempt of the run.
     pub attempt: u32,

@@ -20,7 +20,9 @@ pub(crate) fn growing_text(kind: &TurnItemKind) -> Option<&str> {
 /// Text items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TextKind {
+    /// An `assistant_message` item (field `text`).
     Assistant,
+    /// A `reasoning` item (field `reasoning`).
     Reasoning,
 }
 

@@ -10,9 +10,13 @@ use super::{TurnRecorder, live};
 /// [`TurnRecorder::set_tool_state`] (a runtime that reports calls field by field).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolState {
+    /// The tool's name.
     pub tool: String,
+    /// The call's arguments (JSON, or a string while still streaming).
     pub input: Value,
+    /// What the tool returned, once it did.
     pub output: Option<String>,
+    /// Why the tool failed, when it did.
     pub error: Option<String>,
     /// `completed` / `failed` settle the item.
     pub status: TurnItemStatus,

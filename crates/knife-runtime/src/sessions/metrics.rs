@@ -14,7 +14,9 @@ pub const TURN_DURATION_SECONDS: &str = "knife_provider_turn_duration_seconds";
 /// `outcome` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// The operation did what was asked.
     Success,
+    /// The operation returned an error.
     Failure,
     /// The operation was cancelled (its future dropped).
     Interrupt,

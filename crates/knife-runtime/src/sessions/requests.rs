@@ -51,8 +51,11 @@ pub fn request_item_id(request: &RuntimeRequestId) -> TurnItemId {
 /// The turn an approval belongs to (ids copied into its node and request).
 #[derive(Clone, Copy, Debug)]
 pub struct ApprovalOrigin<'a> {
+    /// The app thread whose turn asks.
     pub thread_id: &'a ThreadId,
+    /// The run whose turn asks.
     pub run_id: &'a RunId,
+    /// The provider turn that asks.
     pub provider_turn_id: &'a ProviderTurnId,
     /// The session that asked; the request is `live` on it and dies with it (MGR-41).
     pub provider_session_id: &'a ProviderSessionId,
