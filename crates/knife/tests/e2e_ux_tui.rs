@@ -184,7 +184,10 @@ fn assert_overlay_is_clean(screen: &str, title: &str) {
         .rposition(|r| text(r).starts_with("│›"))
         .map(|i| i - 1)
         .unwrap_or_else(|| panic!("no input box:\n{screen}"));
-    assert!(bottom < input_top, "the overlay covers the input box:\n{screen}");
+    assert!(
+        bottom < input_top,
+        "the overlay covers the input box:\n{screen}"
+    );
     let border = text(&rows[input_top]);
     assert!(
         border.starts_with('┌') && border.trim_end().ends_with('┐') && !border.contains('└'),
