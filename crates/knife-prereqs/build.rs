@@ -1,6 +1,6 @@
-// knife-prereqs' own build script: only the probe gate that is never open, so
-// tests/ux_01.rs can show an ignored test. (No env-dependent gate here: a change would
-// rebuild this crate and everything above it.)
+//! knife-prereqs' own build script: only the probe gate that is never open, so
+//! tests/ux_01.rs can show an ignored test. (No env-dependent gate here: a change would
+//! rebuild this crate and everything above it.)
 #[path = "src/lib.rs"]
 #[allow(dead_code)]
 mod prereqs;

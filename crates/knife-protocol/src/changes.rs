@@ -36,7 +36,7 @@ pub struct SkippedFile {
 }
 
 /// The checkpoints of one run (CHG-01/02). A failed checkpoint leaves its `*_error`
-/// ("no checkpoint: <why>") instead of failing the run.
+/// (`no checkpoint: <why>`) instead of failing the run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunCheckpoints {
     /// Checkpoint taken before the run's turn started (CHG-01); `None` if it failed or
@@ -46,10 +46,10 @@ pub struct RunCheckpoints {
     /// Checkpoint taken after the run ended (CHG-02); `None` until then or if it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<CheckpointRef>,
-    /// Why the start checkpoint is missing ("no checkpoint: <why>"); `None` otherwise.
+    /// Why the start checkpoint is missing (`no checkpoint: <why>`); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_error: Option<String>,
-    /// Why the end checkpoint is missing ("no checkpoint: <why>"); `None` otherwise.
+    /// Why the end checkpoint is missing (`no checkpoint: <why>`); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_error: Option<String>,
 }
@@ -174,7 +174,7 @@ pub struct CheckpointRecord {
     /// The checkpoint; `None` when it failed (`error` then says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointRef>,
-    /// "no checkpoint: <why>" when it failed.
+    /// `no checkpoint: <why>` when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -41,8 +41,8 @@ pub enum LiveMessage {
     Delta {
         /// The delta, shared by every subscriber.
         delta: Arc<ItemDelta>,
-        /// The item's reset count when the delta was published; a client drops deltas of
-        /// an older generation.
+        /// The item's reset count when the delta was published; a subscriber's view
+        /// drops deltas older than the last reset it saw.
         generation: u32,
     },
     /// The item's live text is void from `generation` on. Deliver it only after the

@@ -2,7 +2,7 @@
 //! services with their own node ids over one SQLite database and the scripted runtime.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use knife_protocol::*;

@@ -3,7 +3,7 @@
 //! against an in-process fake runtime and a real SQLite store, under paused time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use knife_protocol::*;

@@ -4,8 +4,8 @@
 //! paused time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use knife_protocol::*;
 use knife_runtime::*;

@@ -2,7 +2,7 @@
 //! paused time with knife-testkit's fake adapter.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

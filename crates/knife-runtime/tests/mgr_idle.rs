@@ -1,7 +1,7 @@
 //! Session manager — idle release and pins (SPEC.md MGR-20..29), idle window 1 s.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

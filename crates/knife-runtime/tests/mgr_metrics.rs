@@ -2,7 +2,7 @@
 //! recorder (the test runtime is single-threaded, so every task records into it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! adapter and a real SQLite store, under paused time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

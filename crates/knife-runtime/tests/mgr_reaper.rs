@@ -3,7 +3,7 @@
 //! a session row's last-seen time, throttled.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Session manager — release, close, shutdown and release retries (SPEC.md MGR-30..40).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

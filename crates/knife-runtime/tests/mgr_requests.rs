@@ -1,7 +1,7 @@
 //! Session manager — runtime requests on release and outside runs (SPEC.md MGR-41..43).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

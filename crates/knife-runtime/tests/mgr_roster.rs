@@ -1,7 +1,7 @@
 //! Session manager — the background-task roster on release (SPEC.md MGR-44..47).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

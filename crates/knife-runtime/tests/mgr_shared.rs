@@ -1,7 +1,7 @@
 //! Session manager — shared runtimes and threads (SPEC.md MGR-10..17).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

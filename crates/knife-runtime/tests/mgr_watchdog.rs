@@ -1,7 +1,7 @@
 //! Session manager — the stuck-turn watchdog (`turn_stall_timeout`; beyond the reference).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! restart sweep, unclaimed and child threads are settled, pending requests expire.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use knife_protocol::*;

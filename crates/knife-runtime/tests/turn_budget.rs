@@ -3,7 +3,7 @@
 //! budget stops the next run before its turn, raising it continues the work.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use knife_protocol::*;

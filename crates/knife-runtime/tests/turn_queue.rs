@@ -2,7 +2,7 @@
 //! harness: a real SQLite store on disk, the scripted in-process runtime, paused time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use knife_protocol::*;

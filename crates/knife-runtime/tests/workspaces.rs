@@ -2,7 +2,7 @@
 //! workspace exists; otherwise it leaves it, once logged, for a node that has it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -21,7 +21,8 @@ pub mod method {
     pub const THREAD_UNSUBSCRIBE: &str = "thread/unsubscribe";
     /// Client request: fork a codex thread into a new one, optionally through a given turn (CHG-09).
     pub const THREAD_FORK: &str = "thread/fork";
-    /// Client request: start a turn with user input on a thread; also used to steer an active turn.
+    /// Client request: start a turn with user input on a thread (input into a running
+    /// turn is `turn/steer`).
     pub const TURN_START: &str = "turn/start";
     /// Client request: stop a thread's running turn.
     pub const TURN_INTERRUPT: &str = "turn/interrupt";

@@ -10,13 +10,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
-    /// The runtime is being opened (process spawned, handshake in flight).
+    /// Being opened. Part of the wire shape: the manager writes a session row only
+    /// once it is open, so knife does not write this status today.
     Starting,
-    /// Open and able to take a turn (what the manager projects after `open`).
+    /// Open (what the manager projects after `open`); stays so while turns run.
     Ready,
-    /// A turn is executing on it.
+    /// A turn is executing. Part of the wire shape; not written by knife today (busy
+    /// turns are listed by `GET /api/sessions`' `busy_turns`).
     Running,
-    /// A turn is blocked on a runtime request (approval or user input).
+    /// A turn waits on a runtime request. Part of the wire shape; not written by knife
+    /// today (the request itself is `pending`).
     Waiting,
     /// Released or closed (idle release, close, shutdown, reaper; MGR-20/30).
     Stopped,

@@ -13,17 +13,19 @@ use serde_json::Value;
 pub enum NodeKind {
     /// The root of a run's tree (`node:<run>:root`).
     RootTurn,
-    /// An assistant message of the turn.
+    /// An assistant message of the turn. Part of the wire shape: knife records
+    /// messages, reasoning and tool calls as turn items, not nodes, today.
     AssistantMessage,
-    /// A reasoning block of the turn.
+    /// A reasoning block of the turn (wire shape only, like `assistant_message`).
     Reasoning,
-    /// A tool call of the turn.
+    /// A tool call of the turn (wire shape only, like `assistant_message`).
     ToolCall,
-    /// A runtime request for an approval (what knife records for every request today).
+    /// A runtime request, child of the run's root (what knife records for every
+    /// request today, user-input ones included).
     ApprovalRequest,
-    /// A runtime request for free user input.
+    /// A runtime request for free user input (wire shape only; see `approval_request`).
     UserInputRequest,
-    /// Work knife itself did for the run (not the model's).
+    /// Work knife itself did for the run (wire shape only; not written today).
     System,
 }
 
@@ -31,7 +33,7 @@ pub enum NodeKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeStatus {
-    /// Recorded, not started.
+    /// Recorded, not started (wire shape; the runtime writes roots `running`).
     Pending,
     /// In progress.
     Running,
