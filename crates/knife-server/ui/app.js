@@ -128,7 +128,9 @@ async function start() {
     status.textContent = connected ? 'live' : 'reconnecting…';
     status.classList.toggle('ok', connected);
   });
-  replace(document.getElementById('app'), nav(), h('div', { class: 'layout' }, sidebar.el, main));
+  // On a phone the open sidebar lies over an opaque backdrop; tapping it closes the sidebar.
+  const backdrop = h('div', { class: 'sidebar-backdrop', id: 'sidebar-backdrop', on: { click: () => toggleSidebar(false) } });
+  replace(document.getElementById('app'), nav(), h('div', { class: 'layout' }, sidebar.el, backdrop, main));
   installSearch(sidebar);
   new Notifier(sidebar, notifyButton);
   shortcuts = installShortcuts();

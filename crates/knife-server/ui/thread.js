@@ -114,8 +114,8 @@ export class ThreadView {
     });
     this.el = h('section', { class: 'view thread-view', dataset: { thread: id } },
       h('header', { class: 'thread-head' }, this.title,
-        this.actions(),
-        h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
+        this.actionsBox = this.actions(),
+        this.eventsLink = h('a', { href: `#/thread/${encodeURIComponent(id)}/events`, id: 'events-link' }, 'Events')),
       this.statusLine, this.warning, this.notice, this.queueBox, this.scroller, this.error, composer);
     this.socket = new LiveSocket(() => {}, (err) => this.showError(`Live updates failed: ${err.message} (reload the page to try again)`));
     this.ticker = setInterval(() => this.drawStatus(), 1000);
@@ -214,6 +214,9 @@ export class ThreadView {
         // Nothing to write to: say so where the title goes, no composer.
         this.title.textContent = 'No such thread';
         this.composer.hidden = true;
+        // Nothing to rename, archive, fork, delete or list the events of either.
+        this.actionsBox.hidden = true;
+        this.eventsLink.hidden = true;
       }
     }
   }
@@ -246,8 +249,9 @@ export class ThreadView {
         if (this.thread) this.thread.agent_status = p.status;
         break;
       case 'thread.error':
-        // A user's interrupt shows as the neutral "Interrupted" marker, not an error (UX-06).
-        if (p.error.name !== 'MessageAbortedError') this.showError(`${p.error.name}: ${p.error.message}`);
+        // A run's error shows once, in the transcript (its error item or the run-end
+        // note); the line above the composer is for the user's own actions that failed.
+        // A user's interrupt shows as the neutral "Interrupted" marker (UX-06).
         break;
       case 'revert.updated':
         this.reverts.set(p.id, p);
@@ -523,7 +527,6 @@ export class ThreadView {
       const run = this.runs.get(t.active_run_id);
       if (run && run.started_at) parts.push(h('span', { class: 'muted' }, ` · run ${run.ordinal} started ${clock(run.started_at)}`));
     }
-    if (t.status === 'failed' && t.last_error) parts.push(h('span', { class: 'error-message' }, ` · ${t.last_error.message}`));
     parts.push(h('span', { class: 'muted', id: 'thread-instance' }, ` · ${t.provider_instance_id}${t.model ? ` / ${t.model}` : ''}`));
     const total = this.usage && this.usage.total;
     if (total && total.total_tokens) {

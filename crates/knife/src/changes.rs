@@ -113,9 +113,9 @@ pub async fn revert(config_path: Option<&Path>, args: RevertArgs) -> anyhow::Res
         "reverted"
     };
     println!(
-        "{verb} {} ({} files, to their state before run {}):",
+        "{verb} {} ({}, to their state before run {}):",
         revert.id,
-        revert.files.len(),
+        crate::human::count(revert.files.len(), "file"),
         revert.run_ordinal
     );
     for f in &revert.files {
@@ -216,10 +216,10 @@ pub fn render(diff: &RunDiff, stat_only: bool, colour: bool) -> String {
         }
     };
     let mut out = format!(
-        "run {} of {}: {} files, {} {}\n",
+        "run {} of {}: {}, {} {}\n",
         diff.run_ordinal,
         diff.thread_id,
-        diff.files.len(),
+        crate::human::count(diff.files.len(), "file"),
         paint(GREEN, &format!("+{}", diff.added)),
         paint(RED, &format!("-{}", diff.removed)),
     );

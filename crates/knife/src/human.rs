@@ -15,6 +15,16 @@ pub fn when(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
     format!("{clock} ({})", distance(at, now))
 }
 
+/// A count with its noun in the singular or plural: `count(1, "file")` is `1 file`,
+/// `count(3, "file")` is `3 files` (nouns whose plural adds an `s`).
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn distance(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let secs = (at - now).num_seconds();
     let (n, future) = (secs.unsigned_abs(), secs > 0);

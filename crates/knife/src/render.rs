@@ -126,9 +126,12 @@ pub struct RunView<'p> {
     /// terminal without NO_COLOR; anstream's rules).
     colour_out: bool,
     colour_err: bool,
+    /// Reasoning is shown on stderr: on a terminal, with or without colour (NO_COLOR
+    /// removes the colour, not the `┊` lines), or when colour is forced.
+    show_reasoning: bool,
     /// Answers being rendered as Markdown (only with `colour_out`).
     markdown: HashMap<TurnItemId, MarkdownStream>,
-    /// Reasoning text waiting for the end of its line (only with `colour_err`).
+    /// Reasoning text waiting for the end of its line (only with `show_reasoning`).
     reasoning: HashMap<TurnItemId, String>,
 }
 
@@ -154,6 +157,8 @@ impl<'p> RunView<'p> {
             retry_shown: 0,
             colour_out: colour_for(&std::io::stdout()),
             colour_err: colour_for(&std::io::stderr()),
+            show_reasoning: colour_for(&std::io::stderr())
+                || std::io::IsTerminal::is_terminal(&std::io::stderr()),
             markdown: HashMap::new(),
             reasoning: HashMap::new(),
         };
@@ -249,9 +254,9 @@ impl<'p> RunView<'p> {
         eprintln!("{}", self.paint(DIM_ITALIC, &format!("  ┊ {line}")));
     }
 
-    /// More reasoning of `item`, shown dimmed line by line on a colour terminal.
+    /// More reasoning of `item`, shown line by line on a terminal (dimmed with colour).
     fn print_reasoning(&mut self, item: &TurnItemId, fresh: &str) {
-        if !self.colour_err {
+        if !self.show_reasoning {
             return;
         }
         let buf = self.reasoning.entry(item.clone()).or_default();

@@ -106,6 +106,12 @@ async fn ux_03_no_color_on_a_terminal_and_pipes_stay_plain_text() {
     assert_eq!(code, 0, "{}", term.screen());
     assert!(!has_sgr(&term.raw()), "NO_COLOR: {:?}", term.raw());
     assert!(term.screen().contains("There is **one** file:"));
+    // NO_COLOR removes the colour, not the reasoning.
+    assert!(
+        term.screen().contains("┊ Looking at the files first."),
+        "{}",
+        term.screen()
+    );
 
     // Piped: the answer exactly as the model wrote it, no escapes anywhere.
     let (_mock2, piped) = server_with_project().await;

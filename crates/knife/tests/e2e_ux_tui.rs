@@ -115,6 +115,7 @@ async fn ux_02_interactive_terminal_streams_approves_interrupts_and_picks_thread
         term.send("\x14");
         let screen = term.wait_for("+ new thread", WAIT);
         assert!(screen.contains("say hello"), "{screen}");
+        assert_overlay_is_clean(&screen, " threads ");
         term.save("ux_02_6_picker");
         term.send("\r");
         term.wait_for("Type a message and press Enter", WAIT);
@@ -130,19 +131,68 @@ async fn ux_02_interactive_terminal_streams_approves_interrupts_and_picks_thread
             screen.contains("/diff [RUN]") && screen.contains("/queue"),
             "{screen}"
         );
+        assert_overlay_is_clean(&screen, " help ");
         term.save("ux_02_7_help");
         term.send("x");
         term.wait_until("help closed", WAIT, |s| !s.contains("/revert RUN"));
 
         // /diff shows what run 2 changed.
         term.send("/diff 2\r");
-        term.wait_for("+hi", WAIT);
+        let screen = term.wait_for("+hi", WAIT);
+        assert!(screen.contains(": 1 file, +1 -0"), "{screen}");
+        assert!(!screen.contains("1 files"), "{screen}");
         term.save("ux_02_8_diff");
 
         // Ctrl-C quits and gives the terminal back.
         term.send("\x03");
         assert_eq!(term.wait_exit(WAIT), 0, "{}", term.screen());
     });
+}
+
+/// The overlay box titled `title` hides what is under it: on every row from the line above
+/// its top border to its bottom border nothing shows beside the box, and the input box
+/// below keeps its own top border (`┌───…┐`, nothing of the overlay drawn onto it).
+fn assert_overlay_is_clean(screen: &str, title: &str) {
+    let rows: Vec<Vec<char>> = screen.lines().map(|l| l.chars().collect()).collect();
+    let text = |r: &[char]| r.iter().collect::<String>();
+    let top = rows
+        .iter()
+        .position(|r| text(r).contains(title))
+        .unwrap_or_else(|| panic!("no overlay {title:?}:\n{screen}"));
+    let left = rows[top]
+        .iter()
+        .position(|c| *c == '┌')
+        .unwrap_or_else(|| panic!("no top-left corner:\n{screen}"));
+    let bottom = (top..rows.len())
+        .find(|&i| rows[i].get(left) == Some(&'└'))
+        .unwrap_or_else(|| panic!("no bottom border:\n{screen}"));
+    let right = rows[top].iter().rposition(|c| *c == '┐').unwrap_or(left);
+    for (i, row) in rows.iter().enumerate().take(bottom + 1).skip(top - 1) {
+        let beside: String = row
+            .iter()
+            .enumerate()
+            .filter(|(col, _)| i == top - 1 || *col < left || *col > right)
+            .map(|(_, c)| *c)
+            .collect();
+        assert!(
+            beside.trim().is_empty(),
+            "row {i} shows {beside:?} beside the {title:?} box:\n{screen}"
+        );
+    }
+    let input_top = rows
+        .iter()
+        .rposition(|r| text(r).starts_with("│›"))
+        .map(|i| i - 1)
+        .unwrap_or_else(|| panic!("no input box:\n{screen}"));
+    assert!(
+        bottom < input_top,
+        "the overlay covers the input box:\n{screen}"
+    );
+    let border = text(&rows[input_top]);
+    assert!(
+        border.starts_with('┌') && border.trim_end().ends_with('┐') && !border.contains('└'),
+        "input box border: {border:?}\n{screen}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

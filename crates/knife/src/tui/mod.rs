@@ -644,8 +644,8 @@ impl App {
         {
             Ok(r) => {
                 let mut note = vec![Line::raw(format!(
-                    "reverted {} files to their state before run {}:",
-                    r.files.len(),
+                    "reverted {} to their state before run {}:",
+                    crate::human::count(r.files.len(), "file"),
                     r.run_ordinal
                 ))];
                 note.extend(r.files.iter().map(|f| Line::raw(format!("  {f}"))));

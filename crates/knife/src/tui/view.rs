@@ -47,8 +47,8 @@ pub fn draw(frame: &mut Frame, app: &App) {
     );
     match &app.overlay {
         Overlay::None => {}
-        Overlay::Picker { selected } => draw_picker(frame, app, *selected),
-        Overlay::Help => draw_help(frame),
+        Overlay::Picker { selected } => draw_picker(frame, app, *selected, body),
+        Overlay::Help => draw_help(frame, body),
     }
 }
 
@@ -441,6 +441,13 @@ fn draw_input(frame: &mut Frame, app: &App, area: Rect) {
     }
 }
 
+/// The box of an overlay: centred in the transcript area (never over the input box),
+/// with the whole transcript area cleared so no transcript text shows beside it.
+fn overlay_area(frame: &mut Frame, body: Rect, width: u16, height: u16) -> Rect {
+    frame.render_widget(Clear, body);
+    centered(body, width, height)
+}
+
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(area.width);
     let h = height.min(area.height);
@@ -452,9 +459,8 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
     )
 }
 
-fn draw_picker(frame: &mut Frame, app: &App, selected: usize) {
-    let area = centered(frame.area(), 76, 16);
-    frame.render_widget(Clear, area);
+fn draw_picker(frame: &mut Frame, app: &App, selected: usize, body: Rect) {
+    let area = overlay_area(frame, body, 76, 16);
     let now = chrono::Utc::now();
     let mut items = vec![ListItem::new(Line::styled("+ new thread", BOLD))];
     for t in &app.threads {
@@ -478,9 +484,9 @@ fn draw_picker(frame: &mut Frame, app: &App, selected: usize) {
     frame.render_stateful_widget(list, area, &mut state);
 }
 
-fn draw_help(frame: &mut Frame) {
-    let area = centered(frame.area(), 70, 19);
-    frame.render_widget(Clear, area);
+fn draw_help(frame: &mut Frame, body: Rect) {
+    // 15 rows and the border: fits the transcript area of an 80x24 terminal.
+    let area = overlay_area(frame, body, 70, 17);
     let rows = [
         ("Enter", "send the message (queued while a run works)"),
         ("Esc", "interrupt the run in progress / close this"),

@@ -167,6 +167,10 @@ export const tests = {
       await page.locator('#thread-error', { hasText: 'thread thread_gone does not exist' }).waitFor();
       await page.locator('.thread-view .thread-title', { hasText: 'No such thread' }).waitFor();
       assert.equal(await page.locator('#composer').isVisible(), false);
+      // No thread actions for a thread that does not exist.
+      for (const sel of ['#thread-rename', '#thread-archive', '#thread-fork', '#thread-delete', '#events-link']) {
+        assert.equal(await page.locator(sel).isVisible(), false, `${sel} shows on "No such thread"`);
+      }
     },
     allowConsole: [/status of 404/, /HTTP 404 for .*\/api\/threads\/thread_gone$/],
   },
@@ -724,6 +728,10 @@ export const tests = {
       await page.locator('.thread-link .status-failed', { hasText: 'failed' }).waitFor();
       await page.locator('.transcript .error-message', { hasText: 'bad request from the mock' }).first().waitFor();
       await page.locator('#thread-status-label', { hasText: 'failed' }).waitFor();
+      // The error shows once, in the transcript: not in the header, not above the composer.
+      assert.equal(await page.locator('.transcript .error-message', { hasText: 'bad request from the mock' }).count(), 1);
+      assert.equal((await page.locator('#thread-status').innerText()).includes('bad request'), false);
+      assert.equal(await page.locator('#thread-error').isVisible(), false);
     },
   },
 

@@ -39,7 +39,22 @@ export const tests = {
       await toggle.click();
       await sidebar.waitFor({ state: 'visible' });
       assert.equal(await toggle.getAttribute('aria-expanded'), 'true');
+      // The page behind does not show beside the open sidebar: an opaque backdrop covers it.
+      const right = await box(page, '.sidebar');
+      const under = await page.evaluate(([x, y]) => {
+        const el = document.elementFromPoint(x, y);
+        return el ? el.id : null;
+      }, [Math.round(right.x + right.width + 10), 400]);
+      assert.equal(under, 'sidebar-backdrop', 'right of the open sidebar');
+      const backdrop = page.locator('#sidebar-backdrop');
+      assert.equal(await backdrop.evaluate((el) => getComputedStyle(el).backgroundColor.startsWith('rgb(')), true, 'the backdrop is opaque');
       await page.screenshot({ path: shot.replace(/\.png$/, '-sidebar-open.png') });
+      // Tapping the backdrop closes the sidebar.
+      await page.mouse.click(Math.round(right.x + right.width + 10), 400);
+      await sidebar.waitFor({ state: 'hidden' });
+      assert.equal(await backdrop.isVisible(), false);
+      await toggle.click();
+      await sidebar.waitFor({ state: 'visible' });
       await newThread(page, server, 'Phone thread');
       // Opening the thread closed the sidebar.
       await sidebar.waitFor({ state: 'hidden' });
