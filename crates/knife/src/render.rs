@@ -389,15 +389,26 @@ impl<'p> RunView<'p> {
 
     /// Prints an answer's live text as it arrives (LIVE-01); the durable snapshots
     /// then add nothing already printed.
+    ///
+    /// A tool call's own deltas print nothing, but one that streams before its first
+    /// durable event (deltas can overtake the log) counts as open from then on: the
+    /// text after it waits, so its `→ tool` line prints first (UX-03).
     fn delta(&mut self, delta: &ItemDelta, run: &RunId) {
-        let text = match delta.field {
-            DeltaField::Text => true,
-            DeltaField::Reasoning => false,
-            _ => return,
-        };
         if delta.run_id.as_ref() != Some(run) {
             return;
         }
+        let text = match delta.field {
+            DeltaField::Text => true,
+            DeltaField::Reasoning => false,
+            DeltaField::Input | DeltaField::Output => {
+                if !self.tools.contains_key(&delta.item_id) {
+                    self.open_tools
+                        .entry(delta.item_id.clone())
+                        .or_insert(delta.ordinal);
+                }
+                return;
+            }
+        };
         if self.open_tools.values().any(|at| *at < delta.ordinal) {
             self.held.push(delta.clone());
             return;
