@@ -43,6 +43,7 @@ mod diff;
 mod dispatch;
 mod session;
 mod steer;
+mod threads;
 pub mod wire;
 
 /// Driver name.
