@@ -45,6 +45,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "claimed_at",
         sql: include_str!("../migrations/0050_claimed_at.sql"),
     },
+    Migration {
+        version: 60,
+        name: "turn_item_chunks",
+        sql: include_str!("../migrations/0060_turn_item_chunks.sql"),
+    },
 ];
 
 /// Advisory lock key that serialises migrations of one database across nodes.
