@@ -77,7 +77,8 @@ pub(crate) fn decidable(appends: &[Append], live: &[usize]) -> bool {
 }
 
 /// A boxed statement future whose first poll sends its request.
-type Sent<'a> = Pin<Box<dyn Future<Output = Result<Option<i64>, tokio_postgres::Error>> + Send + 'a>>;
+type Sent<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<i64>, tokio_postgres::Error>> + Send + 'a>>;
 
 /// Writes the appends `live` in one transaction sent as one pipeline.
 ///
@@ -197,7 +198,9 @@ pub(crate) async fn write(
         .map(|(_, params)| params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect())
         .collect();
     let mut sent: Vec<Sent<'_>> = Vec::with_capacity(statements.len() + 4);
-    sent.push(Box::pin(async { client.batch_execute("BEGIN").await.map(|()| None) }));
+    sent.push(Box::pin(async {
+        client.batch_execute("BEGIN").await.map(|()| None)
+    }));
     let lock_key: &(dyn ToSql + Sync) = &APPEND_LOCK;
     sent.push(Box::pin(async {
         client.execute(&lock, &[lock_key]).await.map(|_| None)

@@ -99,8 +99,9 @@ pub(crate) async fn write_group(
             Ok(None) => {}
             Err(error) => {
                 let error = StoreError::from(error);
-                let mut all: Vec<Outcome> =
-                    (1..appends.len()).map(|_| Err(copy_error(&error))).collect();
+                let mut all: Vec<Outcome> = (1..appends.len())
+                    .map(|_| Err(copy_error(&error)))
+                    .collect();
                 all.insert(0, Err(error));
                 return all;
             }
@@ -340,8 +341,7 @@ pub(crate) fn copy_error(error: &StoreError) -> StoreError {
 /// The multi-row insert of a batch's events: one row per element of the arrays
 /// ([`insert_params`]). The sequence goes through `knife_seq` (migration 0075): the
 /// number itself unless the transaction set a base (crate::pipelined).
-pub(crate) const INSERT_EVENTS: &str =
-    "INSERT INTO events (sequence, event_id, thread_id, run_id, type, occurred_at, \
+pub(crate) const INSERT_EVENTS: &str = "INSERT INTO events (sequence, event_id, thread_id, run_id, type, occurred_at, \
      payload_json) SELECT knife_seq(u.s), u.e, u.t, u.r, u.y, u.o, u.p FROM UNNEST(\
      $1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[]) \
      AS u(s, e, t, r, y, o, p)";

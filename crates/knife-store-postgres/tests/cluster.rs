@@ -710,7 +710,10 @@ async fn scale_10_a_group_sent_in_one_pipeline_commits_while_its_node_is_frozen(
         r.unwrap().iter().map(|e| e.sequence).collect::<Vec<u64>>()
     };
     assert_eq!(seqs(first), vec![6, 7]);
-    assert!(matches!(fenced, Err(StoreError::Fenced { .. })), "{fenced:?}");
+    assert!(
+        matches!(fenced, Err(StoreError::Fenced { .. })),
+        "{fenced:?}"
+    );
     assert_eq!(seqs(last), vec![8]);
     let max: i64 = holder
         .query_one("SELECT max(sequence) FROM events", &[])

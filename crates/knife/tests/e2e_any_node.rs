@@ -665,7 +665,10 @@ async fn scale_06_each_node_lists_every_node_s_sessions_and_closes_them_on_their
     let (s, closed) = b.post(&close(&a_session), &json!({})).await;
     assert_eq!(s, StatusCode::OK, "{closed}");
     assert_eq!(
-        (closed["provider_session_id"].as_str(), closed["closed"].as_bool()),
+        (
+            closed["provider_session_id"].as_str(),
+            closed["closed"].as_bool()
+        ),
         (Some(a_session.as_str()), Some(true)),
         "{closed}"
     );
