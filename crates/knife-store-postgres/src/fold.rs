@@ -15,12 +15,38 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use crate::error::{PgError, PgResult};
-use deadpool_postgres::GenericClient as Conn;
 use knife_protocol::{ProjectId, StoredEvent};
 use knife_store::StoreError;
-use knife_store::fold::{Cell, FoldMode, RowChange, THREAD_TABLES, TOMBSTONE_TYPE, plan_append};
+use knife_store::fold::{
+    AppendStep, Cell, FoldMode, ItemTail, RowChange, THREAD_TABLES, TOMBSTONE_TYPE, plan_append,
+    plan_reassembled,
+};
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::Statement;
+
+/// What the fold writes through: a pooled connection or one of its transactions, with
+/// deadpool's statement cache, and the driver's client underneath for the shared
+/// readers of crate::read.
+pub(crate) trait Conn: deadpool_postgres::GenericClient {
+    /// The driver's client or transaction underneath.
+    type Raw: tokio_postgres::GenericClient + Sync;
+    /// The driver's client or transaction underneath.
+    fn raw(&self) -> &Self::Raw;
+}
+
+impl<'a> Conn for deadpool_postgres::Transaction<'a> {
+    type Raw = tokio_postgres::Transaction<'a>;
+    fn raw(&self) -> &Self::Raw {
+        self
+    }
+}
+
+impl Conn for deadpool_postgres::Client {
+    type Raw = tokio_postgres::Client;
+    fn raw(&self) -> &Self::Raw {
+        self
+    }
+}
 
 /// One statement parameter, owned (the pipeline outlives the fold's borrows).
 pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
@@ -337,19 +363,82 @@ impl Folder {
             }
             RowChange::AppendItemText { chunk } => {
                 // A read: what is queued must have run first (LIVE-03: the chunk extends
-                // the item's folded text).
+                // the item's folded text). One round trip: the last chunk's field and
+                // end, else the row's payload.
                 p.flush(tx).await?;
-                let current = tx
+                let thread = chunk.thread_id.as_str();
+                let item = chunk.item_id.as_str();
+                let tail = tx
                     .query_opt(
-                        "SELECT payload_json FROM turn_items WHERE id = $1",
-                        &[&chunk.item_id.as_str()],
+                        "SELECT c.field, c.end_byte, \
+                         CASE WHEN c.field IS NULL THEN t.payload_json END \
+                         FROM turn_items t LEFT JOIN LATERAL ( \
+                           SELECT field, end_byte FROM turn_item_chunks \
+                           WHERE thread_id = $1 AND item_id = $2 \
+                           ORDER BY sequence DESC LIMIT 1) c ON true \
+                         WHERE t.id = $2",
+                        &[&thread, &item],
                     )
-                    .await?
-                    .map(|r| r.get::<_, String>(0));
-                for change in plan_append(current.as_deref(), &chunk)? {
+                    .await?;
+                let tail = match tail {
+                    None => ItemTail::Missing,
+                    Some(row) => match (
+                        row.get::<_, Option<String>>(0),
+                        row.get::<_, Option<i64>>(1),
+                    ) {
+                        (Some(field), Some(end)) => ItemTail::Chunked {
+                            field,
+                            end: u64::try_from(end).unwrap_or(0),
+                        },
+                        _ => ItemTail::Whole(row.get::<_, Option<String>>(2).unwrap_or_default()),
+                    },
+                };
+                let changes = match plan_append(tail, &chunk)? {
+                    AppendStep::Changes(changes) => changes,
+                    AppendStep::Assemble => match crate::read::get_turn_item(tx.raw(), item).await? {
+                        Some(whole) => plan_reassembled(whole, &chunk)?,
+                        None => Vec::new(),
+                    },
+                };
+                for change in changes {
                     Box::pin(self.apply(tx, change, seq)).await?;
                 }
                 Ok(())
+            }
+            RowChange::InsertChunk {
+                thread_id,
+                item_id,
+                field,
+                start,
+                end,
+                text,
+                updated_at,
+            } => {
+                p.push(
+                    tx,
+                    "INSERT INTO turn_item_chunks \
+                     (thread_id, item_id, sequence, field, start_byte, end_byte, text, updated_at) \
+                     VALUES ($1, $2, knife_seq($3), $4, $5, $6, $7, $8)",
+                    vec![
+                        Box::new(thread_id),
+                        Box::new(item_id),
+                        Box::new(seq),
+                        Box::new(field),
+                        Box::new(start),
+                        Box::new(end),
+                        Box::new(text),
+                        Box::new(updated_at),
+                    ],
+                )
+                .await
+            }
+            RowChange::DropChunks { thread_id, item_id } => {
+                p.push(
+                    tx,
+                    "DELETE FROM turn_item_chunks WHERE thread_id = $1 AND item_id = $2",
+                    vec![Box::new(thread_id), Box::new(item_id)],
+                )
+                .await
             }
             RowChange::InsertRunTotal { run_id, row } => {
                 // A read: what is queued (the run's own call records) must have run

@@ -46,6 +46,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0050_claimed_at.sql"),
     },
     Migration {
+        version: 60,
+        name: "turn_item_chunks",
+        sql: include_str!("../migrations/0060_turn_item_chunks.sql"),
+    },
+    Migration {
         version: 75,
         name: "append_pipeline",
         sql: include_str!("../migrations/0075_append_pipeline.sql"),
