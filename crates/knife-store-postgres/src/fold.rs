@@ -395,7 +395,8 @@ impl Folder {
                 };
                 let changes = match plan_append(tail, &chunk)? {
                     AppendStep::Changes(changes) => changes,
-                    AppendStep::Assemble => match crate::read::get_turn_item(tx.raw(), item).await? {
+                    AppendStep::Assemble => match crate::read::get_turn_item(tx.raw(), item).await?
+                    {
                         Some(whole) => plan_reassembled(whole, &chunk)?,
                         None => Vec::new(),
                     },
