@@ -26,6 +26,7 @@ mod fold;
 mod group;
 mod import;
 mod leases;
+mod pipelined;
 mod read;
 mod relay;
 mod schema;

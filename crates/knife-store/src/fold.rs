@@ -432,7 +432,9 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
         | EventBody::RevertUpdated(_)
         // Commands between nodes (SCALE-06) are read from the log by their listeners.
         | EventBody::ThreadCommanded(_)
-        | EventBody::ThreadCommandApplied(_) => Vec::new(),
+        | EventBody::ThreadCommandApplied(_)
+        | EventBody::SessionCommanded(_)
+        | EventBody::SessionCommandApplied(_) => Vec::new(),
     })
 }
 
