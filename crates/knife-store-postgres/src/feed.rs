@@ -3,12 +3,11 @@
 // same connection receives the other nodes' relayed live deltas (crate::relay).
 
 use crate::error::PgResult;
-use crate::read::read_events;
 use crate::relay::{DELTA_CHANNEL, Reassembler};
 use crate::write::CHANNEL;
 use futures::StreamExt;
 use knife_protocol::StoredEvent;
-use knife_store::{RelayedLive, StreamFilter};
+use knife_store::RelayedLive;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -105,9 +104,27 @@ impl Pump {
         }
     }
 
+    /// The next page of the log after `after`, with a statement prepared once per
+    /// connection (the pump reads after every commit of every node).
     async fn read_page(&self, after: u64) -> PgResult<Vec<StoredEvent>> {
         let client = self.pool.get().await?;
-        read_events(&**client, &StreamFilter::after(after), None, PAGE).await
+        let page = client
+            .prepare_cached(
+                "SELECT sequence, payload_json FROM events WHERE sequence > $1 \
+                 ORDER BY sequence LIMIT $2",
+            )
+            .await?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(PAGE).unwrap_or(i64::MAX);
+        let rows = client.query(&page, &[&after, &limit]).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredEvent {
+                    sequence: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
+                    event: serde_json::from_str(row.get::<_, &str>(1))?,
+                })
+            })
+            .collect()
     }
 }
 

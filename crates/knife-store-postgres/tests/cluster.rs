@@ -585,9 +585,10 @@ async fn wait_lock_waiter(holder: &tokio_postgres::Client) {
 /// SCALE-10 (the append path behind the figure): a node sends a group of appends as ONE
 /// pipeline, BEGIN to COMMIT, so the cluster-wide append lock waits for the server's
 /// work only, never for the node: a node frozen right after sending (its runtime not
-/// scheduled, as on a loaded machine) still commits as soon as the lock is free. What
-/// the node used to read first is asserted on the server: a group with a stale fence
-/// is rolled back there and written the usual way, that append alone failing.
+/// scheduled, as on a loaded machine) still commits as soon as the lock is free, its
+/// fence (a lease it holds), its guard and the tombstone check asserted on the server.
+/// A group with a stale fence is rolled back there and written the usual way, that
+/// append alone failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_postgres),
@@ -633,9 +634,38 @@ async fn scale_10_a_group_sent_in_one_pipeline_commits_while_its_node_is_frozen(
         )
         .await
         .unwrap();
-    let batch: Vec<DomainEvent> = (0..5).map(|n| item_event(0, n)).collect();
+    // Fenced by a lease the node holds and guarded: asserted on the server too.
+    holder
+        .execute(
+            "INSERT INTO thread_leases (thread_id, node, epoch, expires_at_us) \
+             VALUES ('thread:node-0', 'node-0', 2, 9000000000000000)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let held = Lease {
+        thread_id: ThreadId::from("thread:node-0"),
+        node: "node-0".into(),
+        epoch: 2,
+        expires_at: chrono::Utc::now(),
+    };
+    let first = item_event(0, 0);
+    let EventBody::TurnItemUpdated(item) = &first.body else {
+        unreachable!()
+    };
+    let guard =
+        knife_store::RowGuard::new(knife_store::EntityKind::TurnItem, item.id.as_str(), None);
+    let batch: Vec<DomainEvent> = std::iter::once(first.clone())
+        .chain((1..5).map(|n| item_event(0, n)))
+        .collect();
     let writer = store.clone();
-    let written = node.spawn(async move { writer.write(batch).await });
+    let written = node.spawn(async move {
+        writer
+            .backend()
+            .write_fenced(&[held], Some(guard), batch)
+            .await
+            .map(Option::unwrap_or_default)
+    });
     wait_lock_waiter(&holder).await;
     // Freeze the node's only thread (bounded: 60 s), then free the lock.
     let (frozen, is_frozen) = std::sync::mpsc::channel();

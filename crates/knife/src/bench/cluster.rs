@@ -232,12 +232,13 @@ fn batch_of(node: usize, w: usize, b: usize, size: usize) -> Vec<DomainEvent> {
     (0..size)
         .map(|k| {
             let n = (b * size + k) as u64;
+            // An item keeps its ordinal across its snapshots, as a streamed item does.
             let item = TurnItem {
                 id: TurnItemId::from(format!("item:bench:{node}:{w}:{}", n % 64)),
                 thread_id: thread_id.clone(),
                 run_id: Some(run_id.clone()),
                 provider_turn_id: None,
-                ordinal: n,
+                ordinal: n % 64,
                 status: TurnItemStatus::Running,
                 started_at: Some(now),
                 completed_at: None,
