@@ -330,7 +330,10 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
                     let full = e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
                     let message = e.to_string();
                     let error = void_error(full, &message);
-                    (Answer::Small(Box::new(move |_| f(None).1(Some(error)))), Some((full, message)))
+                    (
+                        Answer::Small(Box::new(move |_| f(None).1(Some(error)))),
+                        Some((full, message)),
+                    )
                 }
             },
         };
