@@ -65,6 +65,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "claimed_at",
         sql: include_str!("../migrations/0090_claimed_at.sql"),
     },
+    Migration {
+        version: 100,
+        name: "turn_item_chunks",
+        sql: include_str!("../migrations/0100_turn_item_chunks.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.
