@@ -57,7 +57,7 @@ impl Activity for SqliteStore {
         let id = id.as_str().to_owned();
         self.inner
             .writer
-            .run(move |conn| {
+            .run_grouped(move |conn| {
                 conn.prepare_cached(
                     "UPDATE provider_sessions SET last_seen_at_us = ?2                      WHERE id = ?1 AND (last_seen_at_us IS NULL OR last_seen_at_us < ?2)",
                 )?

@@ -91,12 +91,13 @@ impl Leases for SqliteStore {
         ttl: Duration,
     ) -> Result<Lease, StoreError> {
         let (thread, node, ttl) = (thread.as_str().to_owned(), node.to_owned(), ttl_micros(ttl));
+        // In the transaction of the appends queued with it (LIVE-07: one lease per
+        // resumed thread), under the same write lock: the read and the grant are atomic.
         self.inner
             .writer
-            .run(move |conn| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .run_grouped(move |conn| {
                 let now = now_us();
-                if let Some(held) = read_lease(&tx, &thread)?
+                if let Some(held) = read_lease(conn, &thread)?
                     && held.node != node
                     && held.expires_at.timestamp_micros() > now
                 {
@@ -107,9 +108,7 @@ impl Leases for SqliteStore {
                     }
                     .into());
                 }
-                let lease = grant(&tx, &thread, &node, now, ttl)?;
-                tx.commit()?;
-                Ok(lease)
+                grant(conn, &thread, &node, now, ttl)
             })
             .await
     }
@@ -118,7 +117,7 @@ impl Leases for SqliteStore {
         let (lease, ttl) = (lease.clone(), ttl_micros(ttl));
         self.inner
             .writer
-            .run(move |conn| {
+            .run_grouped(move |conn| {
                 let expires = now_us().saturating_add(ttl);
                 let changed = conn
                     .prepare_cached(
@@ -147,7 +146,7 @@ impl Leases for SqliteStore {
         let lease = lease.clone();
         self.inner
             .writer
-            .run(move |conn| {
+            .run_grouped(move |conn| {
                 conn.prepare_cached(
                     "UPDATE thread_leases SET expires_at_us = MIN(expires_at_us, ?4) \
                      WHERE thread_id = ?1 AND node = ?2 AND epoch = ?3",

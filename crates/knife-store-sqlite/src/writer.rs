@@ -1,5 +1,6 @@
 // The single writer thread: owns the only read-write connection, runs write jobs in
-// order (queued appends grouped into one transaction, one savepoint each) and publishes after COMMIT.
+// order (queued appends and small writes grouped into one transaction, one savepoint
+// each) and publishes after COMMIT.
 
 use crate::error::DbError;
 use crate::fold::{FoldMode, append_event, apply_event, clear_projections, read_version, seq_u64};
@@ -28,9 +29,21 @@ enum Job {
         events: Vec<DomainEvent>,
         reply: WriteReply,
     },
-    /// Anything else (rebuild, purge, claims): run alone.
+    /// A small write that is not an append (a lease granted or let go, a session's
+    /// last-seen mark): grouped with the appends like one of them (LIVE-07).
+    Small(SmallWrite),
+    /// Anything else (rebuild, purge, a lease sweep): run alone.
     Other(Closure),
 }
+
+/// The body of a [`Job::Small`]: given the group's transaction (inside its own
+/// savepoint), runs its statements and says whether to keep them; given `None` (the
+/// group failed before its turn) runs nothing. The returned answer is called after the
+/// group's COMMIT with `None`, or with the error that voided the group.
+type SmallWrite = Box<dyn FnOnce(Option<&Connection>) -> (bool, SmallAnswer) + Send + 'static>;
+
+/// Answers a [`Job::Small`]'s caller once the group's outcome is known.
+type SmallAnswer = Box<dyn FnOnce(Option<StoreError>) + Send + 'static>;
 
 /// Appends grouped into one transaction at most (group commit).
 const GROUP: usize = 256;
@@ -46,6 +59,7 @@ impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Job::Write { .. } => "Job::Write",
+            Job::Small(_) => "Job::Small",
             Job::Other(_) => "Job::Other",
         })
     }
@@ -102,28 +116,15 @@ impl Writer {
                             guard,
                             events,
                             reply,
-                        } => {
-                            // Group commit: the appends already queued share one
-                            // transaction (one savepoint each); another job waits.
-                            let mut group = vec![(fences, guard, events, reply)];
-                            while group.len() < GROUP {
-                                match rx.try_recv() {
-                                    Ok(Job::Write {
-                                        fences,
-                                        guard,
-                                        events,
-                                        reply,
-                                    }) => group.push((fences, guard, events, reply)),
-                                    Ok(other) => {
-                                        next = Some(other);
-                                        break;
-                                    }
-                                    Err(_) => break,
-                                }
-                            }
-                            std::panic::catch_unwind(AssertUnwindSafe(|| {
-                                write_group(&mut conn, group, &live)
-                            }))
+                        } => grouped(
+                            &mut conn,
+                            &rx,
+                            &mut next,
+                            Member::Append(fences, guard, events, reply),
+                            &live,
+                        ),
+                        Job::Small(f) => {
+                            grouped(&mut conn, &rx, &mut next, Member::Small(f), &live)
                         }
                     };
                     if ran.is_err() {
@@ -158,6 +159,38 @@ impl Writer {
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
+    /// Runs `f` on the writer thread inside the transaction of the appends queued with
+    /// it (its own savepoint: an error rolls back `f`'s statements only) and awaits its
+    /// result, which is answered after that transaction's COMMIT (LIVE-07: a lease taken
+    /// per resumed thread no longer costs a transaction of its own). For small writes
+    /// that need no transaction of their own; `f` must not begin or end one.
+    ///
+    /// Cancellation: as [`Writer::run`].
+    pub(crate) async fn run_grouped<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, DbError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job = Job::Small(Box::new(move |conn: Option<&Connection>| {
+            // Without a connection the group failed first: `voided` carries its error.
+            let result = conn.map_or(Err(StoreError::WriterGone), |conn| {
+                f(conn).map_err(StoreError::from)
+            });
+            let keep = result.is_ok();
+            let answer: SmallAnswer = Box::new(move |voided| {
+                // The caller may be gone (future dropped); the result is then discarded.
+                let _ = tx.send(match voided {
+                    Some(e) => Err(e),
+                    None => result,
+                });
+            });
+            (keep, answer)
+        }));
+        self.jobs.send(job).map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Runs `f` on the writer thread and awaits its result.
     ///
     /// Cancellation: once this future has been polled the job is queued; dropping
@@ -177,80 +210,178 @@ impl Writer {
     }
 }
 
-/// One append of a group: its fences, its row guard, its events and who waits for it.
-type GroupedAppend = (Vec<Lease>, Option<RowGuard>, Vec<DomainEvent>, WriteReply);
+/// One member of a group commit: an append (its fences, its row guard, its events and
+/// who waits for it) or a small write.
+enum Member {
+    Append(Vec<Lease>, Option<RowGuard>, Vec<DomainEvent>, WriteReply),
+    Small(SmallWrite),
+}
 
-/// Runs a group of appends in ONE `BEGIN IMMEDIATE` transaction, each inside its own
-/// savepoint (a failed guard or an error rolls back that append only), commits, then
-/// publishes the stored events in order and answers every caller. A failed COMMIT
-/// answers every caller with the error (nothing was written).
-fn write_group(
+/// Group commit: `first` and the appends and small writes already queued behind it (up
+/// to [`GROUP`]) share one transaction (one savepoint each); a job of another kind met
+/// on the way is left in `next`, to run after the group.
+fn grouped(
     conn: &mut Connection,
-    group: Vec<GroupedAppend>,
+    rx: &mpsc::Receiver<Job>,
+    next: &mut Option<Job>,
+    first: Member,
     live: &broadcast::Sender<StoredEvent>,
-) {
+) -> std::thread::Result<()> {
+    let mut group = vec![first];
+    while group.len() < GROUP {
+        match rx.try_recv() {
+            Ok(Job::Write {
+                fences,
+                guard,
+                events,
+                reply,
+            }) => group.push(Member::Append(fences, guard, events, reply)),
+            Ok(Job::Small(f)) => group.push(Member::Small(f)),
+            Ok(other) => {
+                *next = Some(other);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    std::panic::catch_unwind(AssertUnwindSafe(|| write_group(conn, group, live)))
+}
+
+/// How a member of a group is answered once the group's outcome is known.
+enum Answer {
+    Append(Result<Option<Vec<StoredEvent>>, StoreError>, WriteReply),
+    Small(SmallAnswer),
+}
+
+impl Member {
+    /// Answers a member that did not run with the error that voided its group.
+    fn void(self, error: StoreError) {
+        match self {
+            Member::Append(_, _, _, reply) => {
+                let _ = reply.send(Err(error));
+            }
+            Member::Small(f) => f(None).1(Some(error)),
+        }
+    }
+}
+
+impl Answer {
+    /// Answers with the error that voided the whole group.
+    fn void(self, error: StoreError) {
+        match self {
+            Answer::Append(_, reply) => {
+                let _ = reply.send(Err(error));
+            }
+            Answer::Small(answer) => answer(Some(error)),
+        }
+    }
+}
+
+/// Runs a group of appends and small writes in ONE `BEGIN IMMEDIATE` transaction, each
+/// inside its own savepoint (a failed guard or an error rolls back that member only),
+/// commits, then publishes the stored events in order and answers every caller. A
+/// failed COMMIT answers every caller with the error (nothing was written).
+fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Sender<StoredEvent>) {
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
-            for (_, _, _, reply) in group {
-                let _ = reply.send(Err(group_error(&e)));
+            for member in group {
+                member.void(group_error(&e));
             }
             return;
         }
     };
-    let mut answers = Vec::with_capacity(group.len());
+    let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
     let mut rest = group.into_iter();
-    while let Some((fences, guard, events, reply)) = rest.next() {
-        let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
-            let stored = append_checked(&sp, &fences, guard.as_ref(), events)?;
-            if stored.is_some() {
-                sp.commit()?;
+    while let Some(member) = rest.next() {
+        let (answer, failed) = match member {
+            Member::Append(fences, guard, events, reply) => {
+                let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
+                    let stored = append_checked(&sp, &fences, guard.as_ref(), events)?;
+                    if stored.is_some() {
+                        sp.commit()?;
+                    }
+                    Ok(stored)
+                });
+                let failed = match &result {
+                    Err(DbError::Sqlite(e)) => Some((
+                        e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+                        e.to_string(),
+                    )),
+                    Err(DbError::Store(e)) => Some((e.is_disk_full(), e.to_string())),
+                    Ok(_) => None,
+                };
+                (
+                    Answer::Append(result.map_err(StoreError::from), reply),
+                    failed,
+                )
             }
-            Ok(stored)
-        });
-        if result.is_err() && tx.is_autocommit() {
+            Member::Small(f) => match tx.savepoint() {
+                Ok(mut sp) => {
+                    let (keep, answer) = f(Some(&sp));
+                    let kept = if keep {
+                        sp.commit().map_err(|e| (false, e.to_string()))
+                    } else {
+                        sp.rollback().map_err(|e| (false, e.to_string()))
+                    };
+                    (Answer::Small(answer), kept.err())
+                }
+                Err(e) => {
+                    let full = e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
+                    let message = e.to_string();
+                    let error = void_error(full, &message);
+                    (
+                        Answer::Small(Box::new(move |_| f(None).1(Some(error)))),
+                        Some((full, message)),
+                    )
+                }
+            },
+        };
+        if failed.is_some() && tx.is_autocommit() {
             // SQLite rolled the whole transaction back (a full disk, an I/O error):
-            // nothing of the group is written. This append gets its error; every other
-            // append of the group is refused the same way (a full disk stays `Full`).
-            let (full, message) = match &result {
-                Err(DbError::Sqlite(e)) => (
-                    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
-                    e.to_string(),
-                ),
-                Err(DbError::Store(e)) => (e.is_disk_full(), e.to_string()),
-                Ok(_) => (false, String::new()),
-            };
-            let _ = reply.send(result.map_err(StoreError::from));
-            let others = answers
-                .into_iter()
-                .map(|(_, reply)| reply)
-                .chain(rest.map(|(_, _, _, reply)| reply));
-            for reply in others {
-                let _ = reply.send(Err(void_error(full, &message)));
+            // nothing of the group is written. This member gets its error; every other
+            // member of the group is refused the same way (a full disk stays `Full`).
+            let (full, message) = failed.unwrap_or_default();
+            match answer {
+                Answer::Append(result, reply) => {
+                    let _ = reply.send(result);
+                }
+                Answer::Small(answer) => answer(Some(void_error(full, &message))),
+            }
+            for other in answers {
+                other.void(void_error(full, &message));
+            }
+            for member in rest {
+                member.void(void_error(full, &message));
             }
             return;
         }
-        answers.push((result.map_err(StoreError::from), reply));
+        answers.push(answer);
     }
     if let Err(e) = tx.commit() {
-        for (_, reply) in answers {
-            let _ = reply.send(Err(group_error(&e)));
+        for answer in answers {
+            answer.void(group_error(&e));
         }
         return;
     }
     // Published only after COMMIT, from the single writer thread, so the live feed
     // is in sequence order and never shows an event a reader could not find.
-    for (result, _) in &answers {
-        if let Ok(Some(stored)) = result {
+    for answer in &answers {
+        if let Answer::Append(Ok(Some(stored)), _) = answer {
             for ev in stored {
                 // An error only means nobody is subscribed right now.
                 let _ = live.send(ev.clone());
             }
         }
     }
-    for (result, reply) in answers {
-        // The caller may be gone (future dropped); the result is then discarded.
-        let _ = reply.send(result);
+    for answer in answers {
+        match answer {
+            // The caller may be gone (future dropped); the result is then discarded.
+            Answer::Append(result, reply) => {
+                let _ = reply.send(result);
+            }
+            Answer::Small(answer) => answer(None),
+        }
     }
 }
 

@@ -103,3 +103,66 @@ async fn live_07_queued_appends_commit_together_and_each_stays_atomic() {
         *seqs.last().unwrap()
     );
 }
+
+/// Leases taken and let go while appends are queued share the appends' transactions
+/// (LIVE-07: a resume's lease costs no transaction of its own) and stay atomic on their
+/// own: a lease another node holds is refused without voiding the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_07_leases_queued_with_appends_commit_with_them_and_fail_alone() {
+    let (_dir, store) = temp_store().await;
+    let ttl = std::time::Duration::from_secs(60);
+    let held = ThreadId::from("held");
+    store.acquire_lease(&held, "node-b", ttl).await.unwrap();
+    let mut calls = Vec::new();
+    for i in 0..200 {
+        let store = store.clone();
+        let held = held.clone();
+        calls.push(tokio::spawn(async move {
+            let id = ThreadId::from(format!("t{i}").as_str());
+            match i % 4 {
+                0 => {
+                    let lease = store.acquire_lease(&id, "node-a", ttl).await.unwrap();
+                    assert_eq!((lease.node.as_str(), lease.epoch), ("node-a", 1));
+                    if i % 8 == 0 {
+                        store.release_lease(&lease).await.unwrap();
+                    }
+                }
+                1 => match store.acquire_lease(&held, "node-a", ttl).await {
+                    Err(StoreError::LeaseHeld { node, .. }) => assert_eq!(node, "node-b"),
+                    other => panic!("a held lease was taken: {other:?}"),
+                },
+                _ => {
+                    let written = store
+                        .write(vec![ev(EventBody::ThreadCreated(thread(
+                            id.as_str(),
+                            "p1",
+                            1,
+                        )))])
+                        .await
+                        .unwrap();
+                    assert_eq!(written.len(), 1);
+                }
+            }
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    let now = chrono::Utc::now();
+    for i in 0..200 {
+        let id = ThreadId::from(format!("t{i}").as_str());
+        let lease = store.get_lease(&id).await.unwrap();
+        let thread = store.get_thread(&id).await.unwrap();
+        match i % 4 {
+            0 => {
+                let lease = lease.unwrap();
+                assert_eq!(lease.node, "node-a");
+                assert_eq!(lease.expires_at > now, i % 8 != 0, "lease of {id}");
+            }
+            1 => assert!(lease.is_none() && thread.is_none()),
+            _ => assert!(lease.is_none() && thread.is_some(), "thread {id}"),
+        }
+    }
+    let kept = store.get_lease(&held).await.unwrap().unwrap();
+    assert_eq!((kept.node.as_str(), kept.epoch), ("node-b", 1));
+}

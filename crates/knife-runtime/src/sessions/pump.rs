@@ -64,7 +64,9 @@ async fn run(
     // Two halves (LIVE-01): the reader hands each live delta to the hub the moment
     // the adapter emits it and queues everything else for the writer, which commits
     // in batches (every event already waiting in one transaction), then broadcasts.
-    let (queue, queued) = tokio::sync::mpsc::unbounded_channel::<Queued>();
+    // Boxed: the channel's first block (32 slots) lives as long as the session, so
+    // an idle session holds 32 pointers here, not 32 events (~12.5 KiB, LIVE-07).
+    let (queue, queued) = tokio::sync::mpsc::unbounded_channel::<Box<Queued>>();
     let live = inner.options.live.clone();
     let read = async move {
         while let Some(item) = events.next().await {
@@ -89,7 +91,7 @@ async fn run(
                 other => other,
             };
             let failed = item.is_err();
-            if queue.send((item, generation)).is_err() || failed {
+            if queue.send(Box::new((item, generation))).is_err() || failed {
                 break;
             }
         }
@@ -155,7 +157,7 @@ fn is_settled(item: &TurnItem) -> bool {
 async fn write_queued(
     inner: &Arc<Inner>,
     entry: &Arc<Entry>,
-    queued: tokio::sync::mpsc::UnboundedReceiver<Queued>,
+    queued: tokio::sync::mpsc::UnboundedReceiver<Box<Queued>>,
     stopped_by_provider: &mut bool,
 ) -> Option<String> {
     let live = &inner.options.live;
@@ -165,7 +167,8 @@ async fn write_queued(
         let mut ok = Vec::with_capacity(chunk.len());
         let mut settles = Vec::new();
         let mut failure = None;
-        for (item, generation) in chunk {
+        for queued in chunk {
+            let (item, generation) = *queued;
             match item {
                 Ok(AdapterEvent::TurnItemReset(reset)) => {
                     if let Err(e) =

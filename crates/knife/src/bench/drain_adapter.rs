@@ -1,16 +1,16 @@
 //! The no-op provider adapter of `knife bench restart`: every turn completes at once with
 //! no output. It measures the restart sweep, it does not test; the fakes tests use live in
-//! knife-testkit, which the binary does not link (issue 19 item 7).
+//! knife-testkit, which the binary does not link (issue 19 item 7). Its sessions stream
+//! through knife's [`EventSink`], as the external drivers' do.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use knife_protocol::*;
+use knife_runtime::recording::{EventReceiver, EventSink};
 use knife_runtime::*;
-use tokio::sync::{mpsc, watch};
-
-type Events = mpsc::UnboundedSender<Result<AdapterEvent, AdapterError>>;
+use tokio::sync::watch;
 
 /// Adapter whose exclusive sessions end each turn `Completed` the moment it starts.
 /// Clones share the count of turns started.
@@ -52,10 +52,10 @@ impl ProviderAdapter for DrainAdapter {
         _input: OpenSessionInput,
         _options: OpenSessionOptions,
     ) -> Result<Arc<dyn SessionRuntime>, AdapterError> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (events, rx) = EventSink::new();
         Ok(Arc::new(DrainSession {
             started: Arc::clone(&self.started),
-            tx: Mutex::new(Some(tx)),
+            events,
             rx: Mutex::new(Some(rx)),
         }))
     }
@@ -63,27 +63,24 @@ impl ProviderAdapter for DrainAdapter {
 
 struct DrainSession {
     started: Arc<watch::Sender<usize>>,
-    tx: Mutex<Option<Events>>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Result<AdapterEvent, AdapterError>>>>,
+    events: EventSink,
+    rx: Mutex<Option<EventReceiver>>,
 }
 
 #[async_trait::async_trait]
 impl SessionRuntime for DrainSession {
     async fn start_turn(&self, input: StartTurnInput) -> Result<(), AdapterError> {
-        let tx = self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or(AdapterError::Closed)?;
+        if self.events.is_closed() {
+            return Err(AdapterError::Closed);
+        }
         self.started.send_modify(|n| *n += 1);
-        let _ = tx.send(Ok(AdapterEvent::TurnTerminal {
+        self.events.send(AdapterEvent::TurnTerminal {
             thread_id: input.thread_id,
             run_id: input.run_id,
             provider_turn_id: input.provider_turn_id,
             outcome: TurnOutcome::Completed,
             usage: None,
-        }));
+        });
         Ok(())
     }
 
@@ -113,10 +110,7 @@ impl SessionRuntime for DrainSession {
     }
 
     async fn close(&self) -> Result<(), AdapterError> {
-        self.tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        self.events.close();
         Ok(())
     }
 }
