@@ -34,9 +34,10 @@ pub use clock::*;
 pub use error::*;
 pub use execution::terminal::*;
 pub use execution::{
-    DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome, RunObserver,
+    DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome,
 };
 pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
 pub use sessions::{
-    OpenRequest, SessionError, SessionHandle, SessionManager, SessionManagerOptions,
+    ModelCallObserver, OpenRequest, SessionError, SessionHandle, SessionManager,
+    SessionManagerOptions,
 };

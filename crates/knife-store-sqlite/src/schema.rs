@@ -65,6 +65,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "claimed_at",
         sql: include_str!("../migrations/0090_claimed_at.sql"),
     },
+    Migration {
+        version: 110,
+        name: "search_project_key",
+        sql: include_str!("../migrations/0110_search_project_key.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.
