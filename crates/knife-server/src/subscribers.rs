@@ -13,7 +13,7 @@
 //! it received (LIVE-02 replay). Nothing grows with a subscriber that never reads.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -64,6 +64,8 @@ struct Inner {
     /// Bytes taken from the total budget now, and the most ever (for benches/tests).
     held: AtomicUsize,
     peak: AtomicUsize,
+    /// Subscribers closed for falling behind (overflow), since start.
+    overflowed: AtomicU64,
 }
 
 impl Default for Subscribers {
@@ -97,6 +99,7 @@ impl Subscribers {
                 frames: Mutex::new(FrameCache::default()),
                 held: AtomicUsize::new(0),
                 peak: AtomicUsize::new(0),
+                overflowed: AtomicU64::new(0),
                 limits,
             }),
         }
@@ -115,6 +118,12 @@ impl Subscribers {
     /// The most bytes of the total budget frames ever held at once.
     pub fn peak_bytes(&self) -> usize {
         self.inner.peak.load(Ordering::Relaxed)
+    }
+
+    /// How many subscribers were closed for falling behind their bound since start
+    /// (LIVE-06). Each is told why and resumes from its last sequence.
+    pub fn overflowed(&self) -> u64 {
+        self.inner.overflowed.load(Ordering::Relaxed)
     }
 
     /// A new subscriber's queue.
@@ -345,6 +354,7 @@ impl FrameTx {
                 }
                 .to_string();
                 tracing::info!(%reason, "closing a slow subscriber");
+                self.subs.inner.overflowed.fetch_add(1, Ordering::Relaxed);
                 let _ = self.tx.send(Frame {
                     bytes: overflow_frame(&reason),
                     close: Some(reason),

@@ -3,11 +3,12 @@
 //! (the Python SDK test in crates/knife/tests/e2e_mcp.rs covers a real client).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use knife_protocol::*;
-use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::mcp::{CredentialRegistry, CredentialRequest, FixedAccess, McpSessionConfig};
 use knife_runtime::*;
 use knife_server::AppState;
@@ -27,49 +28,26 @@ struct Server {
 
 async fn serve() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
-        .await
-        .unwrap();
-    let clock: SharedClock = Arc::new(SystemClock);
+    let store = support::open_store(dir.path()).await;
     // A fake provider instance, so threads can be created and runs started.
     let mut adapters: HashMap<ProviderInstanceId, Arc<dyn ProviderAdapter>> = HashMap::new();
     adapters.insert(
         ProviderInstanceId::from("fake"),
         Arc::new(knife_testkit::sessions::FakeAdapter::new(Default::default())),
     );
-    let manager = SessionManager::new(
-        Arc::new(store.clone()),
-        clock.clone(),
-        adapters,
-        SessionManagerOptions::default(),
-    );
-    let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
     let registry = CredentialRegistry::new(None);
     let state = AppState {
-        store: store.clone(),
-        execution,
-        clock,
-        default_instance: ProviderInstanceId::from("fake"),
-        providers: Arc::from([]),
-        metrics: None,
-        api_token: None,
-        closing: Default::default(),
         mcp: Some(McpState {
             registry: Arc::clone(&registry),
             access: Arc::new(FixedAccess::default()),
             debug_tokens: true,
             worktrees_dir: dir.path().join("data/worktrees"),
         }),
-        prices: Arc::new(knife_protocol::PriceTable::defaults()),
-        subscribers: knife_server::Subscribers::default(),
+        ..support::app_state(&store, adapters)
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = support::loopback().await;
     registry.set_endpoint(knife_runtime::mcp::endpoint_for(addr));
-    let app = knife_server::router(state);
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
+    let task = support::serve_on(listener, state);
     Server {
         dir,
         store,
@@ -82,36 +60,8 @@ async fn serve() -> Server {
 
 impl Server {
     async fn thread(&self, folder: &str) -> Thread {
-        let clock = SystemClock;
-        let root = self.dir.path().join(folder);
-        std::fs::create_dir_all(&root).unwrap();
-        let (project, _) = create_project(
-            &self.store,
-            &clock,
-            CreateProjectRequest {
-                root: root.display().to_string(),
-                name: None,
-            },
-        )
-        .await
-        .unwrap();
-        let instance = ProviderInstanceId::from("fake");
-        create_thread(
-            &self.store,
-            &clock,
-            CreateThreadRequest {
-                project_id: project.id,
-                title: Some(format!("thread in {folder}")),
-                provider_instance_id: None,
-                model: None,
-                parent_thread_id: None,
-                worktree: None,
-            },
-            &instance,
-            std::slice::from_ref(&instance),
-        )
-        .await
-        .unwrap()
+        let title = Some(format!("thread in {folder}"));
+        support::project_thread(&self.store, &self.dir.path().join(folder), title).await
     }
 
     fn token(&self, thread: &Thread, caps: &[McpCapability]) -> McpSessionConfig {

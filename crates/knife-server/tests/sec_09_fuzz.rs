@@ -5,13 +5,12 @@
 // or a 5xx. Cases: `PROPTEST_CASES` (default 256), the CI smoke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Method, Request};
-use knife_protocol::*;
-use knife_runtime::*;
 use knife_server::AppState;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -85,26 +84,7 @@ fn segment() -> impl Strategy<Value = String> {
 }
 
 fn state(store: knife_store::Store) -> AppState {
-    let clock: SharedClock = Arc::new(SystemClock);
-    let manager = SessionManager::new(
-        Arc::new(store.clone()),
-        clock.clone(),
-        HashMap::new(),
-        SessionManagerOptions::default(),
-    );
-    AppState {
-        store: store.clone(),
-        execution: ExecutionService::new(store, clock.clone(), manager),
-        clock,
-        default_instance: ProviderInstanceId::from("fake"),
-        providers: Arc::from([]),
-        metrics: None,
-        api_token: None,
-        closing: Default::default(),
-        mcp: None,
-        prices: Arc::new(knife_protocol::PriceTable::defaults()),
-        subscribers: knife_server::Subscribers::default(),
-    }
+    support::app_state(&store, HashMap::new())
 }
 
 /// One runtime and one router over one store for every case (opening a store per

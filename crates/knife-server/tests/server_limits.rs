@@ -2,14 +2,13 @@
 // header read timeout, the connection cap, 413 for bodies over the limit, field limits.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use knife_protocol::*;
-use knife_runtime::commands::{create_project, create_thread};
-use knife_runtime::*;
-use knife_server::{AppState, ServerLimits};
+use knife_server::ServerLimits;
 use knife_store::Store;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,32 +24,9 @@ struct Server {
 /// `knife_server::serve` on 127.0.0.1:0 with `limits`, over a fresh store.
 async fn serve(limits: ServerLimits) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
-        .await
-        .unwrap();
-    let clock: SharedClock = Arc::new(SystemClock);
-    let manager = SessionManager::new(
-        Arc::new(store.clone()),
-        clock.clone(),
-        HashMap::new(),
-        SessionManagerOptions::default(),
-    );
-    let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
-    let state = AppState {
-        store: store.clone(),
-        execution,
-        clock,
-        default_instance: ProviderInstanceId::from("fake"),
-        providers: Arc::from([]),
-        metrics: None,
-        api_token: None,
-        closing: Default::default(),
-        mcp: None,
-        prices: Arc::new(knife_protocol::PriceTable::defaults()),
-        subscribers: knife_server::Subscribers::default(),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let store = support::open_store(dir.path()).await;
+    let state = support::app_state(&store, HashMap::new());
+    let (listener, addr) = support::loopback().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(knife_server::serve_with(
         listener,
@@ -82,35 +58,7 @@ impl Server {
     }
 
     async fn thread(&self) -> Thread {
-        let root = self.dir.path().join("proj");
-        std::fs::create_dir_all(&root).unwrap();
-        let (project, _) = create_project(
-            &self.store,
-            &SystemClock,
-            CreateProjectRequest {
-                root: root.display().to_string(),
-                name: None,
-            },
-        )
-        .await
-        .unwrap();
-        let instance = ProviderInstanceId::from("fake");
-        create_thread(
-            &self.store,
-            &SystemClock,
-            CreateThreadRequest {
-                project_id: project.id,
-                title: None,
-                provider_instance_id: None,
-                model: None,
-                parent_thread_id: None,
-                worktree: None,
-            },
-            &instance,
-            std::slice::from_ref(&instance),
-        )
-        .await
-        .unwrap()
+        support::project_thread(&self.store, &self.dir.path().join("proj"), None).await
     }
 }
 

@@ -3,13 +3,14 @@
 // server never holds more than its budget, and the client resumes from its last sequence.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use knife_protocol::*;
-use knife_runtime::commands::{create_project, create_thread};
 use knife_runtime::*;
 use knife_server::{AppState, SubscriberLimits, Subscribers};
 use tokio_tungstenite::tungstenite::Message;
@@ -43,39 +44,9 @@ fn limits() -> SubscriberLimits {
 /// The router on 127.0.0.1:0 over a store holding one thread with [`EVENTS`] big events.
 async fn serve() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
-        .await
-        .unwrap();
+    let store = support::open_store(dir.path()).await;
     let clock: SharedClock = Arc::new(SystemClock);
-    let root = dir.path().join("proj");
-    std::fs::create_dir_all(&root).unwrap();
-    let (project, _) = create_project(
-        &store,
-        clock.as_ref(),
-        CreateProjectRequest {
-            root: root.display().to_string(),
-            name: None,
-        },
-    )
-    .await
-    .unwrap();
-    let instance = ProviderInstanceId::from("fake");
-    let thread = create_thread(
-        &store,
-        clock.as_ref(),
-        CreateThreadRequest {
-            project_id: project.id,
-            title: None,
-            provider_instance_id: None,
-            model: None,
-            parent_thread_id: None,
-            worktree: None,
-        },
-        &instance,
-        std::slice::from_ref(&instance),
-    )
-    .await
-    .unwrap();
+    let thread = support::project_thread(&store, &dir.path().join("proj"), None).await;
     let text = "x".repeat(EVENT_TEXT);
     for _ in 0..EVENTS / 100 {
         let batch = (0..100)
@@ -96,33 +67,14 @@ async fn serve() -> Server {
         store.write(batch).await.unwrap();
     }
     let high = store.latest_sequence(Some(&thread.id)).await.unwrap();
-    let manager = SessionManager::new(
-        Arc::new(store.clone()),
-        clock.clone(),
-        HashMap::new(),
-        SessionManagerOptions::default(),
-    );
-    let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
     let subscribers = Subscribers::new(limits());
     let state = AppState {
-        store: store.clone(),
-        execution,
-        clock,
-        default_instance: instance,
-        providers: Arc::from([]),
-        metrics: None,
-        api_token: None,
-        closing: Default::default(),
-        mcp: None,
-        prices: Arc::new(knife_protocol::PriceTable::defaults()),
+        default_instance: thread.provider_instance_id.clone(),
         subscribers: subscribers.clone(),
+        ..support::app_state(&store, HashMap::new())
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = knife_server::router(state);
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
+    let (listener, addr) = support::loopback().await;
+    let task = support::serve_on(listener, state);
     Server {
         _dir: dir,
         base: format!("http://{addr}"),
@@ -148,12 +100,24 @@ async fn ws_subscribe(
     ws
 }
 
+/// Waits (bounded) until the server has closed a subscriber for falling behind: the
+/// client reads nothing meanwhile, however long the loaded machine takes to fill its queue.
+async fn wait_for_overflow(s: &Server) {
+    let closed = tokio::time::timeout(Duration::from_secs(30), async {
+        while s.subscribers.overflowed() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "no subscriber was closed within 30 s");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_06_a_websocket_client_that_stops_reading_is_closed_with_a_reason_and_resumes() {
     let s = serve().await;
     let mut ws = ws_subscribe(&s, 0).await;
-    // The client reads nothing for well past the stall limit.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The client reads nothing until the server has closed it.
+    wait_for_overflow(&s).await;
     let mut seqs = Vec::new();
     let mut overflow = None;
     let mut close = None;
@@ -246,7 +210,7 @@ async fn live_06_an_sse_client_that_stops_reading_is_closed_with_a_reason() {
     .await
     .unwrap();
     assert_eq!(resp.status(), 200);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for_overflow(&s).await;
     let mut body = resp.bytes_stream();
     let mut text = String::new();
     while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), body.next())

@@ -78,6 +78,9 @@ pub struct App {
     notes: Vec<Vec<Line<'static>>>,
     ticks: u64,
     quit: bool,
+    /// Whether the screen gets colours: `NO_COLOR` and `TERM=dumb` turn them off and keep
+    /// bold, dim and reversed text (`render::colour_for`).
+    colour: bool,
 }
 
 /// What wakes the loop.
@@ -127,6 +130,7 @@ async fn session(client: &ApiClient, args: &TuiArgs) -> anyhow::Result<ExitCode>
         notes: Vec::new(),
         ticks: 0,
         quit: false,
+        colour: crate::render::colour_for(&std::io::stdout()),
     };
     app.refresh_threads(client).await;
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();

@@ -15,6 +15,15 @@ use super::{App, Overlay};
 const DIM: Style = Style::new().add_modifier(Modifier::DIM);
 const BOLD: Style = Style::new().add_modifier(Modifier::BOLD);
 
+/// Without colour (`NO_COLOR`, `TERM=dumb`: https://no-color.org) every cell keeps its
+/// text and modifiers (bold, dim, reversed: the cursor line, the picker's selection) and
+/// loses its foreground and background colours.
+fn strip_colour(buffer: &mut ratatui::buffer::Buffer) {
+    for cell in &mut buffer.content {
+        cell.set_fg(Color::Reset).set_bg(Color::Reset);
+    }
+}
+
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, app: &App) {
     let approval = approval_lines(app);
@@ -49,6 +58,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Overlay::None => {}
         Overlay::Picker { selected } => draw_picker(frame, app, *selected, body),
         Overlay::Help => draw_help(frame, body),
+    }
+    if !app.colour {
+        strip_colour(frame.buffer_mut());
     }
 }
 
@@ -518,4 +530,35 @@ fn draw_help(frame: &mut Frame, body: Rect) {
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")),
         area,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::buffer::Buffer;
+
+    #[test]
+    fn without_colour_cells_keep_their_text_and_modifiers_and_lose_colours() {
+        let area = Rect::new(0, 0, 12, 1);
+        let mut buffer = Buffer::empty(area);
+        buffer.set_line(
+            0,
+            0,
+            &Line::from(vec![
+                Span::styled("knife", BOLD.fg(Color::Cyan)),
+                Span::styled(" ✓", Style::new().fg(Color::Green).bg(Color::Red)),
+            ]),
+            12,
+        );
+        strip_colour(&mut buffer);
+        let cells: Vec<_> = buffer.content.iter().take(7).collect();
+        let text: String = cells.iter().map(|c| c.symbol()).collect();
+        assert_eq!(text, "knife ✓");
+        assert!(
+            cells
+                .iter()
+                .all(|c| c.fg == Color::Reset && c.bg == Color::Reset)
+        );
+        assert!(cells[0].modifier.contains(Modifier::BOLD), "bold stays");
+    }
 }

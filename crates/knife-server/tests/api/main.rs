@@ -2,14 +2,16 @@
 // (404/405/400, WebSocket errors), token access rules, and one project per folder.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../support/mod.rs"]
+mod support;
+mod threads;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use knife_protocol::*;
-use knife_runtime::commands::{create_project, create_thread};
-use knife_runtime::*;
 use knife_server::AppState;
 use knife_store::Store;
 use reqwest::StatusCode;
@@ -30,22 +32,8 @@ struct Server {
 /// Serves `knife_server::router` on 127.0.0.1:0 over a fresh store, with no adapters.
 async fn serve(token: Option<&str>) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let store = knife_store_sqlite::open(dir.path().join("knife.db"))
-        .await
-        .unwrap();
-    let clock: SharedClock = Arc::new(SystemClock);
-    let manager = SessionManager::new(
-        Arc::new(store.clone()),
-        clock.clone(),
-        HashMap::new(),
-        SessionManagerOptions::default(),
-    );
-    let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+    let store = support::open_store(dir.path()).await;
     let state = AppState {
-        store: store.clone(),
-        execution,
-        clock,
-        default_instance: ProviderInstanceId::from("fake"),
         // As `knife serve` fills it from the config; `default` is set by the route.
         providers: Arc::from([
             ProviderInstanceInfo {
@@ -61,19 +49,11 @@ async fn serve(token: Option<&str>) -> Server {
                 default: false,
             },
         ]),
-        metrics: None,
         api_token: token.map(Arc::from),
-        closing: Default::default(),
-        mcp: None,
-        prices: Arc::new(knife_protocol::PriceTable::defaults()),
-        subscribers: knife_server::Subscribers::default(),
+        ..support::app_state(&store, HashMap::new())
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = knife_server::router(state);
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
+    let (listener, addr) = support::loopback().await;
+    let task = support::serve_on(listener, state);
     Server {
         dir,
         store,
@@ -95,36 +75,7 @@ impl Server {
     /// A project and a thread written through the commands (the server has no adapter
     /// to offer as a provider instance, so the thread is created below the API).
     async fn thread(&self) -> Thread {
-        let clock = SystemClock;
-        let root = self.dir.path().join("proj");
-        std::fs::create_dir_all(&root).unwrap();
-        let (project, _) = create_project(
-            &self.store,
-            &clock,
-            CreateProjectRequest {
-                root: root.display().to_string(),
-                name: None,
-            },
-        )
-        .await
-        .unwrap();
-        let instance = ProviderInstanceId::from("fake");
-        create_thread(
-            &self.store,
-            &clock,
-            CreateThreadRequest {
-                project_id: project.id,
-                title: None,
-                provider_instance_id: None,
-                model: None,
-                parent_thread_id: None,
-                worktree: None,
-            },
-            &instance,
-            std::slice::from_ref(&instance),
-        )
-        .await
-        .unwrap()
+        support::project_thread(&self.store, &self.dir.path().join("proj"), None).await
     }
 }
 
@@ -524,76 +475,6 @@ async fn latest_event_sequence_is_the_log_end_and_needs_the_token() {
     assert!(next.is_err(), "replayed an old event: {next:?}");
 }
 
-async fn post_project(s: &Server, root: &str) -> (StatusCode, Value) {
-    let resp = s
-        .http
-        .post(s.url("/api/projects"))
-        .json(&json!({ "root": root }))
-        .send()
-        .await
-        .unwrap();
-    (resp.status(), resp.json().await.unwrap())
-}
-
-#[tokio::test]
-async fn posting_the_same_folder_twice_answers_201_then_200_with_one_id() {
-    let s = serve(None).await;
-    let root = s.dir.path().join("same");
-    std::fs::create_dir(&root).unwrap();
-
-    let (status, first) = post_project(&s, &root.display().to_string()).await;
-    assert_eq!(status, StatusCode::CREATED, "{first}");
-    let (status, again) = post_project(&s, &format!("{}/", root.display())).await;
-    assert_eq!(status, StatusCode::OK, "{again}");
-    assert_eq!(again["id"], first["id"]);
-
-    let list: Vec<Value> = s
-        .http
-        .get(s.url("/api/projects"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(list.len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eight_concurrent_posts_of_one_folder_make_one_project() {
-    let s = Arc::new(serve(None).await);
-    let root = s.dir.path().join("race");
-    std::fs::create_dir(&root).unwrap();
-    let root = root.display().to_string();
-
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let (s, root) = (s.clone(), root.clone());
-            tokio::spawn(async move { post_project(&s, &root).await })
-        })
-        .collect();
-    let mut answers = Vec::new();
-    for t in tasks {
-        answers.push(t.await.unwrap());
-    }
-    let ids: BTreeSet<String> = answers
-        .iter()
-        .map(|(_, body)| body["id"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(ids.len(), 1, "{answers:?}");
-    let created = answers
-        .iter()
-        .filter(|(status, _)| *status == StatusCode::CREATED)
-        .count();
-    assert_eq!(created, 1, "{answers:?}");
-    assert!(
-        answers
-            .iter()
-            .all(|(status, _)| *status == StatusCode::CREATED || *status == StatusCode::OK)
-    );
-    assert_eq!(s.store.list_projects().await.unwrap().len(), 1);
-}
-
 #[tokio::test]
 async fn sessions_list_is_empty_and_closing_an_unknown_session_is_a_json_404() {
     let s = serve(None).await;
@@ -710,172 +591,6 @@ async fn without_a_token_only_loopback_host_names_are_answered() {
 
 /// `GET /api/providers` lists the configured instances sorted by id, marks the default
 /// one, and needs the token like every `/api` route.
-#[tokio::test]
-async fn providers_lists_instances_and_marks_the_default() {
-    let s = serve(Some(TOKEN)).await;
-    let denied = s.http.get(s.url("/api/providers")).send().await.unwrap();
-    assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
-    let res = s
-        .http
-        .get(s.url("/api/providers"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    let body: Value = res.json().await.unwrap();
-    assert_eq!(
-        body,
-        json!([
-            {"id": "fake", "driver": "openai-chat", "model": "m1", "default": true},
-            {"id": "zed", "driver": "codex", "model": null, "default": false},
-        ])
-    );
-}
-
-#[tokio::test]
-async fn chg_08_patch_renames_and_archives_and_lists_hide_archived_threads() {
-    let s = serve(None).await;
-    let t = s.thread().await;
-    let path = s.url(&format!("/api/threads/{}", t.id));
-    let resp = s
-        .http
-        .patch(&path)
-        .json(&json!({"title": "  Login bug  "}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let renamed: Thread = resp.json().await.unwrap();
-    assert_eq!(renamed.title, "Login bug");
-    assert!(!renamed.untitled);
-
-    let resp = s
-        .http
-        .patch(&path)
-        .json(&json!({"archived": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let archived: Thread = resp.json().await.unwrap();
-    assert!(archived.archived_at.is_some());
-    let ids = |threads: Vec<Thread>| threads.into_iter().map(|t| t.id).collect::<Vec<_>>();
-    let listed: Vec<Thread> = s
-        .http
-        .get(s.url("/api/threads"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        ids(listed),
-        Vec::<ThreadId>::new(),
-        "archived threads are hidden"
-    );
-    let all: Vec<Thread> = s
-        .http
-        .get(s.url("/api/threads?archived=true"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(ids(all), vec![t.id.clone()]);
-    // Still readable, nothing deleted.
-    let resp = s.http.get(&path).send().await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-
-    let resp = s
-        .http
-        .patch(&path)
-        .json(&json!({"archived": false}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let listed: Vec<Thread> = s
-        .http
-        .get(s.url("/api/threads"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(ids(listed), vec![t.id.clone()]);
-}
-
-#[tokio::test]
-async fn chg_08_titles_over_200_characters_or_empty_patches_are_400() {
-    let s = serve(None).await;
-    let t = s.thread().await;
-    let path = s.url(&format!("/api/threads/{}", t.id));
-    let resp = s
-        .http
-        .patch(&path)
-        .json(&json!({"title": "é".repeat(201)}))
-        .send()
-        .await
-        .unwrap();
-    let message = json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
-    assert!(message.contains("200"), "{message}");
-    let resp = s
-        .http
-        .patch(&path)
-        .json(&json!({"title": "é".repeat(200)}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let resp = s.http.patch(&path).json(&json!({})).send().await.unwrap();
-    json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
-    let resp = s
-        .http
-        .patch(&path)
-        .json(&json!({"color": "red"}))
-        .send()
-        .await
-        .unwrap();
-    json_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
-    let resp = s
-        .http
-        .patch(s.url("/api/threads/thread_nope"))
-        .json(&json!({"title": "x"}))
-        .send()
-        .await
-        .unwrap();
-    json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
-}
-
-#[tokio::test]
-async fn chg_08_delete_answers_200_then_the_thread_is_gone() {
-    let s = serve(None).await;
-    let t = s.thread().await;
-    let path = s.url(&format!("/api/threads/{}", t.id));
-    let resp = s.http.delete(&path).send().await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let body: DeleteThreadResponse = resp.json().await.unwrap();
-    assert_eq!(body.thread_id, t.id);
-    let resp = s.http.get(&path).send().await.unwrap();
-    json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
-    let listed: Vec<Thread> = s
-        .http
-        .get(s.url("/api/threads?archived=true"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(listed.is_empty());
-    let resp = s.http.delete(&path).send().await.unwrap();
-    json_error(resp, StatusCode::NOT_FOUND, "not_found").await;
-}
-
 /// `GET /api/openapi.json` serves the generated OpenAPI 3.1 document: the one checked in
 /// under docs/api/ (tests/openapi.rs keeps that copy in step with the code).
 #[tokio::test]
