@@ -100,8 +100,8 @@ pub struct LiveSession {
     pub node: Option<String>,
     /// `true` for a session another node holds than the one that answered (listed from
     /// the store): its `busy_turns`, `idle_deadline`, `pinned_since` and `mcp_threads`
-    /// are only known to that node (empty / `null` here), and only that node closes it
-    /// (409 `session_on_another_node` elsewhere).
+    /// are only known to that node (empty / `null` here), and only that node can close
+    /// it: a close sent to another node is handed to it through the log.
     #[serde(default)]
     pub remote: bool,
 }

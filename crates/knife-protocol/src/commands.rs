@@ -12,6 +12,11 @@ pub const THREAD_COMMAND: &str = "thread.command";
 /// Event name of [`ThreadCommandApplied`] (`EventBody::ThreadCommandApplied`).
 pub const THREAD_COMMAND_APPLIED: &str = "thread.command_applied";
 
+/// Event name of [`SessionCommand`] (`EventBody::SessionCommanded`).
+pub const SESSION_COMMAND: &str = "session.command";
+/// Event name of [`SessionCommandApplied`] (`EventBody::SessionCommandApplied`).
+pub const SESSION_COMMAND_APPLIED: &str = "session.command_applied";
+
 /// A command to whichever node drives run `run_id` of thread `thread_id` (SCALE-06),
 /// appended to the event log by the node that took the request. The node driving
 /// exactly that run applies it through the same code as a local request and answers
@@ -98,6 +103,69 @@ pub enum CommandOutcome {
     /// cannot take was queued instead; an answer the runtime refused).
     Refused {
         /// Why, in the words a one-node answer would give.
+        reason: String,
+    },
+}
+
+/// A command to the node running provider session `provider_session_id` (SCALE-06: a
+/// `POST /api/sessions/{id}/close` sent to another node), appended to the event log by
+/// the node that took the request. Only node `node` (the one the session id names)
+/// applies it, through the same code as a local request, and answers with a
+/// [`SessionCommandApplied`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionCommand {
+    /// Command id (`scommand_…`); the applied answer names it in `command_id`.
+    pub id: SessionCommandId,
+    /// The session it acts on.
+    pub provider_session_id: ProviderSessionId,
+    /// The node running the session (`ProviderSessionId::node`), the only one that
+    /// applies the command.
+    pub node: String,
+    /// The node that took the HTTP request (its `[store] node_id`).
+    pub from_node: String,
+    /// When that node wrote it (its clock).
+    pub issued_at: Timestamp,
+    /// What is asked (flattened: `kind` and its fields sit beside these).
+    #[serde(flatten)]
+    pub action: SessionAction,
+}
+
+/// What a [`SessionCommand`] asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SessionAction {
+    /// Release the session (reason `manual_shutdown`), as `POST
+    /// /api/sessions/{id}/close` does on its own node.
+    Close,
+}
+
+/// The answer of the node running the session to a [`SessionCommand`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionCommandApplied {
+    /// The command this answers.
+    pub command_id: SessionCommandId,
+    /// The command's session.
+    pub provider_session_id: ProviderSessionId,
+    /// The node that applied it.
+    pub node: String,
+    /// When it applied it (its clock).
+    pub applied_at: Timestamp,
+    /// How it went (flattened: `outcome` and its fields sit beside these).
+    #[serde(flatten)]
+    pub outcome: SessionCommandOutcome,
+}
+
+/// How a [`SessionCommand`] went on the session's node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SessionCommandOutcome {
+    /// Released (its `provider-session.updated` stopped is written).
+    Closed,
+    /// That node runs no such live session (any more).
+    NotLive,
+    /// The release failed.
+    Failed {
+        /// The error, in that node's words.
         reason: String,
     },
 }

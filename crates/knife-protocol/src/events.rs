@@ -181,6 +181,12 @@ event_bodies! {
         /// What the node driving the run did with a `thread.command` (SCALE-06);
         /// changes no projection.
         "thread.command_applied" => ThreadCommandApplied(crate::ThreadCommandApplied),
+        /// A command for the node running a provider session (SCALE-06: closing it
+        /// from another node); changes no projection.
+        "session.command" => SessionCommanded(crate::SessionCommand),
+        /// What the node running the session did with a `session.command` (SCALE-06);
+        /// changes no projection.
+        "session.command_applied" => SessionCommandApplied(crate::SessionCommandApplied),
     }
 }
 
@@ -199,7 +205,9 @@ impl EventBody {
             EventBody::NodeUpdated(n) => (Some(n.thread_id.clone()), n.run_id.clone()),
             EventBody::ProviderSessionAttached(_)
             | EventBody::ProviderSessionUpdated(_)
-            | EventBody::ProviderSessionDetached { .. } => (None, None),
+            | EventBody::ProviderSessionDetached { .. }
+            | EventBody::SessionCommanded(_)
+            | EventBody::SessionCommandApplied(_) => (None, None),
             EventBody::ProviderThreadUpdated(p) => (p.app_thread_id.clone(), None),
             EventBody::ProviderTurnUpdated(t) => {
                 (Some(t.thread_id.clone()), Some(t.run_id.clone()))

@@ -82,6 +82,8 @@ string_id!(/// A message waiting in a thread's queue, or a steer not yet deliver
     QueuedMessageId, "queued");
 string_id!(/// A command to the node driving a thread's run (SCALE-06, `thread.command`).
     ThreadCommandId, "command");
+string_id!(/// A command to the node running a provider session (SCALE-06, `session.command`).
+    SessionCommandId, "scommand");
 
 impl RunId {
     /// The deterministic id of run `ordinal` (1-based) of `thread`: `run:<thread>:<ordinal>`.

@@ -34,7 +34,8 @@ pub use clock::*;
 pub use error::*;
 pub use execution::terminal::*;
 pub use execution::{
-    DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, ResumeOutcome,
+    COMMAND_WAIT, DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, RemoteClose,
+    ResumeOutcome,
 };
 pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
 pub use sessions::{

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use axum::Json;
 use axum::extract::{Path, State};
 use knife_protocol::*;
-use knife_runtime::RuntimeError;
+use knife_runtime::{RemoteClose, RuntimeError};
 
 use crate::AppState;
 use crate::error::ApiErr;
@@ -74,37 +74,57 @@ pub(crate) async fn list_sessions(
 }
 
 /// `POST /api/sessions/{id}/close`: releases live session `id` (reason
-/// `manual_shutdown`; persists `stopped`). 404 when no such session is live.
+/// `manual_shutdown`; persists `stopped`), on whichever node runs it (SCALE-06): a
+/// session of another node is closed by that node through a `session.command` in the
+/// log, with the same answer as there. 404 when no such session is live; 409
+/// `session_on_another_node` when its node did not answer in time.
 pub(crate) async fn close_session(
     State(s): State<AppState>,
     Path(id): Path<ProviderSessionId>,
 ) -> Result<Json<CloseSessionResponse>, ApiErr> {
     let manager = s.execution.manager();
-    if !manager.is_live(&id) {
-        let me = s.store.node().node();
-        let record = s.store.get_provider_session(&id).await?;
-        if let Some(record) = record.filter(|r| {
-            r.id.node() != me && !matches!(r.status, SessionStatus::Stopped | SessionStatus::Error)
-        }) {
-            return Err(ApiErr {
-                status: axum::http::StatusCode::CONFLICT,
-                code: "session_on_another_node",
-                message: format!(
-                    "provider session {id} runs on node {node}; only that node can close \
-                     it: send the request to node {node}'s API",
-                    node = record.id.node()
-                ),
-                files: Vec::new(),
-            });
-        }
-        return Err(ApiErr::not_found(format!(
-            "no live provider session {id}; list the live ones with GET /api/sessions or \
-             `knife sessions list`"
-        )));
-    }
-    manager.close(&id).await.map_err(RuntimeError::from)?;
-    Ok(Json(CloseSessionResponse {
-        provider_session_id: id,
+    let closed = Json(CloseSessionResponse {
+        provider_session_id: id.clone(),
         closed: true,
-    }))
+    });
+    let not_live = |why: String| {
+        ApiErr::not_found(format!(
+            "no live provider session {id}{why}; list the live ones with GET /api/sessions \
+             or `knife sessions list`"
+        ))
+    };
+    if manager.is_live(&id) {
+        manager.close(&id).await.map_err(RuntimeError::from)?;
+        return Ok(closed);
+    }
+    let me = s.store.node().node();
+    let record = s.store.get_provider_session(&id).await?;
+    let Some(record) = record.filter(|r| {
+        r.id.node() != me && !matches!(r.status, SessionStatus::Stopped | SessionStatus::Error)
+    }) else {
+        return Err(not_live(String::new()));
+    };
+    let node = record.id.node().to_owned();
+    match s.execution.close_remote_session(&id, &node).await? {
+        RemoteClose::Answered(SessionCommandOutcome::Closed) => Ok(closed),
+        RemoteClose::Answered(SessionCommandOutcome::NotLive) => {
+            Err(not_live(format!(" (node {node} runs no such session)")))
+        }
+        RemoteClose::Answered(SessionCommandOutcome::Failed { reason }) => Err(ApiErr {
+            status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            code: "provider_session",
+            message: format!("node {node} could not close provider session {id}: {reason}"),
+            files: Vec::new(),
+        }),
+        RemoteClose::NoAnswer => Err(ApiErr {
+            status: axum::http::StatusCode::CONFLICT,
+            code: "session_on_another_node",
+            message: format!(
+                "provider session {id} runs on node {node}, which did not answer the close \
+                 within {} s; check that node (its sessions stop with it), or retry",
+                knife_runtime::COMMAND_WAIT.as_secs()
+            ),
+            files: Vec::new(),
+        }),
+    }
 }

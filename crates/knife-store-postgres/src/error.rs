@@ -19,6 +19,10 @@ pub(crate) enum PgError {
     Pool(deadpool_postgres::PoolError),
     /// An error already in contract terms.
     Store(StoreError),
+    /// A fold change needed a read inside a transaction sent in one round trip
+    /// (crate::pipelined); that path then writes the group the usual way. Never leaves
+    /// the crate in practice (a database error if it did).
+    NeedsRead,
 }
 
 impl From<tokio_postgres::Error> for PgError {
@@ -57,6 +61,9 @@ impl From<PgError> for StoreError {
             PgError::Driver(e) => database(Box::new(e)),
             PgError::Pool(e) => database(Box::new(e)),
             PgError::Store(e) => e,
+            PgError::NeedsRead => database(
+                "internal: a fold change needed a read inside a one-round-trip append".into(),
+            ),
         }
     }
 }

@@ -15,12 +15,38 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use crate::error::{PgError, PgResult};
-use deadpool_postgres::Transaction;
 use knife_protocol::{ProjectId, StoredEvent};
 use knife_store::StoreError;
-use knife_store::fold::{Cell, FoldMode, RowChange, THREAD_TABLES, TOMBSTONE_TYPE, plan_append};
+use knife_store::fold::{
+    AppendStep, Cell, FoldMode, ItemTail, RowChange, THREAD_TABLES, TOMBSTONE_TYPE, plan_append,
+    plan_reassembled,
+};
 use postgres_types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::Statement;
+
+/// What the fold writes through: a pooled connection or one of its transactions, with
+/// deadpool's statement cache, and the driver's client underneath for the shared
+/// readers of crate::read.
+pub(crate) trait Conn: deadpool_postgres::GenericClient {
+    /// The driver's client or transaction underneath.
+    type Raw: tokio_postgres::GenericClient + Sync;
+    /// The driver's client or transaction underneath.
+    fn raw(&self) -> &Self::Raw;
+}
+
+impl<'a> Conn for deadpool_postgres::Transaction<'a> {
+    type Raw = tokio_postgres::Transaction<'a>;
+    fn raw(&self) -> &Self::Raw {
+        self
+    }
+}
+
+impl Conn for deadpool_postgres::Client {
+    type Raw = tokio_postgres::Client;
+    fn raw(&self) -> &Self::Raw {
+        self
+    }
+}
 
 /// One statement parameter, owned (the pipeline outlives the fold's borrows).
 pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
@@ -42,7 +68,7 @@ impl Pipeline {
     /// Queues `sql` (prepared once per connection) with `params`.
     pub(crate) async fn push(
         &mut self,
-        tx: &Transaction<'_>,
+        tx: &impl Conn,
         sql: &str,
         params: Vec<Param>,
     ) -> PgResult<()> {
@@ -50,6 +76,13 @@ impl Pipeline {
         self.queued.push((statement, params));
         self.owners.push(self.owner);
         Ok(())
+    }
+
+    /// Takes the queued statements out, in order, to be sent by the caller (with what
+    /// must go before and after them, crate::pipelined).
+    pub(crate) fn take(&mut self) -> Vec<(Statement, Vec<Param>)> {
+        self.owners.clear();
+        std::mem::take(&mut self.queued)
     }
 
     /// The tag ([`Pipeline::owner`]) of the statement whose failure ended the last
@@ -60,7 +93,7 @@ impl Pipeline {
 
     /// Sends every queued statement, then reads their answers in order: the first
     /// failure is the error (the transaction is then aborted; the caller drops it).
-    pub(crate) async fn flush(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
+    pub(crate) async fn flush(&mut self, tx: &impl Conn) -> PgResult<()> {
         let queued = std::mem::take(&mut self.queued);
         let owners = std::mem::take(&mut self.owners);
         let refs: Vec<Vec<&(dyn ToSql + Sync)>> = queued
@@ -105,6 +138,10 @@ pub(crate) struct Folder {
     mode: FoldMode,
     /// Entity upserts not queued yet, merged per row (see [`Upserts`]).
     upserts: Upserts,
+    /// Whether a change may read inside the transaction (flushing the pipeline first):
+    /// not in a group sent in one round trip (crate::pipelined), where such a change is
+    /// [`PgError::NeedsRead`] instead.
+    reads: bool,
 }
 
 impl Folder {
@@ -116,18 +153,29 @@ impl Folder {
             deleted,
             mode,
             upserts: Upserts::default(),
+            reads: true,
+        }
+    }
+
+    /// A fold whose changes never read (nor flush): one whose statements are all sent
+    /// at once after it (crate::pipelined). A change that must read first (a project's
+    /// root check, a text chunk, a run's usage total) fails with [`PgError::NeedsRead`].
+    pub(crate) fn without_reads(mode: FoldMode) -> Folder {
+        Folder {
+            reads: false,
+            ..Folder::new(mode, HashSet::new())
         }
     }
 
     /// Queues the upserts held back so far (one statement per table), so that what
     /// follows in the pipeline runs after them. Call before queuing anything that is
     /// not a fold statement, before a read and at the end of each append.
-    pub(crate) async fn emit(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
+    pub(crate) async fn emit(&mut self, tx: &impl Conn) -> PgResult<()> {
         self.upserts.emit(&mut self.pipeline, tx).await
     }
 
     /// [`Folder::emit`], then [`Pipeline::flush`].
-    pub(crate) async fn flush(&mut self, tx: &Transaction<'_>) -> PgResult<()> {
+    pub(crate) async fn flush(&mut self, tx: &impl Conn) -> PgResult<()> {
         self.emit(tx).await?;
         self.pipeline.flush(tx).await
     }
@@ -135,7 +183,7 @@ impl Folder {
     /// Queues the row changes of `stored` (`plan` = knife_store::fold::plan of it).
     pub(crate) async fn fold(
         &mut self,
-        tx: &Transaction<'_>,
+        tx: &impl Conn,
         stored: &StoredEvent,
         plan: Vec<RowChange>,
     ) -> PgResult<()> {
@@ -159,7 +207,17 @@ impl Folder {
         Ok(())
     }
 
-    async fn apply(&mut self, tx: &Transaction<'_>, change: RowChange, seq: i64) -> PgResult<()> {
+    async fn apply(&mut self, tx: &impl Conn, change: RowChange, seq: i64) -> PgResult<()> {
+        if !self.reads
+            && matches!(
+                change,
+                RowChange::UpsertProject { .. }
+                    | RowChange::AppendItemText { .. }
+                    | RowChange::InsertRunTotal { .. }
+            )
+        {
+            return Err(PgError::NeedsRead);
+        }
         let change = match change {
             RowChange::Upsert {
                 table,
@@ -234,7 +292,7 @@ impl Folder {
                     tx,
                     "INSERT INTO provider_session_bindings \
                      (provider_session_id, thread_id, bound_sequence, last_sequence) \
-                     VALUES ($1, $2, $3, $3) \
+                     VALUES ($1, $2, knife_seq($3), knife_seq($3)) \
                      ON CONFLICT (provider_session_id, thread_id) \
                      DO UPDATE SET last_sequence = excluded.last_sequence",
                     vec![Box::new(session_id), Box::new(thread_id), Box::new(seq)],
@@ -305,19 +363,83 @@ impl Folder {
             }
             RowChange::AppendItemText { chunk } => {
                 // A read: what is queued must have run first (LIVE-03: the chunk extends
-                // the item's folded text).
+                // the item's folded text). One round trip: the last chunk's field and
+                // end, else the row's payload.
                 p.flush(tx).await?;
-                let current = tx
+                let thread = chunk.thread_id.as_str();
+                let item = chunk.item_id.as_str();
+                let tail = tx
                     .query_opt(
-                        "SELECT payload_json FROM turn_items WHERE id = $1",
-                        &[&chunk.item_id.as_str()],
+                        "SELECT c.field, c.end_byte, \
+                         CASE WHEN c.field IS NULL THEN t.payload_json END \
+                         FROM turn_items t LEFT JOIN LATERAL ( \
+                           SELECT field, end_byte FROM turn_item_chunks \
+                           WHERE thread_id = $1 AND item_id = $2 \
+                           ORDER BY sequence DESC LIMIT 1) c ON true \
+                         WHERE t.id = $2",
+                        &[&thread, &item],
                     )
-                    .await?
-                    .map(|r| r.get::<_, String>(0));
-                for change in plan_append(current.as_deref(), &chunk)? {
+                    .await?;
+                let tail = match tail {
+                    None => ItemTail::Missing,
+                    Some(row) => match (
+                        row.get::<_, Option<String>>(0),
+                        row.get::<_, Option<i64>>(1),
+                    ) {
+                        (Some(field), Some(end)) => ItemTail::Chunked {
+                            field,
+                            end: u64::try_from(end).unwrap_or(0),
+                        },
+                        _ => ItemTail::Whole(row.get::<_, Option<String>>(2).unwrap_or_default()),
+                    },
+                };
+                let changes = match plan_append(tail, &chunk)? {
+                    AppendStep::Changes(changes) => changes,
+                    AppendStep::Assemble => match crate::read::get_turn_item(tx.raw(), item).await?
+                    {
+                        Some(whole) => plan_reassembled(whole, &chunk)?,
+                        None => Vec::new(),
+                    },
+                };
+                for change in changes {
                     Box::pin(self.apply(tx, change, seq)).await?;
                 }
                 Ok(())
+            }
+            RowChange::InsertChunk {
+                thread_id,
+                item_id,
+                field,
+                start,
+                end,
+                text,
+                updated_at,
+            } => {
+                p.push(
+                    tx,
+                    "INSERT INTO turn_item_chunks \
+                     (thread_id, item_id, sequence, field, start_byte, end_byte, text, updated_at) \
+                     VALUES ($1, $2, knife_seq($3), $4, $5, $6, $7, $8)",
+                    vec![
+                        Box::new(thread_id),
+                        Box::new(item_id),
+                        Box::new(seq),
+                        Box::new(field),
+                        Box::new(start),
+                        Box::new(end),
+                        Box::new(text),
+                        Box::new(updated_at),
+                    ],
+                )
+                .await
+            }
+            RowChange::DropChunks { thread_id, item_id } => {
+                p.push(
+                    tx,
+                    "DELETE FROM turn_item_chunks WHERE thread_id = $1 AND item_id = $2",
+                    vec![Box::new(thread_id), Box::new(item_id)],
+                )
+                .await
             }
             RowChange::InsertRunTotal { run_id, row } => {
                 // A read: what is queued (the run's own call records) must have run
@@ -340,7 +462,7 @@ impl Folder {
                     tx,
                     "UPDATE threads SET payload_json = \
                      jsonb_set(payload_json::jsonb, '{agent_status}', $1::text::jsonb)::text, \
-                     last_sequence = $2, version = version + 1 WHERE id = $3",
+                     last_sequence = knife_seq($2), version = version + 1 WHERE id = $3",
                     vec![Box::new(status), Box::new(seq), Box::new(thread_id)],
                 )
                 .await
@@ -419,7 +541,7 @@ impl Upserts {
     /// several as one `INSERT … SELECT FROM json_populate_recordset` (the table's own
     /// row type gives every column its type). Rows of one id with two shapes (never
     /// made by the fold) stay two changes, in order.
-    async fn emit(&mut self, p: &mut Pipeline, tx: &Transaction<'_>) -> PgResult<()> {
+    async fn emit(&mut self, p: &mut Pipeline, tx: &impl Conn) -> PgResult<()> {
         self.at.clear();
         let rows = std::mem::take(&mut self.rows);
         if rows.is_empty() {
@@ -489,12 +611,24 @@ fn merged_upsert_sql(table: &str, names: &[&'static str]) -> String {
     .copied()
     .collect::<Vec<_>>()
     .join(", ");
+    let picked = [
+        "id",
+        "payload_json",
+        "knife_seq(created_sequence)",
+        "knife_seq(last_sequence)",
+        "version",
+    ]
+    .iter()
+    .chain(names)
+    .copied()
+    .collect::<Vec<_>>()
+    .join(", ");
     let updates: String = names
         .iter()
         .map(|n| format!("{n} = excluded.{n}, "))
         .collect();
     format!(
-        "INSERT INTO {table} ({cols}) SELECT {cols} FROM \
+        "INSERT INTO {table} ({cols}) SELECT {picked} FROM \
          json_populate_recordset(NULL::{table}, $1::text::json) \
          ON CONFLICT (id) DO UPDATE SET {updates}payload_json = excluded.payload_json, \
          last_sequence = excluded.last_sequence, version = {table}.version + excluded.version"
@@ -503,7 +637,7 @@ fn merged_upsert_sql(table: &str, names: &[&'static str]) -> String {
 
 /// Of `threads`, those with a `thread.deleted` tombstone in the log already.
 pub(crate) async fn deleted_threads(
-    tx: &Transaction<'_>,
+    tx: &impl Conn,
     threads: Vec<String>,
 ) -> PgResult<HashSet<String>> {
     if threads.is_empty() {
@@ -522,7 +656,7 @@ pub(crate) async fn deleted_threads(
 /// `created_sequence` kept, `last_sequence` = `seq`.
 async fn upsert(
     p: &mut Pipeline,
-    tx: &Transaction<'_>,
+    tx: &impl Conn,
     table: &str,
     id: String,
     columns: Vec<(&'static str, Cell)>,
@@ -555,7 +689,7 @@ fn upsert_sql(table: &str, columns: &[(&'static str, Cell)]) -> String {
             .collect();
         let sql = format!(
             "INSERT INTO {table} (id, payload_json, created_sequence, last_sequence, version, \
-             {cols}) VALUES ($1, $2, $3, $3, 1{placeholders}) \
+             {cols}) VALUES ($1, $2, knife_seq($3), knife_seq($3), 1{placeholders}) \
              ON CONFLICT (id) DO UPDATE SET {updates}payload_json = excluded.payload_json, \
              last_sequence = excluded.last_sequence, version = {table}.version + 1",
             cols = names.join(", "),

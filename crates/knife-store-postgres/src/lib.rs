@@ -26,6 +26,7 @@ mod fold;
 mod group;
 mod import;
 mod leases;
+mod pipelined;
 mod read;
 mod relay;
 mod schema;
@@ -539,7 +540,8 @@ impl ProjectionReads for PgStore {
     }
 
     async fn get_turn_item(&self, id: &TurnItemId) -> Result<Option<TurnItem>, StoreError> {
-        self.get(EntityKind::TurnItem, id.as_str()).await
+        let client = self.client().await?;
+        Ok(read::get_turn_item(&**client, id.as_str()).await?)
     }
 
     async fn dump_projections(

@@ -2,12 +2,12 @@
 // projection from one snapshot, and the dump of every projection table.
 
 use crate::error::PgResult;
-use knife_protocol::{DomainEvent, StoredEvent, ThreadProjection};
+use knife_protocol::{DomainEvent, StoredEvent, ThreadProjection, TurnItem};
 use knife_store::StreamFilter;
-use knife_store::fold::PROJECTION_TABLES;
+use knife_store::fold::{PROJECTION_TABLES, StoredChunk, assemble};
 use postgres_types::{ToSql, Type};
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use tokio_postgres::GenericClient;
 
 fn seq_i64(sequence: u64) -> i64 {
@@ -98,6 +98,47 @@ pub(crate) async fn get_entity<T: DeserializeOwned>(
         .transpose()?)
 }
 
+/// The chunk rows (LIVE-03) selected by `sql` (columns item_id, field, start_byte,
+/// text, updated_at, in sequence order per item), by item.
+async fn chunk_rows(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> PgResult<HashMap<String, Vec<StoredChunk>>> {
+    let mut out: HashMap<String, Vec<StoredChunk>> = HashMap::new();
+    for row in client.query(sql, params).await? {
+        out.entry(row.get(0)).or_default().push(StoredChunk {
+            field: row.get(1),
+            start: seq_u64(row.get(2)),
+            text: row.get(3),
+            updated_at: row.get(4),
+        });
+    }
+    Ok(out)
+}
+
+/// Turn item `id` as a whole: its row with its appended chunks folded in (LIVE-03).
+pub(crate) async fn get_turn_item(
+    client: &impl GenericClient,
+    id: &str,
+) -> PgResult<Option<TurnItem>> {
+    let Some(mut item) = get_entity::<TurnItem>(client, "turn_items", id).await? else {
+        return Ok(None);
+    };
+    let thread = item.thread_id.as_str().to_owned();
+    let mut chunks = chunk_rows(
+        client,
+        "SELECT item_id, field, start_byte, text, updated_at FROM turn_item_chunks \
+         WHERE thread_id = $1 AND item_id = $2 ORDER BY sequence",
+        &[&thread, &id],
+    )
+    .await?;
+    if let Some(rows) = chunks.remove(id) {
+        assemble(&mut item, rows);
+    }
+    Ok(Some(item))
+}
+
 /// The entities selected by `sql` (whose only column is `payload_json`).
 pub(crate) async fn list_entities<T: DeserializeOwned>(
     client: &impl GenericClient,
@@ -133,7 +174,25 @@ pub(crate) async fn thread_projection(
     let projection = ThreadProjection {
         thread,
         runs: list_entities(&tx, &by_thread("runs", "ordinal, id"), &[t]).await?,
-        turn_items: list_entities(&tx, &by_thread("turn_items", "ordinal, id"), &[t]).await?,
+        turn_items: {
+            let mut items: Vec<TurnItem> =
+                list_entities(&tx, &by_thread("turn_items", "ordinal, id"), &[t]).await?;
+            let mut chunks = chunk_rows(
+                &tx,
+                "SELECT item_id, field, start_byte, text, updated_at FROM turn_item_chunks \
+                 WHERE thread_id = $1 ORDER BY item_id, sequence",
+                &[t],
+            )
+            .await?;
+            if !chunks.is_empty() {
+                for item in &mut items {
+                    if let Some(rows) = chunks.remove(item.id.as_str()) {
+                        assemble(item, rows);
+                    }
+                }
+            }
+            items
+        },
         nodes: list_entities(&tx, &by_thread("nodes", "created_sequence"), &[t]).await?,
         provider_sessions: list_entities(
             &tx,
@@ -178,15 +237,14 @@ pub(crate) async fn dump_projections(
         .await?;
     let mut out = BTreeMap::new();
     for table in PROJECTION_TABLES {
-        let order = if table == "provider_session_bindings" {
-            "provider_session_id, thread_id"
-        } else {
-            "id"
-        };
-        // `COLLATE "C"`: byte order, as SQLite sorts TEXT.
+        let order = knife_store::fold::key_order(table);
+        // `COLLATE "C"` on the text keys: byte order, as SQLite sorts TEXT.
         let order = order
             .split(", ")
-            .map(|c| format!("{c} COLLATE \"C\""))
+            .map(|c| match c {
+                "sequence" => c.to_owned(),
+                _ => format!("{c} COLLATE \"C\""),
+            })
             .collect::<Vec<_>>()
             .join(", ");
         let rows = tx

@@ -45,6 +45,16 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "claimed_at",
         sql: include_str!("../migrations/0050_claimed_at.sql"),
     },
+    Migration {
+        version: 60,
+        name: "turn_item_chunks",
+        sql: include_str!("../migrations/0060_turn_item_chunks.sql"),
+    },
+    Migration {
+        version: 75,
+        name: "append_pipeline",
+        sql: include_str!("../migrations/0075_append_pipeline.sql"),
+    },
 ];
 
 /// Advisory lock key that serialises migrations of one database across nodes.

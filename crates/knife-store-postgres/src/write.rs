@@ -2,7 +2,7 @@
 // sequences are assigned in commit order), compare-and-set, the fold, and rebuild.
 
 use crate::error::{PgError, PgResult};
-use crate::fold;
+use crate::fold::{self, Param};
 use knife_protocol::{DomainEvent, StoredEvent};
 use knife_store::fold::{FoldMode, PROJECTION_TABLES, TOMBSTONE_TYPE, plan};
 use knife_store::{RowGuard, StoreError};
@@ -19,10 +19,10 @@ pub(crate) const CHANNEL: &str = "knife_events";
 /// An event ready to append: encoded and its fold planned before the append lock (in
 /// the caller's task, so the encoding of several callers runs in parallel).
 pub(crate) struct Ready {
-    event: DomainEvent,
+    pub(crate) event: DomainEvent,
     payload: String,
     occurred_at: String,
-    plan: Vec<knife_store::fold::RowChange>,
+    pub(crate) plan: Vec<knife_store::fold::RowChange>,
 }
 
 impl Ready {
@@ -78,11 +78,35 @@ enum Attempt {
 /// (crate::fold), the log head update and the NOTIFY; the COMMIT. A guard of a later
 /// append flushes the pipeline and reads its row first (one round trip more).
 pub(crate) async fn write_group(
-    client: &mut deadpool_postgres::ClientWrapper,
+    client: &mut deadpool_postgres::Client,
     appends: &[Append],
 ) -> Vec<Outcome> {
     let mut outcomes: Vec<Option<Outcome>> = appends.iter().map(|_| None).collect();
     let mut live: Vec<usize> = (0..appends.len()).collect();
+    // The common case in one round trip (crate::pipelined); what it cannot decide up
+    // front, or what the server refused there, is written below as before.
+    if crate::pipelined::decidable(appends, &live) {
+        match crate::pipelined::write(client, appends, &live).await {
+            Ok(Some(done)) => {
+                for (i, outcome) in done {
+                    outcomes[i] = Some(outcome);
+                }
+                return outcomes
+                    .into_iter()
+                    .map(|o| o.unwrap_or(Err(StoreError::WriterGone)))
+                    .collect();
+            }
+            Ok(None) => {}
+            Err(error) => {
+                let error = StoreError::from(error);
+                let mut all: Vec<Outcome> = (1..appends.len())
+                    .map(|_| Err(copy_error(&error)))
+                    .collect();
+                all.insert(0, Err(error));
+                return all;
+            }
+        }
+    }
     while !live.is_empty() {
         match attempt(client, appends, &live).await {
             Ok(Attempt::Done(done)) => {
@@ -211,25 +235,7 @@ async fn attempt(
         let events = &append.events;
         let queued = folder
             .pipeline
-            .push(
-                &tx,
-                "INSERT INTO events (sequence, event_id, thread_id, run_id, type, occurred_at, \
-                 payload_json) SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], \
-                 $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[])",
-                vec![
-                    Box::new(((first + 1)..=last).collect::<Vec<i64>>()),
-                    Box::new(column(events, |r| Some(r.event.id.as_str().to_owned()))),
-                    Box::new(column(events, |r| {
-                        r.event.thread_id.as_ref().map(|t| t.as_str().to_owned())
-                    })),
-                    Box::new(column(events, |r| {
-                        r.event.run_id.as_ref().map(|t| t.as_str().to_owned())
-                    })),
-                    Box::new(column(events, |r| Some(r.event.event_type().to_owned()))),
-                    Box::new(column(events, |r| Some(r.occurred_at.clone()))),
-                    Box::new(column(events, |r| Some(r.payload.clone()))),
-                ],
-            )
+            .push(&tx, INSERT_EVENTS, insert_params(first, events.iter()))
             .await;
         if let Err(e) = queued {
             drop(tx);
@@ -332,9 +338,41 @@ pub(crate) fn copy_error(error: &StoreError) -> StoreError {
     }
 }
 
-/// One column of the batch for `UNNEST`.
-fn column(ready: &[Ready], f: impl Fn(&Ready) -> Option<String>) -> Vec<Option<String>> {
-    ready.iter().map(f).collect()
+/// The multi-row insert of a batch's events: one row per element of the arrays
+/// ([`insert_params`]). The sequence goes through `knife_seq` (migration 0075): the
+/// number itself unless the transaction set a base (crate::pipelined).
+pub(crate) const INSERT_EVENTS: &str = "INSERT INTO events (sequence, event_id, thread_id, run_id, type, occurred_at, \
+     payload_json) SELECT knife_seq(u.s), u.e, u.t, u.r, u.y, u.o, u.p FROM UNNEST(\
+     $1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[]) \
+     AS u(s, e, t, r, y, o, p)";
+
+/// The parameters of [`INSERT_EVENTS`] for `events`, numbered from `after` + 1.
+pub(crate) fn insert_params<'a>(after: i64, events: impl Iterator<Item = &'a Ready>) -> Vec<Param> {
+    let mut sequence = Vec::new();
+    let mut id = Vec::new();
+    let mut thread = Vec::new();
+    let mut run = Vec::new();
+    let mut kind = Vec::new();
+    let mut occurred = Vec::new();
+    let mut payload = Vec::new();
+    for (k, r) in events.enumerate() {
+        sequence.push(after + 1 + i64::try_from(k).unwrap_or(i64::MAX));
+        id.push(r.event.id.as_str().to_owned());
+        thread.push(r.event.thread_id.as_ref().map(|t| t.as_str().to_owned()));
+        run.push(r.event.run_id.as_ref().map(|t| t.as_str().to_owned()));
+        kind.push(r.event.event_type().to_owned());
+        occurred.push(r.occurred_at.clone());
+        payload.push(r.payload.clone());
+    }
+    vec![
+        Box::new(sequence),
+        Box::new(id),
+        Box::new(thread),
+        Box::new(run),
+        Box::new(kind),
+        Box::new(occurred),
+        Box::new(payload),
+    ]
 }
 
 /// The [`StoreError::DuplicateEvent`] of an append whose insert broke the event id's

@@ -558,3 +558,171 @@ async fn scale_10_merged_upserts_of_a_batch_leave_the_projections_of_one_append_
             .is_none()
     );
 }
+
+/// Waits (bounded: 30 s) until some session waits for an advisory lock (the append lock
+/// `holder` holds).
+async fn wait_lock_waiter(holder: &tokio_postgres::Client) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let waiting: i64 = holder
+                .query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the node's append to wait for the append lock");
+}
+
+/// SCALE-10 (the append path behind the figure): a node sends a group of appends as ONE
+/// pipeline, BEGIN to COMMIT, so the cluster-wide append lock waits for the server's
+/// work only, never for the node: a node frozen right after sending (its runtime not
+/// scheduled, as on a loaded machine) still commits as soon as the lock is free. What
+/// the node used to read first is asserted on the server: a group with a stale fence
+/// is rolled back there and written the usual way, that append alone failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_10_a_group_sent_in_one_pipeline_commits_while_its_node_is_frozen() {
+    use knife_store::{Lease, StoreError};
+    let cluster = cluster().await;
+    let db = cluster.fresh_database().await;
+    let url = cluster.url(&db);
+    // The node runs on a runtime of its own, on one thread the test can freeze.
+    let (opened, node) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let node_thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let store = knife_store_postgres::open_with(&url, PgOptions::default())
+                .await
+                .unwrap();
+            opened
+                .send((store, tokio::runtime::Handle::current()))
+                .unwrap();
+            let _ = stopped.await;
+        });
+    });
+    let (store, node) = tokio::task::spawn_blocking(move || node.recv().unwrap())
+        .await
+        .unwrap();
+    let (holder, connection) = tokio_postgres::connect(&cluster.url(&db), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+
+    // Another session holds the append lock; the node's append waits for it.
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&knife_store_postgres::testing::APPEND_LOCK],
+        )
+        .await
+        .unwrap();
+    let batch: Vec<DomainEvent> = (0..5).map(|n| item_event(0, n)).collect();
+    let writer = store.clone();
+    let written = node.spawn(async move { writer.write(batch).await });
+    wait_lock_waiter(&holder).await;
+    // Freeze the node's only thread (bounded: 60 s), then free the lock.
+    let (frozen, is_frozen) = std::sync::mpsc::channel();
+    let (thaw, thawed) = std::sync::mpsc::channel::<()>();
+    node.spawn(async move {
+        frozen.send(()).unwrap();
+        let _ = thawed.recv_timeout(Duration::from_secs(60));
+    });
+    tokio::task::spawn_blocking(move || is_frozen.recv_timeout(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("the node's thread to freeze");
+    holder.batch_execute("COMMIT").await.unwrap();
+    let committed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let n: i64 = holder
+                .query_one("SELECT count(*) FROM events", &[])
+                .await
+                .unwrap()
+                .get(0);
+            if n == 5 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    thaw.send(()).unwrap();
+    assert!(
+        committed.is_ok(),
+        "the frozen node's append did not commit: the append waited for the node"
+    );
+    let stored = written.await.unwrap().unwrap();
+    let sequences: Vec<u64> = stored.iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, vec![1, 2, 3, 4, 5]);
+
+    // A group with a stale fence in the middle: refused on the server, then written
+    // the usual way; the fenced append alone fails, the others keep their order.
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&knife_store_postgres::testing::APPEND_LOCK],
+        )
+        .await
+        .unwrap();
+    let stale = Lease {
+        thread_id: ThreadId::from("thread:node-1"),
+        node: "node-0".into(),
+        epoch: 7,
+        expires_at: chrono::Utc::now(),
+    };
+    let appends = node.spawn({
+        let store = store.clone();
+        async move {
+            let fences = [stale];
+            let first = store.write(vec![item_event(0, 5), item_event(0, 6)]);
+            let fenced = store
+                .backend()
+                .write_fenced(&fences, None, vec![item_event(1, 0)]);
+            let last = store.write(vec![item_event(0, 7)]);
+            futures::join!(first, fenced, last)
+        }
+    });
+    wait_lock_waiter(&holder).await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    let (first, fenced, last) = tokio::time::timeout(Duration::from_secs(30), appends)
+        .await
+        .expect("the group to finish")
+        .unwrap();
+    let seqs = |r: Result<Vec<StoredEvent>, StoreError>| {
+        r.unwrap().iter().map(|e| e.sequence).collect::<Vec<u64>>()
+    };
+    assert_eq!(seqs(first), vec![6, 7]);
+    assert!(
+        matches!(fenced, Err(StoreError::Fenced { .. })),
+        "{fenced:?}"
+    );
+    assert_eq!(seqs(last), vec![8]);
+    let max: i64 = holder
+        .query_one("SELECT max(sequence) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(max, 8, "nothing of the fenced append, no gap");
+    drop(holder);
+    let _ = driver.await;
+    stop.send(()).unwrap();
+    node_thread.join().unwrap();
+}

@@ -4,7 +4,9 @@
 use crate::error::DbError;
 use knife_protocol::{DomainEvent, ProjectId, StoredEvent};
 use knife_store::StoreError;
-use knife_store::fold::{Cell, RowChange, THREAD_TABLES, plan, plan_append};
+use knife_store::fold::{
+    AppendStep, Cell, ItemTail, RowChange, THREAD_TABLES, plan, plan_append, plan_reassembled,
+};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
@@ -194,13 +196,45 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
             Ok(())
         }
         RowChange::AppendItemText { chunk } => {
-            let current: Option<String> = conn
-                .prepare_cached("SELECT payload_json FROM turn_items WHERE id = ?1")?
-                .query_row(params![chunk.item_id.as_str()], |row| row.get(0))
-                .optional()?;
-            for change in plan_append(current.as_deref(), &chunk)? {
+            let tail = item_tail(conn, chunk.thread_id.as_str(), chunk.item_id.as_str())?;
+            let changes = match plan_append(tail, &chunk)? {
+                AppendStep::Changes(changes) => changes,
+                AppendStep::Assemble => {
+                    match crate::queries::get_turn_item(conn, chunk.item_id.as_str())? {
+                        Some(item) => plan_reassembled(item, &chunk)?,
+                        None => Vec::new(),
+                    }
+                }
+            };
+            for change in changes {
                 apply(conn, change, seq, mode)?;
             }
+            Ok(())
+        }
+        RowChange::InsertChunk {
+            thread_id,
+            item_id,
+            field,
+            start,
+            end,
+            text,
+            updated_at,
+        } => {
+            conn.prepare_cached(
+                "INSERT INTO turn_item_chunks \
+                 (thread_id, item_id, sequence, field, start_byte, end_byte, text, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                thread_id, item_id, seq, field, start, end, text, updated_at
+            ])?;
+            Ok(())
+        }
+        RowChange::DropChunks { thread_id, item_id } => {
+            conn.prepare_cached(
+                "DELETE FROM turn_item_chunks WHERE thread_id = ?1 AND item_id = ?2",
+            )?
+            .execute(params![thread_id, item_id])?;
             Ok(())
         }
         RowChange::InsertRunTotal { run_id, row } => {
@@ -223,6 +257,29 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
             Ok(())
         }
     }
+}
+
+/// What folding a chunk of `item` needs to know (LIVE-03): its last chunk's field and
+/// end (one probe of the chunk table's key), else its row's payload.
+fn item_tail(conn: &Connection, thread: &str, item: &str) -> Result<ItemTail, DbError> {
+    let last: Option<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT field, end_byte FROM turn_item_chunks WHERE thread_id = ?1 AND item_id = ?2 \
+             ORDER BY sequence DESC LIMIT 1",
+        )?
+        .query_row(params![thread, item], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    if let Some((field, end)) = last {
+        return Ok(ItemTail::Chunked {
+            field,
+            end: seq_u64(end),
+        });
+    }
+    let payload: Option<String> = conn
+        .prepare_cached("SELECT payload_json FROM turn_items WHERE id = ?1")?
+        .query_row(params![item], |row| row.get(0))
+        .optional()?;
+    Ok(payload.map_or(ItemTail::Missing, ItemTail::Whole))
 }
 
 /// The fold of `thread.deleted`: removes the thread and every projection row of it.

@@ -445,7 +445,8 @@ impl ProjectionReads for SqliteStore {
     }
 
     async fn get_turn_item(&self, id: &TurnItemId) -> Result<Option<TurnItem>, StoreError> {
-        self.get(EntityKind::TurnItem, id.as_str()).await
+        let id = id.as_str().to_owned();
+        self.read(move |c| queries::get_turn_item(c, &id)).await
     }
 
     async fn dump_projections(

@@ -4,13 +4,14 @@
 use crate::error::DbError;
 use crate::fold::{PROJECTION_TABLES, seq_i64, seq_u64};
 use crate::schema::open_reader;
-use knife_protocol::{DomainEvent, StoredEvent, ThreadProjection};
+use knife_protocol::{DomainEvent, StoredEvent, ThreadProjection, TurnItem};
 use knife_store::StoreError;
 use knife_store::StreamFilter;
+use knife_store::fold::{StoredChunk, assemble};
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
@@ -162,6 +163,57 @@ pub(crate) fn list_entities<T: DeserializeOwned>(
         .collect()
 }
 
+/// The chunk rows of one thread's items (LIVE-03), by item, in sequence order.
+fn chunks_of_thread(
+    conn: &Connection,
+    thread_id: &str,
+) -> Result<HashMap<String, Vec<StoredChunk>>, DbError> {
+    let mut out: HashMap<String, Vec<StoredChunk>> = HashMap::new();
+    let mut stmt = conn.prepare_cached(
+        "SELECT item_id, field, start_byte, text, updated_at FROM turn_item_chunks \
+         WHERE thread_id = ?1 ORDER BY item_id, sequence",
+    )?;
+    let rows = stmt.query_map([thread_id], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            StoredChunk {
+                field: row.get(1)?,
+                start: seq_u64(row.get(2)?),
+                text: row.get(3)?,
+                updated_at: row.get(4)?,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (item, chunk) = row?;
+        out.entry(item).or_default().push(chunk);
+    }
+    Ok(out)
+}
+
+/// Turn item `id` as a whole: its row with its appended chunks folded in (LIVE-03).
+pub(crate) fn get_turn_item(conn: &Connection, id: &str) -> Result<Option<TurnItem>, DbError> {
+    let Some(mut item) = get_entity::<TurnItem>(conn, "turn_items", id)? else {
+        return Ok(None);
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT field, start_byte, text, updated_at FROM turn_item_chunks \
+         WHERE thread_id = ?1 AND item_id = ?2 ORDER BY sequence",
+    )?;
+    let chunks = stmt
+        .query_map(params![item.thread_id.as_str(), id], |row| {
+            Ok(StoredChunk {
+                field: row.get(0)?,
+                start: seq_u64(row.get(1)?),
+                text: row.get(2)?,
+                updated_at: row.get(3)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    assemble(&mut item, chunks);
+    Ok(Some(item))
+}
+
 /// The whole projection of one thread, read in one read transaction (a consistent
 /// snapshot). `None` when the thread row does not exist.
 pub(crate) fn thread_projection(
@@ -178,7 +230,19 @@ pub(crate) fn thread_projection(
     let projection = ThreadProjection {
         thread,
         runs: list_entities(&tx, &by_thread("runs", "ordinal, id"), &[thread_id])?,
-        turn_items: list_entities(&tx, &by_thread("turn_items", "ordinal, id"), &[thread_id])?,
+        turn_items: {
+            let mut items: Vec<TurnItem> =
+                list_entities(&tx, &by_thread("turn_items", "ordinal, id"), &[thread_id])?;
+            let mut chunks = chunks_of_thread(&tx, thread_id)?;
+            if !chunks.is_empty() {
+                for item in &mut items {
+                    if let Some(rows) = chunks.remove(item.id.as_str()) {
+                        assemble(item, rows);
+                    }
+                }
+            }
+            items
+        },
         nodes: list_entities(&tx, &by_thread("nodes", "created_sequence"), &[thread_id])?,
         provider_sessions: list_entities(
             &tx,
@@ -218,11 +282,7 @@ pub(crate) fn dump_projections(
     let tx = conn.unchecked_transaction()?;
     let mut out = BTreeMap::new();
     for table in PROJECTION_TABLES {
-        let order = if table == "provider_session_bindings" {
-            "provider_session_id, thread_id"
-        } else {
-            "id"
-        };
+        let order = knife_store::fold::key_order(table);
         let mut stmt = tx.prepare(&format!("SELECT * FROM {table} ORDER BY {order}"))?;
         let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
         let rows = stmt

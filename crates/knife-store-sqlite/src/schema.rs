@@ -66,6 +66,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0090_claimed_at.sql"),
     },
     Migration {
+        version: 100,
+        name: "turn_item_chunks",
+        sql: include_str!("../migrations/0100_turn_item_chunks.sql"),
+    },
+    Migration {
         version: 110,
         name: "search_project_key",
         sql: include_str!("../migrations/0110_search_project_key.sql"),

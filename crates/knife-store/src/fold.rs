@@ -5,12 +5,12 @@
 //! identically on every backend (the contract's rebuild == incremental property).
 
 use crate::error::StoreError;
-use knife_protocol::{DomainEvent, EventBody, ModelCall, TurnItem, TurnItemAppend};
+use knife_protocol::{DeltaField, DomainEvent, EventBody, ModelCall, TurnItem, TurnItemAppend};
 use serde::Serialize;
 
 /// Projection tables, in the order a rebuild empties them (bindings first: they
 /// reference `provider_sessions`).
-pub const PROJECTION_TABLES: [&str; 12] = [
+pub const PROJECTION_TABLES: [&str; 13] = [
     "provider_session_bindings",
     "projects",
     "threads",
@@ -21,13 +21,14 @@ pub const PROJECTION_TABLES: [&str; 12] = [
     "provider_turns",
     "runtime_requests",
     "turn_items",
+    "turn_item_chunks",
     "search_docs",
     "model_calls",
 ];
 
 /// Tables holding rows of one thread in a `thread_id` column, which a tombstone
 /// empties of that thread (CHG-08).
-pub const THREAD_TABLES: [&str; 9] = [
+pub const THREAD_TABLES: [&str; 10] = [
     "provider_session_bindings",
     "runs",
     "nodes",
@@ -35,9 +36,19 @@ pub const THREAD_TABLES: [&str; 9] = [
     "provider_turns",
     "runtime_requests",
     "turn_items",
+    "turn_item_chunks",
     "search_docs",
     "model_calls",
 ];
+
+/// The primary key order of a projection table's rows (how a dump sorts them).
+pub fn key_order(table: &str) -> &'static str {
+    match table {
+        "provider_session_bindings" => "provider_session_id, thread_id",
+        "turn_item_chunks" => "thread_id, item_id, sequence",
+        _ => "id",
+    }
+}
 
 /// Where a fold runs: a live write (refuses new conflicts) or a rebuild of the whole
 /// log (must accept what was committed before a constraint existed).
@@ -163,13 +174,41 @@ pub enum RowChange {
         /// The document id.
         id: String,
     },
-    /// Appends a chunk to the `turn_items` row `chunk.item_id` (LIVE-03): the backend
-    /// reads the row's `payload_json` (absent: `None`) and applies the changes
-    /// [`plan_append`] returns for it, in order. This keeps "read the row" the only
-    /// backend-specific part of folding a chunk.
+    /// Folds a chunk into item `chunk.item_id` (LIVE-03): the backend reads the item's
+    /// [`ItemTail`] and applies what [`plan_append`] returns for it (for
+    /// [`AppendStep::Assemble`]: reads the whole item, row and chunks, and applies
+    /// [`plan_reassembled`]). Reading is the only backend-specific part.
     AppendItemText {
         /// The chunk (`turn-item.appended`).
         chunk: Box<TurnItemAppend>,
+    },
+    /// Inserts one row into `turn_item_chunks` (LIVE-03): `text` continues the item's
+    /// durable `field` at byte `start` (the previous chunk's `end_byte`, or the field's
+    /// length in the `turn_items` row), `sequence` = `seq`. The item's row and its
+    /// search document are not touched: a chunk costs O(chunk) in the database.
+    InsertChunk {
+        /// The item's thread.
+        thread_id: String,
+        /// The item.
+        item_id: String,
+        /// [`field_name`] of the chunk's field.
+        field: &'static str,
+        /// Where `text` starts, in UTF-8 bytes.
+        start: i64,
+        /// Where it ends (`start` + its length in bytes).
+        end: i64,
+        /// The appended text.
+        text: String,
+        /// The item's new `updated_at` as its JSON string (RFC 3339, exact).
+        updated_at: String,
+    },
+    /// Deletes the `turn_item_chunks` rows of the item (a whole snapshot of it was
+    /// written: the row holds everything). No-op when there are none.
+    DropChunks {
+        /// The item's thread.
+        thread_id: String,
+        /// The item.
+        item_id: String,
     },
     /// Inserts `call` (a run's whole usage, [`knife_protocol::ModelCall::run_total_id`])
     /// into `model_calls` as [`RowChange::Upsert`] would, unless the table already has
@@ -393,7 +432,9 @@ pub fn plan(event: &DomainEvent) -> Result<Vec<RowChange>, StoreError> {
         | EventBody::RevertUpdated(_)
         // Commands between nodes (SCALE-06) are read from the log by their listeners.
         | EventBody::ThreadCommanded(_)
-        | EventBody::ThreadCommandApplied(_) => Vec::new(),
+        | EventBody::ThreadCommandApplied(_)
+        | EventBody::SessionCommanded(_)
+        | EventBody::SessionCommandApplied(_) => Vec::new(),
     })
 }
 
@@ -444,30 +485,116 @@ fn plan_item(i: &TurnItem) -> Result<Vec<RowChange>, StoreError> {
         ],
         i,
     )?];
+    changes.push(RowChange::DropChunks {
+        thread_id: i.thread_id.as_str().to_owned(),
+        item_id: i.id.as_str().to_owned(),
+    });
     changes.extend(crate::search::item_doc(i));
     Ok(changes)
 }
 
+/// What a backend reads of an item before folding a chunk into it
+/// ([`RowChange::AppendItemText`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemTail {
+    /// The item has no `turn_items` row.
+    Missing,
+    /// The item has `turn_item_chunks` rows: the last one's field ([`field_name`]) and
+    /// `end_byte` (the durable length of that field).
+    Chunked {
+        /// The last chunk's field name.
+        field: String,
+        /// The last chunk's end, in UTF-8 bytes.
+        end: u64,
+    },
+    /// The item has no chunks: its row's `payload_json`.
+    Whole(String),
+}
+
+/// What folding a chunk takes, given the item's [`ItemTail`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum AppendStep {
+    /// Apply these changes (none: a replay or a chunk that does not continue the item).
+    Changes(Vec<RowChange>),
+    /// The chunk neither continues nor replays the last chunk (an overlap, another
+    /// field, a gap): the backend reads the whole item ([`assemble`]) and applies
+    /// [`plan_reassembled`].
+    Assemble,
+}
+
 /// The changes of [`RowChange::AppendItemText`] once the backend has read the item's
-/// row: `current` is its `payload_json` (`None` when there is no row). The item with
-/// the chunk folded in is upserted as by a whole snapshot of it, so folding the
-/// chunks of a stream equals folding the equivalent snapshots (LIVE-03).
+/// `tail`. A chunk continuing the item's durable text (the recorder writes nothing
+/// else) is one [`RowChange::InsertChunk`]: the item row is never rewritten per
+/// chunk, so a streamed item costs O(text) in the database, WAL included (LIVE-03).
+/// The whole item is the row followed by its chunks ([`assemble`]); the next whole
+/// snapshot of it deletes the chunks. The result equals folding the chunk into the
+/// item as [`TurnItemAppend::apply_to`] does.
 ///
-/// A chunk that does not continue the row (no row, a gap, another kind: see
+/// A chunk that does not continue the item (no row, a gap, another kind: see
 /// [`knife_protocol::AppendError`]) changes nothing and is logged: the log stays as
 /// written and the item's settled snapshot, written whole, repairs the row. A chunk
 /// already folded (a replay) changes nothing either.
 ///
 /// Errors: [`StoreError::Serde`] when the row's payload cannot be decoded.
-pub fn plan_append(
-    current: Option<&str>,
+pub fn plan_append(tail: ItemTail, chunk: &TurnItemAppend) -> Result<AppendStep, StoreError> {
+    let insert = || -> Result<AppendStep, StoreError> {
+        Ok(AppendStep::Changes(vec![RowChange::InsertChunk {
+            thread_id: chunk.thread_id.as_str().to_owned(),
+            item_id: chunk.item_id.as_str().to_owned(),
+            field: field_name(chunk.field),
+            start: i64::try_from(chunk.offset).unwrap_or(i64::MAX),
+            end: i64::try_from(chunk.end()).unwrap_or(i64::MAX),
+            text: chunk.text.clone(),
+            updated_at: timestamp_text(&chunk.updated_at)?,
+        }]))
+    };
+    match tail {
+        ItemTail::Missing => {
+            tracing::warn!(item = %chunk.item_id, "appended text of an item with no row; skipped");
+            Ok(AppendStep::Changes(Vec::new()))
+        }
+        ItemTail::Chunked { field, end } if field == field_name(chunk.field) => {
+            if chunk.end() <= end {
+                Ok(AppendStep::Changes(Vec::new()))
+            } else if chunk.offset == end {
+                insert()
+            } else {
+                Ok(AppendStep::Assemble)
+            }
+        }
+        ItemTail::Chunked { .. } => Ok(AppendStep::Assemble),
+        ItemTail::Whole(payload) => {
+            let item: TurnItem = serde_json::from_str(&payload)?;
+            if item.thread_id != chunk.thread_id {
+                tracing::warn!(item = %chunk.item_id, "appended text names another thread than its item; skipped");
+                return Ok(AppendStep::Changes(Vec::new()));
+            }
+            let before = chunk.field.durable_text(&item).map(str::len);
+            let mut next = item;
+            match chunk.apply_to(&mut next) {
+                Ok(true) if before.map(|b| b as u64) == Some(chunk.offset) => insert(),
+                // An overlap: rewrites the field from its offset, whole.
+                Ok(true) => Ok(AppendStep::Changes(plan_item(&next)?)),
+                Ok(false) => Ok(AppendStep::Changes(Vec::new())),
+                Err(e) => {
+                    tracing::warn!(error = %e, "appended text does not continue its item");
+                    Ok(AppendStep::Changes(Vec::new()))
+                }
+            }
+        }
+    }
+}
+
+/// The changes of a chunk that [`plan_append`] could not fold as one row
+/// ([`AppendStep::Assemble`]): `item` is the whole item ([`assemble`]d from its row
+/// and chunks); the chunk folded into it is written as a whole snapshot (its row, its
+/// search document, its chunks deleted), or nothing when it does not apply.
+///
+/// Errors: [`StoreError::Serde`] if the item cannot be encoded.
+pub fn plan_reassembled(
+    mut item: TurnItem,
     chunk: &TurnItemAppend,
 ) -> Result<Vec<RowChange>, StoreError> {
-    let Some(current) = current else {
-        tracing::warn!(item = %chunk.item_id, "appended text of an item with no row; skipped");
-        return Ok(Vec::new());
-    };
-    let mut item: TurnItem = serde_json::from_str(current)?;
     match chunk.apply_to(&mut item) {
         Ok(true) => plan_item(&item),
         Ok(false) => Ok(Vec::new()),
@@ -476,6 +603,77 @@ pub fn plan_append(
             Ok(Vec::new())
         }
     }
+}
+
+/// One `turn_item_chunks` row as a backend reads it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredChunk {
+    /// `field` ([`field_name`]).
+    pub field: String,
+    /// `start_byte`.
+    pub start: u64,
+    /// `text`.
+    pub text: String,
+    /// `updated_at` (the JSON string of the timestamp).
+    pub updated_at: String,
+}
+
+/// The whole item: `item` (its `turn_items` row) with its chunk rows folded in, in
+/// sequence order (LIVE-03). Every read of an item goes through this, so an item read
+/// mid-stream has all its durable text. A chunk row that does not apply (never written
+/// by [`plan_append`]) is logged and skipped.
+pub fn assemble(item: &mut TurnItem, chunks: impl IntoIterator<Item = StoredChunk>) {
+    for row in chunks {
+        let (Some(field), Ok(updated_at)) = (
+            parse_field(&row.field),
+            serde_json::from_value(serde_json::Value::String(row.updated_at)),
+        ) else {
+            tracing::warn!(item = %item.id, "unreadable chunk row; skipped");
+            continue;
+        };
+        let chunk = TurnItemAppend {
+            thread_id: item.thread_id.clone(),
+            run_id: item.run_id.clone(),
+            item_id: item.id.clone(),
+            ordinal: item.ordinal,
+            field,
+            offset: row.start,
+            text: row.text,
+            updated_at,
+        };
+        if let Err(e) = chunk.apply_to(item) {
+            tracing::warn!(error = %e, "a chunk row does not continue its item; skipped");
+        }
+    }
+}
+
+/// The column value of a chunk's field (its serde name: `text`, `reasoning`, `input`,
+/// `output`).
+pub fn field_name(field: DeltaField) -> &'static str {
+    match field {
+        DeltaField::Text => "text",
+        DeltaField::Reasoning => "reasoning",
+        DeltaField::Input => "input",
+        DeltaField::Output => "output",
+    }
+}
+
+fn parse_field(name: &str) -> Option<DeltaField> {
+    [
+        DeltaField::Text,
+        DeltaField::Reasoning,
+        DeltaField::Input,
+        DeltaField::Output,
+    ]
+    .into_iter()
+    .find(|f| field_name(*f) == name)
+}
+
+fn timestamp_text(at: &knife_protocol::Timestamp) -> Result<String, StoreError> {
+    Ok(match serde_json::to_value(at)? {
+        serde_json::Value::String(s) => s,
+        other => other.to_string(),
+    })
 }
 
 fn upsert<T: Serialize>(

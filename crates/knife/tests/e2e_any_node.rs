@@ -579,15 +579,16 @@ text = "answer on node B"
 /// SCALE-06: `GET /api/sessions` on either node lists the sessions of every node, each
 /// naming the node holding it: a thread run on A and one run on B give two sessions,
 /// and A and B list the same two, their own as local (`remote: false`) and the other's
-/// as `remote` from the store. `knife sessions list` shows the node; closing the other
-/// node's session is refused with 409 `session_on_another_node`, its own is closed and
-/// then no longer listed by either node.
+/// as `remote` from the store. `knife sessions list` shows the node. Closing the other
+/// node's session at B is carried out by A (a `session.command` in the log, A's
+/// `session.command_applied`) with the one-node answer: 200 `closed`, then 404 for a
+/// second close; B's own is closed by B; neither node lists either afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_postgres),
     ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
 )]
-async fn scale_06_each_node_lists_every_node_s_sessions_with_the_node_holding_them() {
+async fn scale_06_each_node_lists_every_node_s_sessions_and_closes_them_on_their_node() {
     let nodes = two_nodes(TWO_ANSWERS).await;
     let (a, b) = (&nodes.a.api, &nodes.b.api);
     let on_a = a.create_thread(&nodes.project).await;
@@ -661,19 +662,49 @@ async fn scale_06_each_node_lists_every_node_s_sessions_with_the_node_holding_th
     );
 
     let close = |id: &str| format!("/api/sessions/{}/close", urlencoding(id));
-    let (s, refused) = b.post(&close(&a_session), &json!({})).await;
-    assert_eq!(s, StatusCode::CONFLICT, "{refused}");
+    let (s, closed) = b.post(&close(&a_session), &json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{closed}");
     assert_eq!(
-        refused["error"]["code"], "session_on_another_node",
-        "{refused}"
+        (
+            closed["provider_session_id"].as_str(),
+            closed["closed"].as_bool()
+        ),
+        (Some(a_session.as_str()), Some(true)),
+        "{closed}"
     );
+    let (s, again) = b.post(&close(&a_session), &json!({})).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{again}");
     let (s, closed) = b.post(&close(&b_session), &json!({})).await;
     assert_eq!(s, StatusCode::OK, "{closed}");
     for api in [a, b] {
         let (_, list) = api.get("/api/sessions").await;
         assert!(!ids(&list).contains(&b_session), "{list}");
-        assert!(ids(&list).contains(&a_session), "{list}");
+        assert!(!ids(&list).contains(&a_session), "{list}");
     }
+    // Through the log: B's command, A's answer; A's release record says stopped.
+    let store = knife_store_postgres::open(&nodes.url).await.unwrap();
+    let commands = store
+        .read_events(&StreamFilter::after(0), 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.event.body {
+            EventBody::SessionCommanded(c) => Some(format!("{} -> {}", c.from_node, c.node)),
+            EventBody::SessionCommandApplied(a) => Some(format!("{} {:?}", a.node, a.outcome)),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        commands,
+        ["node-b -> node-a", "node-a Closed"],
+        "the first close went through the log, the second found the session stopped"
+    );
+    let record = store
+        .get_provider_session(&ProviderSessionId::from(a_session.as_str()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, SessionStatus::Stopped);
     nodes.stop().await;
 }
 

@@ -91,57 +91,77 @@ impl ExecutionService {
         }
     }
 
-    /// Follows the log's `thread.command` events from now on and applies those for runs
-    /// this node drives, each in its own task, until `stop` is cancelled. Start it once
-    /// per node on a store several nodes share (SCALE-06); on one node no command is
-    /// ever written.
+    /// Follows the log's `thread.command` and `session.command` events from now on and
+    /// applies those for runs and sessions of this node, each in its own task, until
+    /// `stop` is cancelled. Start it once per node on a store several nodes share
+    /// (SCALE-06); on one node no command is ever written.
     pub fn start_command_listener(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
-            let store = this.inner.store.clone();
-            let mut after = loop {
-                match store.latest_sequence(None).await {
-                    Ok(at) => break at,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the command listener cannot read the log; retrying");
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(LISTEN_RETRY) => {}
-                        }
-                    }
+            let threads = this.follow_commands(THREAD_COMMAND, stop.clone(), |this, body| {
+                if let EventBody::ThreadCommanded(command) = body {
+                    this.on_command(command);
                 }
-            };
-            loop {
-                let mut commands = store.stream(StreamFilter {
-                    thread_id: None,
-                    after,
-                    event_type: Some(THREAD_COMMAND.to_owned()),
-                });
-                loop {
-                    let next = tokio::select! {
+            });
+            let sessions = this.follow_commands(SESSION_COMMAND, stop.clone(), |this, body| {
+                if let EventBody::SessionCommanded(command) = body {
+                    this.on_session_command(command);
+                }
+            });
+            futures::join!(threads, sessions);
+        })
+    }
+
+    /// Follows the log's events of type `event_type` from its end, handing each body to
+    /// `handle` (which must not block), until `stop` is cancelled; a lost stream is
+    /// followed again from the last event seen.
+    async fn follow_commands(
+        &self,
+        event_type: &str,
+        stop: CancellationToken,
+        handle: impl Fn(&ExecutionService, EventBody),
+    ) {
+        let store = self.inner.store.clone();
+        let mut after = loop {
+            match store.latest_sequence(None).await {
+                Ok(at) => break at,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the command listener cannot read the log; retrying");
+                    tokio::select! {
                         _ = stop.cancelled() => return,
-                        next = commands.next() => next,
-                    };
-                    match next {
-                        Some(Ok(event)) => {
-                            after = event.sequence;
-                            if let EventBody::ThreadCommanded(command) = event.event.body {
-                                this.on_command(command);
-                            }
-                        }
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, "the command listener lost the log; following it again");
-                            break;
-                        }
-                        None => return,
+                        _ = tokio::time::sleep(LISTEN_RETRY) => {}
                     }
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(LISTEN_RETRY) => {}
                 }
             }
-        })
+        };
+        loop {
+            let mut commands = store.stream(StreamFilter {
+                thread_id: None,
+                after,
+                event_type: Some(event_type.to_owned()),
+            });
+            loop {
+                let next = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    next = commands.next() => next,
+                };
+                match next {
+                    Some(Ok(event)) => {
+                        after = event.sequence;
+                        handle(self, event.event.body);
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "the command listener lost the log; following it again");
+                        break;
+                    }
+                    None => return,
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(LISTEN_RETRY) => {}
+            }
+        }
     }
 
     /// Applies `command` in the background if this node drives its run (or is creating

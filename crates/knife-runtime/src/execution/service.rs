@@ -31,7 +31,8 @@ use crate::sessions::{SessionHandle, SessionManager};
 // `execution/messages.rs` (the message queue, TURN-01/02), `execution/budget_raise.rs`
 // (TURN-07),
 // `execution/checkpoints.rs` (CHG-01/02/10), `execution/revert.rs` (CHG-04),
-// `execution/remote.rs` (commands to the node driving a run, SCALE-06) and
+// `execution/remote.rs` (commands to the node driving a run, SCALE-06),
+// `execution/remote_sessions.rs` (closing another node's provider session, SCALE-06) and
 // `execution/worktrees.rs` (CHG-07): children of this module so they share the
 // service's private state.
 #[path = "budget_raise.rs"]
@@ -44,6 +45,9 @@ mod messages;
 #[path = "remote.rs"]
 mod remote;
 pub use remote::COMMAND_WAIT;
+#[path = "remote_sessions.rs"]
+mod remote_sessions;
+pub use remote_sessions::RemoteClose;
 #[path = "reservation.rs"]
 mod reservation;
 #[path = "revert.rs"]

@@ -106,6 +106,7 @@ macro_rules! store_contract_tests {
             usage::turn_06_usage_sums_count_each_model_call_once_per_scope_and_survive_a_rebuild,
             chunks::live_03_a_log_of_whole_snapshots_from_before_chunks_rebuilds_to_the_same_projections,
             chunks::live_03_chunks_extend_the_item_and_a_replayed_or_gapped_chunk_changes_nothing,
+            chunks::live_03_a_chunk_is_one_row_of_its_own_and_never_rewrites_the_item_row,
         );
 
         $crate::contract::proptest::proptest! {
