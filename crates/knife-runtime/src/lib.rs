@@ -35,9 +35,10 @@ pub use error::*;
 pub use execution::terminal::*;
 pub use execution::{
     COMMAND_WAIT, DEFAULT_MAX_RESUME_ATTEMPTS, ExecutionService, INTERRUPT_GRACE, RemoteClose,
-    ResumeOutcome, RunObserver,
+    ResumeOutcome,
 };
 pub use lifecycle::{SharedThreadWorkspace, ThreadWorkspace};
 pub use sessions::{
-    OpenRequest, SessionError, SessionHandle, SessionManager, SessionManagerOptions,
+    ModelCallObserver, OpenRequest, SessionError, SessionHandle, SessionManager,
+    SessionManagerOptions,
 };

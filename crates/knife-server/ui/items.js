@@ -76,7 +76,8 @@ export function renderItem(item, ctx) {
       if (item.error.type === 'interrupted') {
         return h('div', { ...attrs, class: `${attrs.class} marker interrupted` }, '■ Interrupted');
       }
-      return h('div', { ...attrs, class: `${attrs.class} error-box` },
+      // A spent budget's message is shown once, by its run's end note (TURN-07).
+      return h('div', { ...attrs, class: `${attrs.class} error-box`, hidden: budgetStopped(ctx && ctx.runs && ctx.runs.get(item.run_id)) },
         h('strong', {}, `Error (${item.error.type})`), ' ', h('span', { class: 'error-message' }, item.error.message),
         item.error.http_status ? h('span', { class: 'muted' }, ` HTTP ${item.error.http_status}`) : null);
     case 'compaction':
@@ -92,17 +93,26 @@ export function renderItem(item, ctx) {
   }
 }
 
-/** A short line about a run's end (interrupted, failed with its error). */
-export function runNote(run) {
+/** True for a run a spent budget stopped (TURN-07): its end note carries the message. */
+export function budgetStopped(run) {
+  return !!run && run.status === 'budget_exceeded' && !!run.error;
+}
+
+/**
+ * A short line about a run's end (interrupted, failed with its error, stopped by a spent
+ * budget). `latest`: the run is the thread's newest, so a spent budget offers "Raise and
+ * continue" (a later run already continued it, TURN-07).
+ */
+export function runNote(run, latest) {
   if (run.status === 'interrupted') {
     return h('div', { class: 'marker run-end interrupted', dataset: { run: run.id } }, '■ Interrupted',
       h('span', { class: 'muted' }, ` · run ${run.ordinal}, ${clock(run.completed_at)}`));
   }
-  if (run.status === 'budget_exceeded' && run.error) {
+  if (budgetStopped(run)) {
     // TURN-07: the thread view handles `.budget-continue` (raise, then a continuation run).
     return h('div', { class: 'error-box run-end', dataset: { run: run.id } },
-      h('strong', {}, `Run ${run.ordinal} stopped: budget spent `), h('span', { class: 'error-message' }, run.error.message), ' ',
-      h('button', { type: 'button', class: 'budget-continue', title: 'add 100,000 tokens and 1 USD to this thread\'s budgets and continue' }, 'Raise and continue'));
+      h('strong', {}, `Run ${run.ordinal} stopped: budget spent `), h('span', { class: 'error-message' }, run.error.message),
+      latest ? [' ', h('button', { type: 'button', class: 'budget-continue', title: 'add 100,000 tokens and 1 USD to this thread\'s budgets and continue' }, 'Raise and continue')] : null);
   }
   if (run.status === 'failed' && run.error) {
     return h('div', { class: 'error-box run-end', dataset: { run: run.id } },

@@ -10,7 +10,7 @@
 
 import { h, replace, clock, relative } from './dom.js';
 import { api, LiveSocket } from './api.js';
-import { renderItem, runNote } from './items.js';
+import { budgetStopped, renderItem, runNote } from './items.js';
 import { answerRequest } from './approvals.js';
 import { threadStatus } from './sidebar.js';
 import { runCost, runUsageLine } from './usage.js';
@@ -479,10 +479,17 @@ export class ThreadView {
     const stick = this.following || this.nearBottom();
     for (const n of this.transcript.querySelectorAll('.run-end')) n.remove();
     // A failed run whose error is already an item of the transcript needs no second note;
-    // a spent budget keeps its note: it carries "Raise and continue" (TURN-07).
-    const shown = new Set([...this.items.values()].filter((i) => i.type === 'error').map((i) => i.run_id));
+    // a spent budget's note replaces its error item (the message once), and only the
+    // newest run offers "Raise and continue": a later run continued the older ones (TURN-07).
+    const errors = [...this.items.values()].filter((i) => i.type === 'error');
+    const shown = new Set(errors.map((i) => i.run_id));
+    for (const item of errors) {
+      const node = this.nodes.get(item.id);
+      if (node) node.hidden = budgetStopped(this.runs.get(item.run_id));
+    }
+    const latest = Math.max(0, ...[...this.runs.values()].map((r) => r.ordinal));
     for (const run of this.runs.values()) {
-      const note = shown.has(run.id) && run.status !== 'budget_exceeded' ? null : runNote(run);
+      const note = shown.has(run.id) && !budgetStopped(run) ? null : runNote(run, run.ordinal === latest);
       if (note) this.placeAfterRun(note, run.ordinal, 0.5);
     }
     // Per-run tokens and cost (TURN-06) are drawn by drawUsage (UX-07).

@@ -173,14 +173,19 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
             body,
         } => {
             // The FTS5 index follows `search_docs` through its triggers; an unchanged
-            // body (a thread.updated with the same title) updates nothing.
+            // body (a thread.updated with the same title) updates nothing. The thread's
+            // project goes in as one token (`project_key`, migration 0110), so a search
+            // of one project is an FTS5 AND, not a join per match.
             conn.prepare_cached(
-                "INSERT INTO search_docs (id, thread_id, run_id, kind, body) \
-                 VALUES (?1, ?2, ?3, ?4, ?5) \
+                "INSERT INTO search_docs (id, thread_id, run_id, kind, body, project_key) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, \
+                         (SELECT hex(project_id) FROM threads WHERE id = ?2)) \
                  ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, \
-                 run_id = excluded.run_id, kind = excluded.kind, body = excluded.body \
+                 run_id = excluded.run_id, kind = excluded.kind, body = excluded.body, \
+                 project_key = excluded.project_key \
                  WHERE search_docs.body IS NOT excluded.body \
-                 OR search_docs.kind IS NOT excluded.kind",
+                 OR search_docs.kind IS NOT excluded.kind \
+                 OR search_docs.project_key IS NOT excluded.project_key",
             )?
             .execute(params![id, thread_id, run_id, kind, body])?;
             Ok(())

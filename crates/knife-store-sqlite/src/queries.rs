@@ -318,9 +318,19 @@ fn sql_to_json(column: &str, v: Value) -> serde_json::Value {
 /// one (a whole-index bm25 sort of 100,000 matches takes hundreds of ms).
 const RANK_WINDOW: i64 = 2000;
 
-/// Full-text search (TURN-08): every word of `q.text` must match (each quoted, so FTS5
-/// syntax never reaches the engine); ranked by bm25 among the [`RANK_WINDOW`] most
-/// recently indexed matches, snippets from FTS5 `snippet`.
+/// The FTS5 token of project `id` in `search_docs.project_key`: the hex of its UTF-8
+/// bytes, as SQLite's `hex()` writes it (migration 0110 and the `IndexText` apply), so
+/// any id is one alphanumeric token.
+fn project_key(id: &str) -> String {
+    id.bytes().map(|b| format!("{b:02X}")).collect()
+}
+
+/// Full-text search (TURN-08): every word of `q.text` must match the body (each quoted,
+/// so FTS5 syntax never reaches the engine); ranked by bm25 among the [`RANK_WINDOW`]
+/// most recently indexed matches, snippets from FTS5 `snippet`. A project filter is a
+/// term of the FTS5 query (the `project_key` column), so neither the rank window nor a
+/// small project among many scans every match of a common word; the exact project is
+/// checked again on the joined thread row.
 pub(crate) fn search(
     conn: &Connection,
     q: &knife_store::SearchQuery,
@@ -329,24 +339,31 @@ pub(crate) fn search(
     if terms.is_empty() || q.limit == 0 {
         return Ok(Vec::new());
     }
-    let fts: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
-    let fts = fts.join(" ");
+    let words: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
+    let mut fts = format!("{{body}} : ({})", words.join(" "));
+    if let Some(p) = &q.project {
+        fts.push_str(&format!(
+            " AND {{project_key}} : \"{}\"",
+            project_key(p.as_str())
+        ));
+    }
     let project = q.project.as_ref().map(|p| p.as_str().to_owned());
     let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+    // The window's bound comes from the index alone (rowid order, no join); joins and
+    // snippets are only for the window's matches.
     let mut stmt = conn.prepare_cached(
         "SELECT d.thread_id, t.project_id, json_extract(t.payload_json, '$.title'), d.run_id, \
-                d.id, d.kind, snippet(search_fts, 0, '[', ']', '…', 16), bm25(search_fts) \
+                d.id, d.kind, snippet(search_fts, 0, '[', ']', '…', 16), \
+                bm25(search_fts, 1.0, 0.0) \
          FROM search_fts \
          JOIN search_docs d ON d.rowid = search_fts.rowid \
          JOIN threads t ON t.id = d.thread_id \
          WHERE search_fts MATCH ?1 AND (?2 IS NULL OR t.project_id = ?2) \
            AND search_fts.rowid >= coalesce((SELECT min(r) FROM ( \
                SELECT f.rowid AS r FROM search_fts f \
-               JOIN search_docs wd ON wd.rowid = f.rowid \
-               JOIN threads wt ON wt.id = wd.thread_id \
-               WHERE f.search_fts MATCH ?1 AND (?2 IS NULL OR wt.project_id = ?2) \
+               WHERE f.search_fts MATCH ?1 \
                ORDER BY f.rowid DESC LIMIT ?4)), 0) \
-         ORDER BY bm25(search_fts) LIMIT ?3",
+         ORDER BY bm25(search_fts, 1.0, 0.0) LIMIT ?3",
     )?;
     let rows = stmt.query_map(rusqlite::params![fts, project, limit, RANK_WINDOW], |row| {
         Ok((

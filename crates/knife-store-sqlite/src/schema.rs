@@ -70,6 +70,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "turn_item_chunks",
         sql: include_str!("../migrations/0100_turn_item_chunks.sql"),
     },
+    Migration {
+        version: 110,
+        name: "search_project_key",
+        sql: include_str!("../migrations/0110_search_project_key.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's version.

@@ -193,6 +193,45 @@ async fn turn_01_a_steer_during_a_codex_run_goes_to_turn_steer_and_is_recorded()
     assert_eq!(sent["input"][0]["text"], "also check the tests");
 }
 
+/// TURN-02 (the steer half of TURN-01): a steer codex accepts as its turn ends (its
+/// `turn/steer` answer comes after `turn/completed`) is delivered exactly once: it is
+/// recorded in that run, leaves the queue, and never starts a second run.
+#[tokio::test]
+async fn turn_02_a_steer_codex_accepts_as_its_turn_ends_is_delivered_exactly_once() {
+    let h = harness(Duration::from_secs(60)).await;
+    let run = h
+        .exec
+        .start_run(&h.thread.id, script(r#"[{"end_on_steer":true}]"#))
+        .await
+        .unwrap();
+    native_turn_known(&h).await;
+    let answer = h
+        .exec
+        .post_message(
+            &h.thread.id,
+            "one more thing".into(),
+            None,
+            MessageMode::Steer,
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, MessageDelivery::Steering, "{answer:?}");
+    let ended = h.finish(&run.id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    // The run's terminal write would have started a second run with it, in the same
+    // transaction: none started, the queue is empty, the steer is the run's item.
+    let p = h.projection().await;
+    assert!(p.thread.queue.is_empty(), "{:?}", p.thread.queue);
+    assert_eq!(p.thread.run_count, 1, "{:?}", p.runs);
+    assert_eq!(p.runs.len(), 1);
+    let id = TurnItemId::steer_of(&run.id, &answer.queued.unwrap().id);
+    let steers: Vec<_> = p.turn_items.iter().filter(|i| i.id == id).collect();
+    assert_eq!(steers.len(), 1, "{:#?}", p.turn_items);
+    assert_eq!(steers[0].run_id.as_ref(), Some(&run.id));
+    assert_eq!(h.sent_methods("turn/start").len(), 1, "codex got it once");
+    assert_eq!(h.sent_methods("turn/steer").len(), 1);
+}
+
 #[tokio::test]
 async fn turn_01_a_steer_the_codex_turn_refuses_is_queued_with_codex_s_reason() {
     let h = harness(Duration::from_secs(60)).await;

@@ -119,11 +119,11 @@ fn describe_metrics() {
     );
     metrics::describe_counter!(
         crate::usage_metrics::TOKENS_TOTAL,
-        "Tokens of ended runs by provider instance, model and kind (input, cached_input, output, reasoning)"
+        "Tokens of recorded model calls by provider instance, model and kind (input, cached_input, output, reasoning)"
     );
     metrics::describe_counter!(
         crate::usage_metrics::COST_TOTAL,
-        "Cost of ended runs in micro-dollars by provider instance and model (priced models only)"
+        "Cost of recorded model calls in micro-dollars by provider instance and model (priced models only)"
     );
     metrics::describe_counter!(
         "knife_resume_budget_exhausted_total",
@@ -336,9 +336,20 @@ impl App {
                 store: store.clone(),
                 settings: config.access_settings(),
             });
+        let prices = Arc::new(crate::config::prices::price_table(&config.prices));
         let mut manager_options = config.sessions.manager_options();
         manager_options.mcp = Some((Arc::clone(&mcp_registry), mcp_slots));
         manager_options.mcp_access = Some(Arc::clone(&mcp_access));
+        // TURN-06: tokens and cost count in /metrics at each recorded model call.
+        manager_options.model_calls = Some(Arc::new(crate::usage_metrics::UsageMetrics {
+            prices: Arc::clone(&prices),
+            default_models: config
+                .providers
+                .iter()
+                .filter(|(_, p)| !p.model.is_empty())
+                .map(|(id, p)| (id.clone(), p.model.clone()))
+                .collect(),
+        }));
         let manager = SessionManager::new(
             Arc::new(store.clone()),
             clock.clone(),
@@ -358,17 +369,7 @@ impl App {
             )),
             config.sessions.reaper_options(),
         );
-        let prices = Arc::new(crate::config::prices::price_table(&config.prices));
-        let execution = ExecutionService::new(store.clone(), clock.clone(), manager)
-            .with_run_observer(Arc::new(crate::usage_metrics::UsageMetrics {
-                prices: Arc::clone(&prices),
-                default_models: config
-                    .providers
-                    .iter()
-                    .filter(|(_, p)| !p.model.is_empty())
-                    .map(|(id, p)| (id.clone(), p.model.clone()))
-                    .collect(),
-            }));
+        let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
         // TURN-07: budgets (validated at load), priced like `GET /api/usage`.
         let execution = execution.with_budgets(knife_runtime::budget::BudgetGuard::new(
             store.clone(),

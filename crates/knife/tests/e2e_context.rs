@@ -393,3 +393,122 @@ usage = { prompt_tokens = 1000, completion_tokens = 500 }
         None
     );
 }
+
+/// The value of the series `name{…}` of the Prometheus text `metrics` whose labels
+/// include every one of `labels` (`key="value"`).
+fn metric(metrics: &str, name: &str, labels: &[&str]) -> Option<u64> {
+    metrics.lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        (series.starts_with(&format!("{name}{{")) && labels.iter().all(|p| series.contains(p)))
+            .then(|| value.parse().unwrap())
+    })
+}
+
+async fn metrics_text(server: &Server) -> String {
+    let resp = server
+        .api
+        .http
+        .get(format!("{}/metrics", server.api.base))
+        .send()
+        .await
+        .unwrap();
+    resp.text().await.unwrap()
+}
+
+/// TURN-06: `/metrics` counts tokens and cost at each recorded model call, not when the
+/// run ends: a run of two model calls shows the first call's tokens and cost while it
+/// waits on an approval between them, and both calls' afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_06_prometheus_counts_each_model_call_as_it_is_recorded() {
+    let mock = mock(
+        r#"
+[[response]]
+usage = { prompt_tokens = 1000, completion_tokens = 100 }
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = "echo metered" }
+
+[[response]]
+text = "Metered."
+usage = { prompt_tokens = 1200, completion_tokens = 50 }
+"#,
+    )
+    .await;
+    // 1 and 2 USD per million tokens: the calls cost 1000 + 200 and 1200 + 100 µ$.
+    let config = format!(
+        "{}\n[prices.\"gpt-4o-mini\"]\ninput = 1\noutput = 2\n",
+        config_toml(&mock.base_url())
+    );
+    let server = Server::start_with_config(&config).await;
+    let api = &server.api;
+    let project = api.create_project(&server.project_dir()).await;
+    let thread = api.create_thread(&project).await;
+    let run = api.post_message(&thread, "meter it").await;
+    let labels = [r#"instance="mock""#, r#"model="gpt-4o-mini""#];
+    let input = [labels[0], labels[1], r#"kind="input""#];
+    let output = [labels[0], labels[1], r#"kind="output""#];
+
+    // The run waits on the bash approval after its first model call.
+    let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+    let request = loop {
+        let (_, listed) = api.get(&format!("/api/threads/{thread}/requests")).await;
+        if let Some(r) = listed
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["status"] == "pending"))
+        {
+            break r["id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no approval request: {listed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    // The first call's record may be written just after the request: wait for it.
+    let mut metrics = metrics_text(&server).await;
+    while metric(&metrics, "knife_tokens_total", &input).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no tokens counted mid-run:\n{metrics}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        metrics = metrics_text(&server).await;
+    }
+    assert_eq!(
+        metric(&metrics, "knife_tokens_total", &input),
+        Some(1000),
+        "{metrics}"
+    );
+    assert_eq!(metric(&metrics, "knife_tokens_total", &output), Some(100));
+    assert_eq!(
+        metric(&metrics, "knife_cost_microdollars_total", &labels),
+        Some(1200)
+    );
+    let mid = api.projection(&thread).await;
+    assert_eq!(
+        mid.thread.active_run_id.as_ref().map(RunId::as_str),
+        Some(run.as_str()),
+        "still mid-run"
+    );
+
+    let (status, body) = api
+        .post(
+            &format!("/api/threads/{thread}/requests/{request}"),
+            &serde_json::json!({"decision": "allow_once"}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    let (_, done) = api.follow_run(&thread, &run, 0).await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    let metrics = metrics_text(&server).await;
+    assert_eq!(
+        metric(&metrics, "knife_tokens_total", &input),
+        Some(2200),
+        "{metrics}"
+    );
+    assert_eq!(metric(&metrics, "knife_tokens_total", &output), Some(150));
+    assert_eq!(
+        metric(&metrics, "knife_cost_microdollars_total", &labels),
+        Some(2500)
+    );
+}

@@ -181,13 +181,24 @@ impl Inner {
 
     fn turn_completed(&self, n: wire::TurnNotification) {
         let mut st = lock(&self.state);
-        let matches = st
+        let Some(turn) = st
             .turns
-            .get(&n.thread_id)
-            .is_some_and(|t| t.native_turn.as_deref().is_none_or(|id| id == n.turn.id));
-        if !matches {
+            .get_mut(&n.thread_id)
+            .filter(|t| t.native_turn.as_deref().is_none_or(|id| id == n.turn.id))
+        else {
+            return;
+        };
+        // TURN-02: a steer still unanswered may have been taken; its answer ends the
+        // turn (codex/steer.rs), so the steer is recorded in this turn, once.
+        if turn.steers_in_flight > 0 {
+            turn.deferred_end = Some(n);
             return;
         }
+        self.end_turn(&mut st, n);
+    }
+
+    /// Ends the running turn of `n.thread_id` as `n` says (`turn/completed`).
+    pub(super) fn end_turn(&self, st: &mut State, n: wire::TurnNotification) {
         let Some(mut turn) = st.turns.remove(&n.thread_id) else {
             return;
         };
@@ -210,7 +221,7 @@ impl Inner {
         };
         turn.recorder.finish(outcome);
         if let Some(thread) = st.natives.get(&n.thread_id).cloned() {
-            self.thread_status(&mut st, &thread, ProviderThreadStatus::Idle, None);
+            self.thread_status(st, &thread, ProviderThreadStatus::Idle, None);
         }
     }
 

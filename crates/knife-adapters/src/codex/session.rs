@@ -82,6 +82,11 @@ pub(super) struct ActiveTurn {
     pub retries: u32,
     /// The last MCP tool item started: (server, tool, item id), to link its approval.
     pub last_mcp_item: Option<(String, String, String)>,
+    /// `turn/steer` calls sent to this turn and not answered yet (TURN-01/02).
+    pub steers_in_flight: u32,
+    /// A `turn/completed` that came while a steer was in flight: the turn ends once
+    /// the steer is answered, so a steer codex took is recorded before the end.
+    pub deferred_end: Option<wire::TurnNotification>,
 }
 
 /// Which answer shape a pending approval takes.
@@ -418,6 +423,8 @@ impl SessionRuntime for CodexSession {
                     last_total: baseline,
                     retries: 0,
                     last_mcp_item: None,
+                    steers_in_flight: 0,
+                    deferred_end: None,
                 },
             );
             inner.thread_status(

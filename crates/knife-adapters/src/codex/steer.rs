@@ -35,10 +35,10 @@ impl Inner {
         };
         let native = self.native_of(thread).ok_or_else(no_turn)?;
         let expected = {
-            let st = lock(&self.state);
+            let mut st = lock(&self.state);
             let turn = st
                 .turns
-                .get(&native)
+                .get_mut(&native)
                 .filter(|t| t.recorder.ids().run_id == steer.run_id)
                 .ok_or_else(no_turn)?;
             if turn.interrupt.is_some() {
@@ -46,9 +46,14 @@ impl Inner {
                     "the codex turn is being interrupted".into(),
                 ));
             }
-            turn.native_turn
+            let expected = turn
+                .native_turn
                 .clone()
-                .ok_or_else(|| AdapterError::Busy("codex has not started the turn yet".into()))?
+                .ok_or_else(|| AdapterError::Busy("codex has not started the turn yet".into()))?;
+            // Until codex answers, the turn's end waits (TURN-02: a steer codex took
+            // is recorded in this turn before it ends, so it is never queued again).
+            turn.steers_in_flight += 1;
+            expected
         };
         let params = wire::TurnSteerParams {
             thread_id: native.clone(),
@@ -57,21 +62,34 @@ impl Inner {
             }],
             expected_turn_id: expected.clone(),
         };
-        self.rpc
+        let answer = self
+            .rpc
             .call::<_, wire::TurnSteerResponse>(method::TURN_STEER, &params)
-            .await
-            .map_err(|e| AdapterError::Refused {
-                operation: method::TURN_STEER,
-                reason: format!("codex refused turn/steer: {e}"),
-            })?;
+            .await;
         let mut st = lock(&self.state);
+        let mut ended = None;
         if let Some(turn) = st
             .turns
             .get_mut(&native)
             .filter(|t| t.native_turn.as_deref() == Some(expected.as_str()))
         {
-            turn.recorder.steer_delivered(steer.item_id, &steer.text);
+            turn.steers_in_flight = turn.steers_in_flight.saturating_sub(1);
+            if answer.is_ok() {
+                turn.recorder.steer_delivered(steer.item_id, &steer.text);
+            }
+            if turn.steers_in_flight == 0 {
+                ended = turn.deferred_end.take();
+            }
         }
-        Ok(())
+        // The turn's `turn/completed` came while codex had not answered: it ends now,
+        // after the steer's record.
+        if let Some(n) = ended {
+            self.end_turn(&mut st, n);
+        }
+        drop(st);
+        answer.map(|_| ()).map_err(|e| AdapterError::Refused {
+            operation: method::TURN_STEER,
+            reason: format!("codex refused turn/steer: {e}"),
+        })
     }
 }

@@ -120,19 +120,10 @@ struct ActiveRun {
     session: Arc<Mutex<Option<SessionHandle>>>,
 }
 
-/// Told about every run whose terminal state was written (after the write), e.g.
-/// to count its tokens and cost in metrics (TURN-06). Must not block.
-pub trait RunObserver: Send + Sync {
-    /// `run` as written: terminal status, `usage` summed over its model calls.
-    fn run_finished(&self, run: &Run);
-}
-
 struct Inner {
     store: Store,
     clock: SharedClock,
     manager: SessionManager,
-    /// See [`ExecutionService::with_run_observer`].
-    run_observer: Option<Arc<dyn RunObserver>>,
     /// Budgets checked around every turn (TURN-07); `None` = none configured.
     budgets: Option<crate::budget::BudgetGuard>,
     // std Mutex: only held for map lookups, never across an `.await`.
@@ -169,7 +160,6 @@ impl ExecutionService {
                 store,
                 clock,
                 manager,
-                run_observer: None,
                 budgets: None,
                 active: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
@@ -209,14 +199,6 @@ impl ExecutionService {
     pub fn with_terminal_retry(mut self, retry: crate::execution::terminal::TerminalRetry) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.terminal_retry = retry;
-        }
-        self
-    }
-
-    /// Calls `observer` after each run's terminal write. Call before sharing the service.
-    pub fn with_run_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.run_observer = Some(observer);
         }
         self
     }

@@ -663,9 +663,6 @@ impl ExecutionService {
             // The claim is released; an unreleased lease only runs out (SCALE-04).
             tracing::warn!(thread = %ctx.thread.id, error = %e, "could not release the thread's lease; it runs out");
         }
-        if let Some(observer) = &self.inner.run_observer {
-            observer.run_finished(&run);
-        }
         metrics::counter!("knife_runs_total", "outcome" => label).increment(1);
         let seconds = (now - run.requested_at).num_milliseconds().max(0) as f64 / 1000.0;
         metrics::histogram!("knife_run_duration_seconds", "outcome" => label).record(seconds);

@@ -99,6 +99,17 @@ pub struct SessionManagerOptions {
     pub mcp_access: Option<Arc<dyn McpAccessPolicy>>,
     /// Where the pumps hand live deltas (LIVE-01); the server's event streams read it.
     pub live: crate::live::LiveHub,
+    /// Told about each `model-call.recorded` the pumps wrote (TURN-06); `None` = nobody.
+    pub model_calls: Option<Arc<dyn ModelCallObserver>>,
+}
+
+/// Told about every model call a pump of this node recorded (`model-call.recorded`,
+/// every driver: built-in agent step, codex token-usage report, ACP prompt result),
+/// right after the event is durable, e.g. to count its tokens and cost in metrics as
+/// the call happens (TURN-06). Must not block.
+pub trait ModelCallObserver: Send + Sync + std::fmt::Debug {
+    /// `call` as written.
+    fn model_call_recorded(&self, call: &knife_protocol::ModelCall);
 }
 
 impl Default for SessionManagerOptions {
@@ -112,6 +123,7 @@ impl Default for SessionManagerOptions {
             mcp: None,
             mcp_access: None,
             live: crate::live::LiveHub::new(),
+            model_calls: None,
         }
     }
 }

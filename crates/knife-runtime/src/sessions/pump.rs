@@ -339,6 +339,13 @@ async fn handle_batch(
             .await
             .map_err(|e| format!("Failed to persist provider events: {e}"))?;
         ::metrics::counter!("knife_adapter_events_total").increment(written);
+        if let Some(observer) = &inner.options.model_calls {
+            for e in &stored {
+                if let EventBody::ModelCallRecorded(call) = &e.event.body {
+                    observer.model_call_recorded(call);
+                }
+            }
+        }
     }
     // Activity: any non-terminal event restarts the idle window once per batch (no
     // task churn on fast streams; a no-op while a turn runs); each terminal marks its

@@ -34,6 +34,7 @@ pub mod fixtures;
 pub mod import;
 pub mod leases;
 pub mod log;
+pub mod migration;
 pub mod project_root;
 pub mod rebuild;
 pub mod search;

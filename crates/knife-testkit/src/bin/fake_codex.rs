@@ -31,6 +31,9 @@
 //! - `{"wait_interrupt": true}`: blocks until `turn/interrupt`;
 //! - `{"wait_steer": true}`: blocks until a `turn/steer` arrives, then streams the
 //!   agent message `steered: <its text>`;
+//! - `{"end_on_steer": true}`: blocks until a `turn/steer` arrives and takes it, then
+//!   ends the turn `completed` *before* answering that `turn/steer` (codex accepting
+//!   input just as its turn finishes: the answer follows `turn/completed`);
 //! - `{"refuse_steer": "message"}` (anywhere in the script): the turn refuses every
 //!   `turn/steer` with that message (as codex refuses a turn that cannot take input);
 //! - `{"deaf": true}`: blocks forever and ignores `turn/interrupt` (a wedged turn);
@@ -61,6 +64,10 @@ struct SteerBox {
     texts: Mutex<Vec<String>>,
     arrived: Notify,
     refuse: Mutex<Option<String>>,
+    /// `end_on_steer`: steers are answered only after the turn's `turn/completed`.
+    answer_after_end: bool,
+    /// The JSON-RPC ids of those steers, answered when the turn ends.
+    unanswered: Mutex<Vec<Value>>,
 }
 
 struct Fake {
@@ -273,9 +280,13 @@ fn handle(fake: &Arc<Fake>, message: Value) {
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             });
+            let answer_after_end = script_of(&text)
+                .iter()
+                .any(|c| c.get("end_on_steer").is_some());
             if let Ok(mut steers) = fake.steers.lock() {
                 let mailbox = SteerBox {
                     refuse: Mutex::new(refuse),
+                    answer_after_end,
                     ..SteerBox::default()
                 };
                 steers.insert(thread.clone(), Arc::new(mailbox));
@@ -350,7 +361,13 @@ fn steer(fake: &Arc<Fake>, id: &Value, params: &Value) {
         "item/completed",
         with(&ids, json!({"item": item, "completedAtMs": now_ms()})),
     );
-    fake.result(id, json!({"turnId": turn}));
+    if mailbox.answer_after_end {
+        if let Ok(mut ids) = mailbox.unanswered.lock() {
+            ids.push(id.clone());
+        }
+    } else {
+        fake.result(id, json!({"turnId": turn}));
+    }
     if let Ok(mut texts) = mailbox.texts.lock() {
         texts.push(text);
     }
@@ -382,6 +399,11 @@ async fn run_turn(
     interrupt: Arc<Notify>,
 ) {
     let ids = json!({"threadId": thread, "turnId": turn});
+    let mailbox = fake
+        .steers
+        .lock()
+        .ok()
+        .and_then(|s| s.get(&thread).cloned());
     fake.notify(
         "thread/status/changed",
         json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}),
@@ -435,6 +457,18 @@ async fn run_turn(
         "turn/completed",
         json!({"threadId": thread, "turn": {"id": turn, "status": status, "error": error, "items": []}}),
     );
+    // `end_on_steer`: the steers this turn took are answered only now.
+    let late = mailbox
+        .and_then(|m| {
+            m.unanswered
+                .lock()
+                .ok()
+                .map(|mut ids| std::mem::take(&mut *ids))
+        })
+        .unwrap_or_default();
+    for id in late {
+        fake.result(&id, json!({"turnId": turn}));
+    }
 }
 
 fn with(ids: &Value, extra: Value) -> Value {
@@ -450,6 +484,22 @@ async fn run_command(fake: &Arc<Fake>, thread: &str, ids: &Value, command: &Valu
     let mailbox = || fake.steers.lock().ok().and_then(|s| s.get(thread).cloned());
     if command.get("refuse_steer").is_some() {
         return None;
+    }
+    if command.get("end_on_steer").is_some() {
+        let mailbox = mailbox()?;
+        loop {
+            let arrived = mailbox.arrived.notified();
+            if mailbox
+                .texts
+                .lock()
+                .ok()
+                .and_then(|mut t| t.pop())
+                .is_some()
+            {
+                return Some(End::Completed);
+            }
+            arrived.await;
+        }
     }
     if command.get("wait_steer").is_some() {
         let mailbox = mailbox()?;

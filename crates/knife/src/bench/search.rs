@@ -1,5 +1,6 @@
 //! `knife bench search` (SPEC.md TURN-08): N completed turn items over many threads in a
-//! real SQLite file, then timed searches for words of varied frequency: p50/p99/max.
+//! real SQLite file, then timed searches for words of varied frequency, over every
+//! project and filtered to a big and a small project: p50/p99/max.
 
 use std::time::Instant;
 
@@ -45,23 +46,26 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store = knife_store_sqlite::open(dir.path().join("bench.db")).await?;
     let now = chrono::Utc::now();
-    let project = Project {
+    // The first thread is a project of its own: a small project among many items.
+    let [big, small] = ["bench", "small"].map(|name| Project {
         id: ProjectId::new(),
-        name: "bench".into(),
-        root: dir.path().display().to_string(),
+        name: name.into(),
+        root: dir.path().join(name).display().to_string(),
         created_at: now,
         updated_at: now,
-    };
+    });
     store
-        .write(vec![DomainEvent::new(
-            now,
-            EventBody::ProjectCreated(project.clone()),
-        )])
+        .write(
+            [&big, &small]
+                .map(|p| DomainEvent::new(now, EventBody::ProjectCreated(p.clone())))
+                .to_vec(),
+        )
         .await?;
     let per_thread = 1000usize;
     let threads = items.div_ceil(per_thread).max(1);
     println!(
-        "knife bench search: {items} completed turn items over {threads} threads, then {queries} searches"
+        "knife bench search: {items} completed turn items over {threads} threads (the first \
+         in a project of its own), then {queries} searches per scope (all, big project, small project)"
     );
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
@@ -75,7 +79,7 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
     for t in 0..threads {
         let thread = Thread {
             id: ThreadId::new(),
-            project_id: project.id.clone(),
+            project_id: if t == 0 { &small } else { &big }.id.clone(),
             title: format!("bench thread {t}"),
             provider_instance_id: ProviderInstanceId::from("bench"),
             model: None,
@@ -152,17 +156,25 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
         written as f64 / secs.max(1e-9)
     );
     println!(
-        "{:<22} {:>8} {:>10} {:>10} {:>10}",
+        "{:<26} {:>8} {:>10} {:>10} {:>10}",
         "query", "hits", "p50 ms", "p99 ms", "max ms"
     );
-    let mut all = Vec::with_capacity(queries);
-    for words in [
+    let mut all = Vec::with_capacity(queries * 3);
+    let scopes = [
+        ("", None),
+        (" (big)", Some(&big.id)),
+        (" (small)", Some(&small.id)),
+    ];
+    for (words, (scope, project)) in [
         &["retry"][..],
         &["zeppelin"],
         &["retry", "budget"],
         &["the"],
         &["quixotic", "lease"],
-    ] {
+    ]
+    .iter()
+    .flat_map(|w| scopes.iter().map(move |s| (w, s)))
+    {
         let q = words.join(" ");
         let mut times = Vec::with_capacity(queries);
         let mut hits = 0;
@@ -171,7 +183,7 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
             let found = store
                 .search(&knife_store::SearchQuery {
                     text: q.clone(),
-                    project: None,
+                    project: project.cloned(),
                     limit: SEARCH_DEFAULT_LIMIT,
                 })
                 .await?;
@@ -181,8 +193,8 @@ pub async fn run(items: usize, queries: usize) -> anyhow::Result<()> {
         times.sort_unstable();
         all.extend_from_slice(&times);
         println!(
-            "{:<22} {:>8} {:>10.2} {:>10.2} {:>10.2}",
-            q,
+            "{:<26} {:>8} {:>10.2} {:>10.2} {:>10.2}",
+            format!("{q}{scope}"),
             hits,
             super::quantile(&times, 0.5) as f64 / 1000.0,
             super::quantile(&times, 0.99) as f64 / 1000.0,

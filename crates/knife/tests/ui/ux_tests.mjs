@@ -294,11 +294,22 @@ export const tests = {
       const note = page.locator('.run-end', { hasText: 'Run 3 stopped: budget spent' });
       await note.waitFor();
       assert.match(await note.innerText(), /thread budget of 1500 tokens is spent \(2400 tokens used\)/);
+      // Each stopped run says it once (its end note; no second error box), and only the
+      // newest stopped run offers "Raise and continue".
+      const stops = page.locator('.run-end', { hasText: 'stopped: budget spent' });
+      const spentBoxes = page.locator('.error-box:visible', { hasText: 'is spent' });
+      assert.equal(await spentBoxes.count(), await stops.count(), 'one box per budget-stopped run');
+      assert.equal(await page.locator('.item-error:visible', { hasText: 'budget_exceeded' }).count(), 0);
+      assert.equal(await page.locator('.budget-continue').count(), 1, 'one "Raise and continue"');
+      assert.equal(await note.locator('.budget-continue').count(), 1, 'on the newest stopped run');
       await page.screenshot({ path: shot.replace(/\.png$/, '-spent.png') });
       await note.locator('.budget-continue').click();
       await page.locator('.item-assistant_message .md', { hasText: 'Continued after the raise.' }).waitFor();
       await page.locator('#thread-usage', { hasText: '3600 tokens' }).waitFor();
       await runUsage(4).filter({ hasText: '1,200 tokens' }).waitFor();
+      // Continued: no stopped run offers it any more; each still says why it stopped, once.
+      assert.equal(await page.locator('.budget-continue').count(), 0, 'no "Raise and continue" after the continuation');
+      assert.equal(await spentBoxes.count(), await stops.count());
       await page.screenshot({ path: shot });
     },
     allowConsole: [],
