@@ -7,17 +7,6 @@
 //! deltas. A delta's text that the subscriber already has (from a durable snapshot
 //! or an earlier delta) is trimmed; one that would leave a gap is filled from the
 //! hub. A reset waits until the durable events read before it were delivered.
-//!
-//! Chunks the subscriber already has (LIVE-03): a `turn-item.appended` event whose
-//! text this subscription already sent as deltas is held back (only its sequence is
-//! kept, per item). A later whole snapshot of the item (`turn-item.updated`, e.g. the
-//! settled one) supersedes the held chunks: they are never sent. Before any other
-//! durable event, the held chunks are read back from the store and sent first, in
-//! order. So every durable event the subscriber gets comes in order, and its last
-//! sequence is always a position from which a replay gives it exactly what it lacks
-//! (docs/2026-12-01-live-deltas.md). Why: a chunk's envelope (~575 bytes) per
-//! persistence window repeated text the subscriber had, which broke the 300 bytes
-//! per delta of a stream slower than about two deltas per window.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,7 +15,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use knife_protocol::*;
 use knife_runtime::live::{LiveHub, LiveItem, LiveMessage};
-use knife_store::{REPLAY_PAGE, Store, StoreError, StreamFilter};
+use knife_store::{StoreError, StreamFilter};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -121,7 +110,6 @@ pub(crate) fn feed(
     tokio::spawn(async move {
         let high = store.latest_sequence(Some(&thread)).await.unwrap_or(0);
         let merge = Merge {
-            store: store.clone(),
             hub: hub.clone(),
             thread: thread.clone(),
             pos: after,
@@ -147,13 +135,9 @@ struct ItemView {
     introduced: bool,
     /// A reset waiting for durable events up to `.0`, and the live messages after it.
     pending: Option<(u64, Vec<LiveMessage>)>,
-    /// The sequence of its first appended chunk held back (its text was sent as
-    /// deltas); every later chunk of the item is held back too.
-    held_from: Option<u64>,
 }
 
 struct Merge {
-    store: Store,
     hub: LiveHub,
     thread: ThreadId,
     /// The last durable sequence delivered (or the client's `after`).
@@ -191,12 +175,6 @@ impl Merge {
                     match item {
                         Ok(ev) => {
                             let seq = ev.sequence;
-                            if caught_up
-                                && matches!(ev.event.body, EventBody::TurnItemAppended(_))
-                                && self.drain(&mut live).await.is_err()
-                            {
-                                return;
-                            }
                             let sent = self.durable(ev).await;
                             if sent.is_ok() && !caught_up && seq >= high {
                                 caught_up = true;
@@ -226,33 +204,9 @@ impl Merge {
         self.out.send(out).await
     }
 
-    /// Handles the live messages already waiting. Before a chunk: the deltas of its
-    /// text were published before it was written, so once they are handled the chunk
-    /// is seen as covered ([`Merge::hold`]) however the two channels were scheduled.
-    async fn drain(&mut self, live: &mut broadcast::Receiver<LiveMessage>) -> Result<(), ()> {
-        loop {
-            match live.try_recv() {
-                Ok(msg) => self.live(msg).await?,
-                Err(broadcast::error::TryRecvError::Lagged(_)) => self.catch_up().await?,
-                Err(_) => return Ok(()),
-            }
-        }
-    }
-
-    /// Delivers a durable event and accounts for the item text it carries (a chunk
-    /// whose text the subscriber has is held back, see the module docs).
+    /// Delivers a durable event and accounts for the item text it carries.
     async fn durable(&mut self, ev: StoredEvent) -> Result<(), ()> {
         let seq = ev.sequence;
-        if let EventBody::TurnItemAppended(chunk) = &ev.event.body
-            && self.hold(chunk, seq)
-        {
-            return Ok(());
-        }
-        let superseding = match &ev.event.body {
-            EventBody::TurnItemUpdated(item) => Some(&item.id),
-            _ => None,
-        };
-        self.send_held(seq, superseding).await?;
         match &ev.event.body {
             EventBody::TurnItemUpdated(item) => {
                 if let Some(view) = self.items.get_mut(&item.id) {
@@ -302,76 +256,6 @@ impl Merge {
             }
         }
         Ok(())
-    }
-
-    /// Holds `chunk` (sequence `seq`) back when this subscription already sent its text
-    /// as deltas and nothing waits on its delivery (no reset pending).
-    fn hold(&mut self, chunk: &TurnItemAppend, seq: u64) -> bool {
-        if self.items.values().any(|v| v.pending.is_some()) {
-            return false;
-        }
-        let Some(view) = self.items.get_mut(&chunk.item_id) else {
-            return false;
-        };
-        let has = view.sent.get(&chunk.field).copied().unwrap_or(0);
-        if !view.introduced || view.settled || has < chunk.end() {
-            return false;
-        }
-        view.held_from.get_or_insert(seq);
-        true
-    }
-
-    /// Sends the held-back chunks before the durable event `before` (read back from
-    /// the store, in order), except those of item `superseding` (a whole snapshot of
-    /// it comes next). A store error ends the subscription (the client resumes from
-    /// its last sequence).
-    async fn send_held(&mut self, before: u64, superseding: Option<&TurnItemId>) -> Result<(), ()> {
-        if let Some(view) = superseding.and_then(|id| self.items.get_mut(id)) {
-            view.held_from = None;
-        }
-        let held: HashMap<TurnItemId, u64> = self
-            .items
-            .iter_mut()
-            .filter_map(|(id, v)| v.held_from.take().map(|from| (id.clone(), from)))
-            .collect();
-        let Some(from) = held.values().min().copied() else {
-            return Ok(());
-        };
-        let mut filter = StreamFilter {
-            thread_id: Some(self.thread.clone()),
-            after: from.saturating_sub(1),
-            event_type: Some("turn-item.appended".to_owned()),
-        };
-        loop {
-            let page = match self.store.read_events(&filter, REPLAY_PAGE).await {
-                Ok(page) => page,
-                Err(e) => {
-                    let _ = self.send(Outgoing::Error(e)).await;
-                    return Err(());
-                }
-            };
-            let full = page.len() == REPLAY_PAGE;
-            for ev in page {
-                if ev.sequence >= before {
-                    return Ok(());
-                }
-                filter.after = ev.sequence;
-                let EventBody::TurnItemAppended(chunk) = &ev.event.body else {
-                    continue;
-                };
-                if held
-                    .get(&chunk.item_id)
-                    .is_some_and(|from| ev.sequence >= *from)
-                {
-                    let seq = ev.sequence;
-                    self.send(Outgoing::Event(Box::new(ev))).await?;
-                    self.pos = self.pos.max(seq);
-                }
-            }
-            if !full {
-                return Ok(());
-            }
-        }
     }
 
     /// One catch-up delta per live item: the hub's text past what the subscriber holds.

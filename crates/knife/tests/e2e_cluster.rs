@@ -646,9 +646,8 @@ async fn scale_10_bench_cluster_prints_events_per_second_and_cross_node_delivery
 /// delta it gets came from A through the database) receives `delta` messages whose
 /// offsets continue exactly what it shows (durable snapshots and appended chunks +
 /// deltas: no text twice, none missing), some ahead of any durable state, and ends with
-/// A's answer. Mid-stream, once an appended chunk is in the log (LIVE-03), it reconnects
-/// from its last sequence: the replay brings the chunks it was not sent (their text came
-/// as deltas), and B's catch-up delta starts at their end, as A's would.
+/// A's answer. Mid-stream, after an appended chunk (LIVE-03), it reconnects from its
+/// last sequence: B's catch-up delta starts at the chunk's end, as A's would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(knife_has_postgres),
@@ -678,19 +677,8 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
     let mut shown: BTreeMap<(TurnItemId, DeltaField), String> = BTreeMap::new();
     let (mut deltas, mut ahead, mut chunks, mut after) = (0usize, 0usize, 0usize, 0u64);
     let mut reconnected = false;
-    // The log itself, to see that a chunk was written: the subscriber is not sent the
-    // chunks whose text it already has from deltas (LIVE-03), so it cannot tell.
-    let store = knife_store_postgres::open(&url).await.unwrap();
-    let chunk_written = || async {
-        let filter = StreamFilter {
-            thread_id: Some(ThreadId::from(thread.as_str())),
-            after: 0,
-            event_type: Some("turn-item.appended".into()),
-        };
-        !store.read_events(&filter, 1).await.unwrap().is_empty()
-    };
     loop {
-        if !reconnected && deltas >= 5 && shown != durable && chunk_written().await {
+        if !reconnected && chunks >= 1 && deltas >= 5 && shown != durable {
             // Right after a delta past the last chunk (live text not yet durable, the
             // next chunk some ms away): drop the socket; what only deltas gave goes,
             // and B's catch-up delta must start where the chunks end.
@@ -764,10 +752,6 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
     );
     assert!(deltas >= 5, "deltas on node B: {deltas}");
     assert!(reconnected, "the stream ended before a chunk and 5 deltas");
-    assert!(
-        chunks >= 1,
-        "no chunk reached the subscriber, not even in its replay"
-    );
     assert!(ahead >= 1, "no delta was ahead of the durable snapshots");
     let texts: Vec<&String> = shown
         .iter()
