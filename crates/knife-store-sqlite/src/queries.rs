@@ -275,7 +275,10 @@ pub(crate) fn thread_projection(
 }
 
 /// Every row of every projection table as JSON objects (column name → value,
-/// `payload_json` parsed), each table ordered by its primary key.
+/// `payload_json` parsed), each table ordered by its primary key. The backend-neutral
+/// shape: `search_docs.project_key` (SQLite's FTS5 project token, migration 0110; it is
+/// the thread's project id, derived) is left out, so a PostgreSQL copy compares equal
+/// (`knife db copy`, SCALE-09).
 pub(crate) fn dump_projections(
     conn: &Connection,
 ) -> Result<BTreeMap<String, Vec<serde_json::Value>>, DbError> {
@@ -289,6 +292,9 @@ pub(crate) fn dump_projections(
             .query_map([], |row| {
                 let mut obj = serde_json::Map::new();
                 for (i, name) in names.iter().enumerate() {
+                    if table == "search_docs" && name == "project_key" {
+                        continue;
+                    }
                     obj.insert(name.clone(), sql_to_json(name, row.get(i)?));
                 }
                 Ok(serde_json::Value::Object(obj))
