@@ -600,7 +600,8 @@ export class ThreadView {
       // Sending jumps to the end and follows the answer until the reader scrolls up (UX-06).
       this.following = true;
       this.scrollDown();
-      this.input.value = '';
+      // Only what was sent is cleared: text typed while it was on its way stays.
+      if (this.input.value === text) this.input.value = '';
       this.showError(null);
     } catch (e) {
       // The API's message names CLI commands; on the page the way out is a button.

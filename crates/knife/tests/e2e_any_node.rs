@@ -708,6 +708,79 @@ async fn scale_06_each_node_lists_every_node_s_sessions_and_closes_them_on_their
     nodes.stop().await;
 }
 
+/// SCALE-06, the no-answer case: a close sent to node B for a session of node A after A
+/// died (SIGKILL) is written as a `session.command`, nobody answers it, and B says so
+/// after `COMMAND_WAIT` with 409 `session_on_another_node` naming node A (not a hang, not
+/// a false `closed`); the log holds the command and no answer. Once A is back with the
+/// same node id (its old session died with it), a close of that session at B is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_has_postgres),
+    ignore = "needs PostgreSQL (Debian package postgresql, or KNIFE_PG_BIN)"
+)]
+async fn scale_06_a_close_for_a_dead_node_s_session_is_409_after_the_wait_then_404_once_it_is_back()
+{
+    let mut nodes = two_nodes(TWO_ANSWERS).await;
+    let on_a = nodes.a.api.create_thread(&nodes.project).await;
+    nodes.a.api.post_message(&on_a, "hello A").await;
+    wait_settled(&nodes.a.api, &on_a, 1).await;
+    let (_, listed) = nodes.a.api.get("/api/sessions").await;
+    let a_session = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["threads"].as_array().unwrap().contains(&json!(on_a)))
+        .and_then(|s| s["provider_session_id"].as_str())
+        .unwrap_or_else(|| panic!("no session of {on_a} listed: {listed}"))
+        .to_owned();
+    assert!(!nodes.a.proc.kill_hard().await.success());
+
+    let close = format!("/api/sessions/{}/close", urlencoding(&a_session));
+    let asked = std::time::Instant::now();
+    let (s, answer) = nodes.b.api.post(&close, &json!({})).await;
+    let waited = asked.elapsed();
+    assert_eq!(s, StatusCode::CONFLICT, "{answer}");
+    assert_eq!(
+        answer["error"]["code"], "session_on_another_node",
+        "{answer}"
+    );
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("node-a") && message.contains("did not answer"),
+        "{message}"
+    );
+    assert!(
+        waited >= knife_runtime::COMMAND_WAIT,
+        "answered after {waited:?}: B did not wait for A's answer"
+    );
+    let store = knife_store_postgres::open(&nodes.url).await.unwrap();
+    let commands = || async {
+        store
+            .read_events(&StreamFilter::after(0), 100_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.event.body {
+                EventBody::SessionCommanded(c) => Some(format!("{} -> {}", c.from_node, c.node)),
+                EventBody::SessionCommandApplied(a) => Some(format!("{} {:?}", a.node, a.outcome)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        commands().await,
+        ["node-b -> node-a"],
+        "a command, no answer"
+    );
+
+    // A is back (same node id, same data dir); the session died with the old process.
+    nodes.a.respawn().await;
+    let (s, gone) = nodes.b.api.post(&close, &json!({})).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{gone}");
+    assert_eq!(gone["error"]["code"], "not_found", "{gone}");
+    nodes.stop().await;
+}
+
 /// `id` as one URL path segment.
 fn urlencoding(id: &str) -> String {
     id.bytes()
