@@ -17,11 +17,13 @@
 //!
 //! This crate names no store: the record goes through [`GroupRecorder`] (knife-runtime's
 //! `ProcessGroups` implements it over the store). It denies `unsafe_code` instead of
-//! forbidding it: the sandbox's `pre_exec` (no-new-privs, Landlock) will be the one
-//! reviewed place with a local `allow` (ARCHITECTURE.md "Child processes").
+//! forbidding it: the sandbox's `pre_exec` (no-new-privs, Landlock) and [`allocator`]'s
+//! `malloc_trim` (knife's own process returning freed memory, LIVE-06) are the reviewed
+//! places with a local `allow` (ARCHITECTURE.md "Child processes").
 
 #![deny(missing_docs)]
 
+pub mod allocator;
 mod group;
 mod record;
 pub mod sandbox;

@@ -13,7 +13,7 @@
 //! it received (LIVE-02 replay). Nothing grows with a subscriber that never reads.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -66,6 +66,12 @@ struct Inner {
     peak: AtomicUsize,
     /// Subscribers closed for falling behind (overflow), since start.
     overflowed: AtomicU64,
+    /// Subscribers replaying or waiting for a replay slot.
+    replaying: AtomicUsize,
+    /// A trim of freed memory is scheduled ([`Subscribers::trim_when_idle`]).
+    trim_scheduled: AtomicBool,
+    /// Trims run since start.
+    trims: AtomicU64,
 }
 
 impl Default for Subscribers {
@@ -100,6 +106,9 @@ impl Subscribers {
                 held: AtomicUsize::new(0),
                 peak: AtomicUsize::new(0),
                 overflowed: AtomicU64::new(0),
+                replaying: AtomicUsize::new(0),
+                trim_scheduled: AtomicBool::new(false),
+                trims: AtomicU64::new(0),
                 limits,
             }),
         }
@@ -126,6 +135,11 @@ impl Subscribers {
         self.inner.overflowed.load(Ordering::Relaxed)
     }
 
+    /// How many times freed memory was trimmed after a burst of replays (LIVE-06).
+    pub fn trims(&self) -> u64 {
+        self.inner.trims.load(Ordering::Relaxed)
+    }
+
     /// A new subscriber's queue.
     pub(crate) fn queue(&self) -> (FrameTx, FrameRx) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -141,8 +155,39 @@ impl Subscribers {
     }
 
     /// Waits for a replay slot (held while the subscriber reads history from the store).
-    pub(crate) async fn replay_slot(&self) -> Option<OwnedSemaphorePermit> {
-        Arc::clone(&self.inner.replays).acquire_owned().await.ok()
+    pub(crate) async fn replay_slot(&self) -> Option<ReplaySlot> {
+        self.inner.replaying.fetch_add(1, Ordering::AcqRel);
+        // Counted from here, so a subscriber waiting for a slot keeps the replays busy.
+        let mut slot = ReplaySlot {
+            subs: self.clone(),
+            _permit: None,
+        };
+        slot._permit = Some(Arc::clone(&self.inner.replays).acquire_owned().await.ok()?);
+        Some(slot)
+    }
+
+    /// Once no subscriber has replayed for [`TRIM_AFTER`], returns the memory the
+    /// replays freed to the kernel (LIVE-06): a replay decodes each big event for its
+    /// subscriber, and glibc keeps freed large blocks in its arenas
+    /// (`knife_process::allocator`). Runs on a blocking thread; one at a time.
+    fn trim_when_idle(&self) {
+        if self.inner.trim_scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.inner.trim_scheduled.store(false, Ordering::Release);
+            return;
+        };
+        let inner = Arc::clone(&self.inner);
+        runtime.spawn(async move {
+            tokio::time::sleep(TRIM_AFTER).await;
+            inner.trim_scheduled.store(false, Ordering::Release);
+            // Replays running again: the slot given back last schedules the next trim.
+            if inner.replaying.load(Ordering::Acquire) == 0 {
+                let _ = tokio::task::spawn_blocking(knife_process::allocator::trim).await;
+                inner.trims.fetch_add(1, Ordering::Relaxed);
+            }
+        });
     }
 
     /// The shared encoding of durable event `ev` (from the cache when another
@@ -245,6 +290,24 @@ pub(crate) struct Frame {
     pub(crate) close: Option<String>,
     _own: Option<OwnedSemaphorePermit>,
     _total: Option<Held>,
+}
+
+/// How long the replays must have been idle before freed memory is trimmed.
+const TRIM_AFTER: Duration = Duration::from_millis(500);
+
+/// A replay slot ([`Subscribers::replay_slot`]), held while the subscriber reads
+/// history from the store. The last one given back schedules a trim of freed memory.
+pub(crate) struct ReplaySlot {
+    subs: Subscribers,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for ReplaySlot {
+    fn drop(&mut self) {
+        if self.subs.inner.replaying.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.subs.trim_when_idle();
+        }
+    }
 }
 
 /// Bytes of the total budget held by one frame.

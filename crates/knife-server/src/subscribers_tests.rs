@@ -147,3 +147,46 @@ fn live_06_frames_are_encoded_once_and_shared() {
     )));
     assert!(sse.ends_with("}\n\n"));
 }
+
+/// Polls until `subs` has run `n` trims (the trim itself runs on a blocking thread).
+async fn trims_reach(subs: &Subscribers, n: u64) {
+    for _ in 0..1000 {
+        if subs.trims() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} trims, expected {n}", subs.trims());
+}
+
+/// LIVE-06: freed memory is trimmed once the replays are idle for `TRIM_AFTER`: not
+/// while one replays or waits for a slot, once for a burst, and again after the next.
+#[tokio::test(start_paused = true)]
+async fn live_06_freed_memory_is_trimmed_once_the_replays_are_idle() {
+    let subs = Subscribers::new(limits(1000, 1 << 20));
+    let first = subs.replay_slot().await.unwrap();
+    // A second subscriber waits for the one slot (limits: 1 replay at a time).
+    let waiting = tokio::spawn({
+        let subs = subs.clone();
+        async move {
+            let slot = subs.replay_slot().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(slot);
+        }
+    });
+    tokio::task::yield_now().await;
+    drop(first);
+    tokio::time::sleep(TRIM_AFTER * 3).await;
+    assert_eq!(subs.trims(), 0, "trimmed while a replay ran");
+    waiting.await.unwrap();
+    trims_reach(&subs, 1).await;
+    tokio::time::sleep(TRIM_AFTER * 3).await;
+    assert_eq!(subs.trims(), 1, "one trim per idle burst");
+    // A replay that ends within the wait of the trim it scheduled: still one trim.
+    for _ in 0..3 {
+        drop(subs.replay_slot().await.unwrap());
+    }
+    trims_reach(&subs, 2).await;
+    tokio::time::sleep(TRIM_AFTER * 3).await;
+    assert_eq!(subs.trims(), 2);
+}

@@ -128,6 +128,11 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, DbError> {
         .map_err(open_err)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(open_err)?;
+    // The group commit puts each append in a savepoint (writer.rs); SQLite keeps a
+    // savepoint's sub-journal in temp storage, a file by default. In memory it costs
+    // no file created, written and unlinked per group (LIVE-07).
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(open_err)?;
     stable_plans(&conn).map_err(open_err)?;
     // A WAL left large by a crash (or by readers that kept checkpoints from finishing)
     // is folded into the file and cut to zero bytes before anything else; SQLite then
