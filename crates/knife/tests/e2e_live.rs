@@ -567,6 +567,27 @@ async fn live_03_small_paced_deltas_stay_within_the_byte_cap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_03_slow_paced_deltas_stay_within_the_byte_cap_as_the_window_grows() {
+    // 200 deltas of 24 bytes, 40 ms apart (8 s): one or two deltas per 50 ms window,
+    // so a chunk (~575 bytes on the wire) per 50 ms window sent ~170 KB against the
+    // 74.4 KB cap (bench gap 50 × 200). The persistence window grows to 250 ms per item
+    // (LIVE-03, docs/2026-12-01-live-chunks.md): one chunk per ~6 deltas.
+    let (count, size) = (200, 24);
+    let (text, sent, stored) = bytes_of_a_turn(count, size, 40).await;
+    let cap = 3 * text + 300 * count;
+    assert!(
+        sent <= cap,
+        "sent {sent} bytes for {text} bytes of answer in {count} deltas 40 ms apart (cap {cap})"
+    );
+    // Stored: the answer in chunks and the settled snapshot, plus ~41 chunk envelopes
+    // (a 50 ms window stored ~18 × the answer here).
+    assert!(
+        stored <= 8 * text,
+        "stored {stored} payload bytes for {text} bytes of answer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_03_bytes_sent_and_stored_per_turn_stay_linear_in_the_answer() {
     // The benchmark's largest size (10,000 deltas of 24 bytes, no pacing), where
     // whole-text snapshots per window sent ~2 × the cap and stored ~18 × the answer.
