@@ -27,8 +27,10 @@ use crate::tools::{ToolContext, ToolPolicy, ToolSet};
 
 /// Driver name of the built-in agent.
 pub const DRIVER: &str = "builtin";
-/// Upper bound of the text persistence window (ms): `flush_interval` is clamped to it.
-pub const MAX_FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+/// Upper bound of the text persistence window (250 ms, PROC-12): `flush_interval` is
+/// clamped to it, and the window of a long stream grows to it (the one recorder's
+/// [`knife_runtime::recording::MAX_FLUSH_INTERVAL`]).
+pub const MAX_FLUSH_INTERVAL: Duration = knife_runtime::recording::MAX_FLUSH_INTERVAL;
 /// How long `close` waits for a cancelled turn to settle its items before aborting it.
 pub const CLOSE_TURN_GRACE: Duration = Duration::from_secs(5);
 /// Default context window of a provider instance's model (tokens, PROC-02).
@@ -50,9 +52,11 @@ pub struct BuiltinAgentConfig {
     /// Most model calls per turn (default 50); the turn fails with a `runtime`
     /// error when the model still calls tools after that many.
     pub max_steps: u32,
-    /// Persistence window of streaming text (default 50 ms): an assistant or
-    /// reasoning snapshot is emitted at most this long after text arrived. Values
-    /// above [`MAX_FLUSH_INTERVAL`] (250 ms) are clamped to it.
+    /// First persistence window of streaming text (default 50 ms): an assistant or
+    /// reasoning item's first durable state is written at most this long after its
+    /// text arrived; each window written for the same item doubles it, up to
+    /// [`MAX_FLUSH_INTERVAL`] (250 ms), so a crash mid-stream loses at most 250 ms or
+    /// `flush_bytes` of text (PROC-12, LIVE-03). Values above 250 ms are clamped to it.
     pub flush_interval: Duration,
     /// Unsent streaming text (bytes) that forces a snapshot at once (default 4096).
     pub flush_bytes: usize,
@@ -99,8 +103,8 @@ impl std::fmt::Debug for BuiltinAgentConfig {
 }
 
 impl BuiltinAgentConfig {
-    /// A config with the defaults: default system prompt, 50 steps, 50 ms / 4096
-    /// bytes flush thresholds, the system clock, the default retry policy and
+    /// A config with the defaults: default system prompt, 50 steps, 50 ms (first
+    /// window, growing to 250 ms) / 4096 bytes flush thresholds, the system clock, the default retry policy and
     /// context limits.
     pub fn new(
         provider_instance_id: ProviderInstanceId,

@@ -90,6 +90,53 @@ async fn open_and_a_streamed_turn_record_the_answer_and_the_native_session() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proc_12_acp_text_is_durable_by_its_window_while_the_agent_pauses() {
+    // LIVE-03 gave the ACP driver persistence windows (it wrote every chunk durably):
+    // "a" is written at once, "b" when its window ends, which the session's actor must
+    // notice by itself while the agent sends nothing (1.5 s).
+    let h = Harness::new().await;
+    let exec = h.execution(Duration::from_secs(60), &[]);
+    let thread = h.thread().await;
+    let prompt = script(json!([{"text": "a"}, {"text": "b"}, {"sleep_ms": 1500}, {"text": "c"}]));
+    let run = exec.start_run(&thread, prompt).await.unwrap();
+    let durable = |want: fn(&str) -> bool| {
+        let h = &h;
+        let thread = &thread;
+        async move {
+            poll(|| async {
+                let p = h.projection(thread).await;
+                p.turn_items
+                    .iter()
+                    .any(|i| {
+                        matches!(&i.kind, TurnItemKind::AssistantMessage { text, streaming: true }
+                            if want(text))
+                    })
+                    .then_some(())
+            })
+            .await;
+        }
+    };
+    // The first durable text ("a", or already "ab"), then "ab" by its window's end
+    // (PROC-12: 250 ms; plus a poll's 20 ms and a loaded machine), long before the
+    // agent speaks again.
+    durable(|text| text.starts_with('a')).await;
+    let t0 = tokio::time::Instant::now();
+    durable(|text| text == "ab").await;
+    assert!(
+        t0.elapsed() < Duration::from_millis(1000),
+        "\"ab\" became durable {:?} after \"a\"",
+        t0.elapsed()
+    );
+    tokio::time::timeout(Duration::from_secs(30), exec.await_idle(&thread))
+        .await
+        .expect("the run ended");
+    let p = h.projection(&thread).await;
+    assert_eq!(texts(&p, &run.id), vec!["abc".to_owned()]);
+    exec.shutdown(Duration::from_secs(10)).await;
+    exec.manager().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_round_trip_goes_through_the_approvals_api() {
     let h = Harness::new().await;
     let exec = h.execution(Duration::from_secs(60), &[]);

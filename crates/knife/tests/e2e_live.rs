@@ -567,6 +567,30 @@ async fn live_03_small_paced_deltas_stay_within_the_byte_cap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_03_slow_paced_deltas_stay_within_the_byte_cap_as_the_window_grows() {
+    // 200 deltas of 24 bytes, 25 ms apart (5 s): two deltas per 50 ms window, so a
+    // chunk per 50 ms window (~600 bytes on the wire each) sent ~110 KB against the
+    // 74.4 KB cap. The persistence window grows to 250 ms per item (LIVE-03,
+    // docs/2026-12-01-live-chunks.md): one chunk per ~10 deltas, ~68 KB. (At 40 ms
+    // apart it sent 75.1 KB: the fixed ~18 KB of a turn's other events leave a
+    // 200-delta stream slower than ~40 ms apart over the cap; see the doc.)
+    let (count, size) = (200, 24);
+    let (text, sent, stored) = bytes_of_a_turn(count, size, 25).await;
+    let cap = 3 * text + 300 * count;
+    assert!(
+        sent <= cap,
+        "sent {sent} bytes for {text} bytes of answer in {count} deltas 25 ms apart (cap {cap})"
+    );
+    // Stored: the answer in chunks and once in the settled snapshot, the turn's other
+    // events, one chunk envelope (~360 bytes) per window: ~6 × this small answer, where
+    // a chunk every 50 ms stored ~11 ×.
+    assert!(
+        stored <= 8 * text,
+        "stored {stored} payload bytes for {text} bytes of answer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_03_bytes_sent_and_stored_per_turn_stay_linear_in_the_answer() {
     // The benchmark's largest size (10,000 deltas of 24 bytes, no pacing), where
     // whole-text snapshots per window sent ~2 × the cap and stored ~18 × the answer.

@@ -10,8 +10,10 @@
 //! - `agent_message_chunk` / `agent_thought_chunk` text appends to the open
 //!   assistant / reasoning item when it is the turn's latest item (and the chunk's
 //!   `messageId`, when given, matches); otherwise a new item starts. Every chunk
-//!   with text emits a snapshot (the manager's pump coalesces snapshots of one item per
-//!   batch); an empty chunk adds nothing.
+//!   with text goes out at once as a live delta; its durable state follows the
+//!   recorder's persistence window (50 ms growing to 250 ms, or 4 KiB: the session's
+//!   actor calls [`AcpTurn::flush_due`] by [`AcpTurn::next_flush_deadline`]; LIVE-03);
+//!   an empty chunk adds nothing.
 //! - `tool_call` creates a tool item (`call_id` = the agent's `toolCallId`, `tool` =
 //!   its `name` or else its `kind`, `input` = `rawInput` or else the title) and
 //!   completes the open text items before it; `tool_call_update` changes the fields
@@ -21,8 +23,6 @@
 //!   turn item: knife already recorded the user's message.
 //! - Ending the turn settles whatever is still open: text items take the turn's
 //!   outcome, unfinished tool calls fail, a pending approval is cancelled.
-
-use std::time::Duration;
 
 use knife_protocol::*;
 use knife_runtime::SharedClock;
@@ -158,11 +158,13 @@ pub struct AcpTurn {
     text: Option<OpenText>,
 }
 
-/// How the ACP driver's recording differs from the default: every chunk is emitted,
-/// an answered approval's tool waits for the agent's report (`pending`).
+/// How the ACP driver's recording differs from the default: an answered approval's
+/// tool waits for the agent's report (`pending`). (Until 2026-12-02 every chunk was
+/// also written durably, `flush_interval` 0: a chunk event per delta, ~575 bytes on a
+/// subscriber's wire, broke LIVE-03's 300 bytes per delta; the live delta now shows
+/// each chunk at once and the default window persists it.)
 fn acp_style() -> RecorderStyle {
     RecorderStyle {
-        flush_interval: Duration::ZERO,
         tool_after_approval: Some(TurnItemStatus::Pending),
         unfinished_tool_error: "the turn ended before the agent reported this tool call finished",
         ..RecorderStyle::default()
@@ -210,6 +212,19 @@ impl AcpTurn {
 
     /// The provider turn as running and the agent status `busy`.
     pub fn start(&mut self) -> Vec<AdapterEvent> {
+        self.drain()
+    }
+
+    /// When [`AcpTurn::flush_due`] must run next: the end of the persistence window
+    /// of a text item with text not written durably yet (PROC-12), if any.
+    pub fn next_flush_deadline(&self) -> Option<tokio::time::Instant> {
+        self.recorder.next_flush_deadline()
+    }
+
+    /// Writes the durable state of every text item whose window ended; returns the
+    /// events recorded (appended chunks).
+    pub fn flush_due(&mut self) -> Vec<AdapterEvent> {
+        self.recorder.flush_due();
         self.drain()
     }
 

@@ -378,21 +378,45 @@ fn claude_tool_names_from_meta_name_the_tool_item() {
     );
 }
 
-#[test]
-fn acp_style_every_chunk_emits_and_an_answered_tool_waits_for_the_agent() {
+#[tokio::test(start_paused = true)]
+async fn acp_chunks_go_live_at_once_durable_per_window_and_an_answered_tool_waits_for_the_agent() {
     let mut t = turn();
     t.start();
-    // No persistence window: each chunk is a snapshot, even back to back.
-    // Each chunk is a durable state: the first whole, then appended chunks (LIVE-03).
+    // Every chunk is a live delta at once; its durable state follows the recorder's
+    // persistence window (LIVE-03): the first at once, the rest when the window ends.
     let mut events = Vec::new();
     for part in ["a", "b", "c"] {
         events.extend(t.apply(update(
             json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": part}}),
         )));
     }
-    let snapshots = knife_runtime::recording::durable_states(&events);
-    let texts: Vec<&str> = snapshots.iter().map(text_of).collect();
-    assert_eq!(texts, ["a", "ab", "abc"]);
+    let deltas: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemDelta(d) => Some((d.offset, d.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, [(0, "a"), (1, "b"), (2, "c")]);
+    let mut seen = knife_runtime::recording::DurableStates::default();
+    let texts: Vec<String> = seen
+        .fold(&events)
+        .iter()
+        .map(|i| text_of(i).to_owned())
+        .collect();
+    assert_eq!(texts, ["a"]);
+    let deadline = t
+        .next_flush_deadline()
+        .expect("unwritten text has a deadline");
+    tokio::time::sleep_until(deadline).await;
+    let flushed = t.flush_due();
+    let texts: Vec<String> = seen
+        .fold(&flushed)
+        .iter()
+        .map(|i| text_of(i).to_owned())
+        .collect();
+    assert_eq!(texts, ["abc"], "{flushed:?}");
+    assert_eq!(t.next_flush_deadline(), None);
 
     t.apply(update(
         json!({"sessionUpdate": "tool_call", "toolCallId": "c3", "title": "ls", "kind": "execute"}),

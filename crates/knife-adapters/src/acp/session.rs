@@ -335,6 +335,14 @@ struct Actor {
     current_model: Option<String>,
 }
 
+/// Sleeps until `at` (never, without one).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Actor {
     async fn run(
         mut self,
@@ -343,12 +351,21 @@ impl Actor {
     ) {
         let mut handle_dropped = false;
         loop {
+            // The running turn's unwritten text is due at the end of its item's
+            // persistence window (PROC-12, LIVE-03); the agent's messages come first.
+            let flush_at = self.turn.as_ref().and_then(AcpTurn::next_flush_deadline);
             tokio::select! {
                 biased;
                 message = incoming.recv() => match message {
                     Some(message) => self.on_incoming(message),
                     None => break,
                 },
+                () = sleep_until_some(flush_at), if flush_at.is_some() => {
+                    if let Some(turn) = self.turn.as_mut() {
+                        let events = turn.flush_due();
+                        self.send(events);
+                    }
+                }
                 command = commands.recv(), if !handle_dropped => match command {
                     Some(command) => self.on_command(command),
                     None => {

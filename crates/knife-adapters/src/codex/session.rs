@@ -22,7 +22,7 @@ use super::wire::{self, method};
 use super::{CodexConfig, DRIVER};
 use crate::jsonrpc::{Incoming, RpcConnection, RpcError, RpcOptions};
 use crate::process::{ChildProcess, ProcessSpec};
-use knife_runtime::recording::{EventReceiver, EventSink, FLUSH_INTERVAL, TurnIds, TurnRecorder};
+use knife_runtime::recording::{EventReceiver, EventSink, TurnIds, TurnRecorder};
 
 /// How long the driver waits for the exit status once codex closed its output.
 const EXIT_WAIT: Duration = Duration::from_secs(5);
@@ -229,13 +229,15 @@ pub(super) async fn failure_text(child: &ChildProcess, error: &RpcError, what: &
 
 async fn dispatch_loop(weak: Weak<Inner>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
     loop {
-        let dirty = weak.upgrade().is_some_and(|inner| inner.text_dirty());
-        let message = if dirty {
+        // Unsent streaming text is written when its item's persistence window ends
+        // (PROC-12; the window grows from 50 to 250 ms per item, LIVE-03).
+        let deadline = weak.upgrade().and_then(|inner| inner.text_deadline());
+        let message = if let Some(deadline) = deadline {
             tokio::select! {
                 message = incoming.recv() => message,
-                () = tokio::time::sleep(FLUSH_INTERVAL) => {
+                () = tokio::time::sleep_until(deadline) => {
                     if let Some(inner) = weak.upgrade() {
-                        inner.flush_text();
+                        inner.flush_due_text();
                     }
                     continue;
                 }
@@ -257,18 +259,20 @@ async fn dispatch_loop(weak: Weak<Inner>, mut incoming: mpsc::UnboundedReceiver<
 }
 
 impl Inner {
-    /// Whether a running turn has streamed text not emitted yet.
-    fn text_dirty(&self) -> bool {
+    /// When a running turn's streamed text not emitted yet is due (the earliest end
+    /// of a dirty item's persistence window), if any.
+    fn text_deadline(&self) -> Option<tokio::time::Instant> {
         lock(&self.state)
             .turns
             .values()
-            .any(|t| t.recorder.is_dirty())
+            .filter_map(|t| t.recorder.next_flush_deadline())
+            .min()
     }
 
-    /// Emits the unsent streaming text of every running turn.
-    fn flush_text(&self) {
+    /// Emits the unsent streaming text of every running turn whose window ended.
+    fn flush_due_text(&self) {
         for turn in lock(&self.state).turns.values_mut() {
-            turn.recorder.flush();
+            turn.recorder.flush_due();
         }
     }
 

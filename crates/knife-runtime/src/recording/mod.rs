@@ -13,11 +13,14 @@
 //!
 //! Text windows ([`text`]): each text, reasoning and tool-input delta goes out at once
 //! as a live [`AdapterEvent::TurnItemDelta`] (LIVE-01, [`live`]); the durable state
-//! of the item follows the persistence window: written at once when the item's last
-//! durable state is at least [`RecorderStyle::flush_interval`] old or
-//! [`RecorderStyle::flush_bytes`] arrived since, otherwise the driver calls
-//! [`TurnRecorder::flush`] / [`TurnRecorder::flush_due`] by
-//! [`TurnRecorder::next_flush_deadline`]. What a window writes (LIVE-03): the item's
+//! of the item follows its persistence window: written at once when the item's last
+//! durable state is at least one window old or [`RecorderStyle::flush_bytes`] arrived
+//! since, otherwise the driver calls [`TurnRecorder::flush_due`] by
+//! [`TurnRecorder::next_flush_deadline`]. An item's first window is
+//! [`RecorderStyle::flush_interval`]; each window written for the same open item
+//! doubles it, up to [`RecorderStyle::max_flush_interval`] (250 ms, PROC-12's bound),
+//! so a short answer is durable within 50 ms and a long paced stream writes about four
+//! chunks a second instead of twenty (LIVE-03). What a window writes (LIVE-03): the item's
 //! first durable state is a whole snapshot (`TurnItemUpdated`), each later window
 //! only the text appended since ([`AdapterEvent::TurnItemAppended`], with its
 //! offset), and settling writes the whole final snapshot again, so a turn costs
@@ -50,9 +53,14 @@ pub use sink::{EventReceiver, EventSink, RecordSink};
 pub use text::TextKind;
 pub use tools::ToolState;
 
-/// Persistence window of streaming text: a text item is emitted at most this long after
-/// its text changed ([`TurnRecorder::flush`] must run by then when deltas pause).
+/// First persistence window of streaming text (50 ms): a text item's first durable
+/// state is written at most this long after its text changed
+/// ([`TurnRecorder::flush_due`] must run by then when deltas pause); each later window
+/// of the same item is twice the one before, up to [`MAX_FLUSH_INTERVAL`].
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// Longest persistence window of streaming text (250 ms, PROC-12: text is persisted
+/// at least every 250 ms or 4 KiB, so a crash mid-stream loses at most that).
+pub const MAX_FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// Unsent streaming text (bytes) that forces a snapshot at once.
 pub const FLUSH_BYTES: usize = 4096;
 /// Label of a user message a running turn took as a steer (TURN-01).
@@ -88,8 +96,13 @@ pub struct TurnIds {
 /// default is the codex driver's.
 #[derive(Clone, Debug)]
 pub struct RecorderStyle {
-    /// Persistence window of streaming text ([`FLUSH_INTERVAL`]); zero emits every delta.
+    /// First persistence window of a streaming item ([`FLUSH_INTERVAL`], 50 ms); each
+    /// window written for the same open item doubles it, up to
+    /// [`Self::max_flush_interval`]. Zero emits every delta.
     pub flush_interval: Duration,
+    /// Longest persistence window a streaming item grows to ([`MAX_FLUSH_INTERVAL`],
+    /// 250 ms); never below [`Self::flush_interval`] (a longer first window stays).
+    pub max_flush_interval: Duration,
     /// Unsent streaming text (bytes) that forces a snapshot ([`FLUSH_BYTES`]; min 1).
     pub flush_bytes: usize,
     /// Status of a guarded tool item once its approval is answered (`running` when the
@@ -104,6 +117,7 @@ impl Default for RecorderStyle {
     fn default() -> Self {
         Self {
             flush_interval: FLUSH_INTERVAL,
+            max_flush_interval: MAX_FLUSH_INTERVAL,
             flush_bytes: FLUSH_BYTES,
             tool_after_approval: Some(TurnItemStatus::Running),
             unfinished_tool_error: "the turn ended before this tool call finished",
@@ -122,6 +136,9 @@ pub(crate) struct ItemState {
     pub(crate) unsent: usize,
     /// Text added since the last snapshot.
     pub(crate) dirty: bool,
+    /// The item's current persistence window; `None` until its first window is
+    /// written (the first is [`RecorderStyle::flush_interval`], see [`text`]).
+    pub(crate) window: Option<Duration>,
     /// Bytes of the item's text at its last durable state, when that state is a
     /// whole snapshot of the open item followed only by appended text: the next
     /// window then writes just the text after it (`turn-item.appended`, LIVE-03).
@@ -193,6 +210,7 @@ impl TurnRecorder {
         };
         let style = RecorderStyle {
             flush_bytes: style.flush_bytes.max(1),
+            max_flush_interval: style.max_flush_interval.max(style.flush_interval),
             ..style
         };
         let mut recorder = Self {
@@ -377,6 +395,7 @@ impl TurnRecorder {
             last_emit: None,
             unsent: 0,
             dirty: false,
+            window: None,
             durable_len: None,
             raw_input: String::new(),
             input_complete: false,

@@ -60,8 +60,9 @@ async fn streaming_text_is_throttled_and_flushed() {
     rec.flush();
     assert_eq!(texts(&drain(&mut rx)), vec!["abc"]);
     assert!(!rec.is_dirty());
-    // After the window a delta goes out at once again; a big one always does.
-    tokio::time::advance(FLUSH_INTERVAL).await;
+    // After the window a delta goes out at once again; a big one always does. (Two
+    // windows were written, so the window is past its first 50 ms; 250 ms is its most.)
+    tokio::time::advance(MAX_FLUSH_INTERVAL).await;
     rec.text_delta("m", TextKind::Assistant, "d");
     rec.text_delta("m", TextKind::Assistant, &"x".repeat(FLUSH_BYTES));
     assert_eq!(texts(&drain(&mut rx)).len(), 2);
@@ -160,7 +161,8 @@ async fn live_03_windows_after_the_first_write_only_the_appended_text_and_settli
         answer.push_str(&delta);
         rec.text_delta("m", TextKind::Assistant, &delta);
         if i % 5 == 4 {
-            tokio::time::advance(FLUSH_INTERVAL).await;
+            // The longest window: every call finds the item's window over.
+            tokio::time::advance(MAX_FLUSH_INTERVAL).await;
             rec.flush_due();
         }
     }
@@ -234,5 +236,119 @@ async fn live_03_a_revised_item_is_written_whole_and_chunks_continue_from_it() {
             text: "ABc".into(),
             streaming: true
         })
+    );
+}
+
+/// The text of item "m" in each durable state `events` write, folded into `seen`.
+fn durable_texts(seen: &mut DurableStates, events: &[AdapterEvent]) -> Vec<usize> {
+    texts_in(seen, events).iter().map(String::len).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_03_persistence_window_grows_to_250_ms_and_4_kib_still_forces_a_write() {
+    // A paced stream (one 10-byte delta every 10 ms for 3 s) driven like every driver
+    // does: deltas as they come, `flush_due` at `next_flush_deadline`.
+    let (mut rec, mut rx) = recorder();
+    drain(&mut rx);
+    let start = Instant::now();
+    let mut seen = DurableStates::default();
+    let mut written_at = Vec::new();
+    // (time, text length) after each delta: the crash-loss bound is checked against it.
+    let mut history: Vec<(Duration, usize)> = Vec::new();
+    let mut durable_len = 0;
+    for i in 0..300 {
+        if i > 0 {
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        if rec
+            .next_flush_deadline()
+            .is_some_and(|deadline| deadline <= Instant::now())
+        {
+            rec.flush_due();
+        }
+        rec.text_delta("m", TextKind::Assistant, "0123456789");
+        let now = start.elapsed();
+        history.push((now, (i + 1) * 10));
+        for len in durable_texts(&mut seen, &drain(&mut rx)) {
+            written_at.push(now.as_millis());
+            durable_len = len;
+        }
+        // PROC-12: whatever arrived 250 ms ago or earlier is durable now.
+        let due = history
+            .iter()
+            .filter(|(at, _)| now.saturating_sub(*at) >= MAX_FLUSH_INTERVAL)
+            .map(|&(_, len)| len)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            durable_len >= due,
+            "at {now:?} only {durable_len} bytes durable, {due} arrived by 250 ms ago"
+        );
+    }
+    // The leading edge at once, then windows of 50, 100, 200, then 250 ms each.
+    let gaps: Vec<u128> = written_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(written_at.first(), Some(&0), "{written_at:?}");
+    assert_eq!(&gaps[..4], &[50, 100, 200, 250], "{written_at:?}");
+    assert!(gaps[3..].iter().all(|&g| g == 250), "{written_at:?}");
+    // Three seconds of stream: 14 writes, where a fixed 50 ms window wrote 60.
+    assert_eq!(written_at.len(), 14, "{written_at:?}");
+
+    // 4 KiB unsent still forces a write at once, however long the window grew.
+    rec.text_delta("m", TextKind::Assistant, &"x".repeat(FLUSH_BYTES));
+    let lens = durable_texts(&mut seen, &drain(&mut rx));
+    assert_eq!(lens, vec![300 * 10 + FLUSH_BYTES], "a 4 KiB delta waited");
+
+    // A short answer is still durable within the first 50 ms: each item has its own
+    // window, starting again at `flush_interval`.
+    rec.text_done("m", TextKind::Assistant, None);
+    drain(&mut rx);
+    rec.text_started("n", TextKind::Assistant);
+    assert_eq!(texts_in(&mut seen, &drain(&mut rx)), vec![""]);
+    rec.text_delta("n", TextKind::Assistant, "short");
+    assert_eq!(
+        rec.next_flush_deadline(),
+        Some(Instant::now() + FLUSH_INTERVAL)
+    );
+    tokio::time::advance(FLUSH_INTERVAL).await;
+    rec.flush_due();
+    assert_eq!(
+        texts_in(&mut seen, &drain(&mut rx)),
+        vec!["short"],
+        "the first window of a new item is 50 ms"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_03_the_window_never_shrinks_below_a_longer_first_window_and_zero_writes_every_delta()
+{
+    let (first, _events) = recorder();
+    let ids = first.ids().clone();
+    let (sink, mut rx) = EventSink::new();
+    let style = |ms: u64| RecorderStyle {
+        flush_interval: Duration::from_millis(ms),
+        ..RecorderStyle::default()
+    };
+    // A first window above 250 ms stays (the driver clamps it if it must).
+    let mut rec = TurnRecorder::start_with(sink, Arc::new(SystemClock), ids.clone(), style(400));
+    drain(&mut rx);
+    rec.text_delta("m", TextKind::Assistant, "a");
+    for _ in 0..3 {
+        rec.text_delta("m", TextKind::Assistant, "b");
+        let deadline = rec.next_flush_deadline().unwrap();
+        assert_eq!(deadline - Instant::now(), Duration::from_millis(400));
+        tokio::time::advance(Duration::from_millis(400)).await;
+        rec.flush_due();
+    }
+    // Zero (the ACP driver's style) writes every delta, the window stays zero.
+    let (sink, mut rx) = EventSink::new();
+    let mut rec = TurnRecorder::start_with(sink, Arc::new(SystemClock), ids, style(0));
+    drain(&mut rx);
+    for _ in 0..5 {
+        rec.text_delta("m", TextKind::Assistant, "a");
+    }
+    let mut seen = DurableStates::default();
+    assert_eq!(
+        durable_texts(&mut seen, &drain(&mut rx)),
+        vec![1, 2, 3, 4, 5]
     );
 }

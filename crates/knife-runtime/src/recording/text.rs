@@ -1,11 +1,54 @@
 //! Text windows of the one recorder: assistant text and reasoning items, their live
 //! deltas (at once, LIVE-01) and their throttled durable state (PROC-12): a whole
 //! snapshot first, then appended chunks, then the settled snapshot (LIVE-03).
+//!
+//! The persistence window grows (LIVE-03, 2026-12-02): an item's first window is
+//! [`RecorderStyle::flush_interval`] (50 ms), each window written for the same open
+//! item doubles it up to [`RecorderStyle::max_flush_interval`] (250 ms, PROC-12), and
+//! [`RecorderStyle::flush_bytes`] unsent (4 KiB) still forces a write at once. Why: a
+//! chunk's envelope is ~575 bytes on a subscriber's wire, so a paced stream writing
+//! twenty a second broke the 300 bytes per delta of LIVE-03's cap; at 250 ms it writes
+//! four (docs/2026-12-01-live-chunks.md).
+
+use std::time::Duration;
 
 use knife_protocol::*;
 use tokio::time::Instant;
 
-use super::{TurnRecorder, live};
+use super::{ItemState, RecorderStyle, TurnRecorder, live};
+
+impl ItemState {
+    /// The item's current persistence window: the style's first window until one
+    /// was written, then twice the last one, at most the style's longest.
+    pub(crate) fn window(&self, style: &RecorderStyle) -> Duration {
+        self.window.unwrap_or(style.flush_interval)
+    }
+
+    /// When the item's current window ends (its last durable state + the window),
+    /// if it has a durable state yet.
+    pub(crate) fn window_end(&self, style: &RecorderStyle) -> Option<Instant> {
+        self.last_emit.map(|last| last + self.window(style))
+    }
+
+    /// Whether the item's durable state is due now: its window has passed since its
+    /// last durable state (or it has none yet: the leading edge), or `flush_bytes`
+    /// arrived since.
+    pub(crate) fn window_due(&self, style: &RecorderStyle) -> bool {
+        self.window_end(style)
+            .is_none_or(|end| Instant::now() >= end)
+            || self.unsent >= style.flush_bytes
+    }
+
+    /// A window of the item is being written: the next one is twice as long (the
+    /// first written makes the next one the style's first window), at most the
+    /// style's longest.
+    pub(crate) fn grow_window(&mut self, style: &RecorderStyle) {
+        self.window = Some(match self.window {
+            None => style.flush_interval,
+            Some(window) => window.saturating_mul(2).min(style.max_flush_interval),
+        });
+    }
+}
 
 /// The growing text of a text item's kind (assistant message, reasoning).
 pub(crate) fn growing_text(kind: &TurnItemKind) -> Option<&str> {
@@ -54,15 +97,14 @@ impl TurnRecorder {
     }
 
     /// Appends `delta` to text item `key` (created on first use): the live delta goes
-    /// out at once (LIVE-01); the snapshot when the window allows (leading edge, or
-    /// `flush_bytes` unsent), else the item is marked dirty for [`Self::flush_due`].
+    /// out at once (LIVE-01); the durable state when the item's window allows (leading
+    /// edge, or `flush_bytes` unsent), else the item is marked dirty for
+    /// [`Self::flush_due`].
     pub fn text_delta(&mut self, key: &str, kind: TextKind, delta: &str) {
         if self.finished || delta.is_empty() {
             return;
         }
         let idx = self.text_item(key, kind);
-        let interval = self.style.flush_interval;
-        let flush_bytes = self.style.flush_bytes;
         let Some(state) = self.items.get_mut(idx) else {
             return;
         };
@@ -83,10 +125,7 @@ impl TurnRecorder {
         let live = live::delta(&state.item, field, offset, delta);
         state.unsent += delta.len();
         state.dirty = true;
-        let due = state
-            .last_emit
-            .is_none_or(|last| last.elapsed() >= interval)
-            || state.unsent >= flush_bytes;
+        let due = state.window_due(&self.style);
         self.send(live);
         if due {
             self.emit_window(idx);
@@ -95,12 +134,14 @@ impl TurnRecorder {
 
     /// Writes the durable state of open text item `idx` for its window (LIVE-03): the
     /// text appended since its last durable state as one `TurnItemAppended` chunk, or
-    /// the whole snapshot when the item has no durable state to continue yet.
+    /// the whole snapshot when the item has no durable state to continue yet. The
+    /// item's next window is twice this one (up to the style's longest).
     fn emit_window(&mut self, idx: usize) {
         let now = self.clock.now();
         let Some(state) = self.items.get_mut(idx) else {
             return;
         };
+        state.grow_window(&self.style);
         let (Some(from), Some(field), Some(text)) = (
             state.durable_len.filter(|_| state.open),
             live::text_field(&state.item.kind),
@@ -128,22 +169,22 @@ impl TurnRecorder {
         self.items.iter().any(|s| s.dirty && s.open)
     }
 
-    /// When the driver must call [`Self::flush_due`] next, if some text is unsent.
+    /// When the driver must call [`Self::flush_due`] next, if some text is unsent: the
+    /// earliest end of a dirty item's current window.
     pub fn next_flush_deadline(&self) -> Option<Instant> {
         self.items
             .iter()
             .filter(|s| s.dirty && s.open)
-            .filter_map(|s| s.last_emit.map(|last| last + self.style.flush_interval))
+            .filter_map(|s| s.window_end(&self.style))
             .min()
     }
 
-    /// Emits every text item whose unsent text has waited the window.
+    /// Emits every text item whose unsent text has waited its window.
     pub fn flush_due(&mut self) {
-        let interval = self.style.flush_interval;
         let due: Vec<usize> = (0..self.items.len())
             .filter(|&i| {
                 let s = &self.items[i];
-                s.dirty && s.open && s.last_emit.is_none_or(|last| last.elapsed() >= interval)
+                s.dirty && s.open && s.window_due(&self.style)
             })
             .collect();
         for idx in due {

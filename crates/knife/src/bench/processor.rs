@@ -198,7 +198,10 @@ pub async fn run(deltas: usize) -> anyhow::Result<()> {
             &root,
         )
         .await?;
-        row(&format!("paced 1 ms sleeps, {flush_ms} ms window"), &m);
+        row(
+            &format!("paced 1 ms sleeps, {flush_ms} ms first window"),
+            &m,
+        );
     }
     println!(
         "snapshots = adapter events emitted (turn, status, item snapshots); writes = store transactions"

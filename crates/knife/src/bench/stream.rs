@@ -278,7 +278,10 @@ pub async fn measure(threads: usize, deltas: usize, gap: Duration) -> anyhow::Re
     let mut failed = 0;
     let mut sent_bytes = 0usize;
     let mut delta_messages = 0usize;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    // 300 s plus twice the mock's own pacing (a 50 ms × 10,000-delta turn streams for
+    // 500 s).
+    let pacing = gap.saturating_mul(u32::try_from(deltas).unwrap_or(u32::MAX));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300) + pacing * 2;
     while finished < threads {
         let msg = tokio::time::timeout_at(deadline, ws.next())
             .await
