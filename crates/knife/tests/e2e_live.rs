@@ -584,3 +584,92 @@ async fn live_03_bytes_sent_and_stored_per_turn_stay_linear_in_the_answer() {
         "stored {stored} payload bytes for {text} bytes of answer: not O(text)"
     );
 }
+
+/// LIVE-02 for tool output: the built-in `bash` tool runs a real command printing a
+/// line, pausing, printing again; a WebSocket subscriber gets the tool item's `output`
+/// as deltas while the command runs (before its settled snapshot), and the deltas add
+/// up exactly to the item's durable output (the command's lines and its exit status).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_02_bash_stdout_and_stderr_stream_as_output_deltas_while_the_command_runs() {
+    let script = r#"
+[[response]]
+[[response.tool_calls]]
+name = "bash"
+arguments = { command = '''for i in 1 2 3; do echo "out $i"; echo "err $i" >&2; sleep 0.5; done''' }
+
+[[response]]
+text = "ran it"
+"#;
+    let mock = MockLlm::script(script, &[]).await;
+    let config = format!(
+        "{}\n[[permissions]]\ntool = \"bash\"\naction = \"allow\"\n\n\
+         [[projects]]\nroot = \"project\"\nsandbox = \"off\"\n",
+        config_toml(&mock.base_url())
+    );
+    let server = Server::start_with_config(&config).await;
+    let project = server.api.create_project(&server.project_dir()).await;
+    let thread = server.api.create_thread(&project).await;
+    let mut ws = subscribe(&server, &thread, 0).await;
+    let run = server.api.post_message(&thread, "run it").await;
+    let mut client = Client::default();
+    let mut tool: Option<TurnItemId> = None;
+    // Output deltas of the tool item seen before its settled snapshot, and their text.
+    let (mut early, mut streamed) = (0usize, String::new());
+    let mut settled_output = None;
+    loop {
+        match next(&mut ws).await {
+            WsServerMessage::Event { event } => {
+                client.event(&event);
+                if let EventBody::TurnItemUpdated(item) = &event.event.body
+                    && let TurnItemKind::ToolCall {
+                        tool: name, output, ..
+                    } = &item.kind
+                    && name == "bash"
+                {
+                    tool = Some(item.id.clone());
+                    if item.status == TurnItemStatus::Completed {
+                        settled_output = output.clone();
+                    }
+                }
+                if let EventBody::RunUpdated(r) = &event.event.body
+                    && r.id.as_str() == run
+                    && r.status.is_terminal()
+                {
+                    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+                    break;
+                }
+            }
+            WsServerMessage::Delta(m) => {
+                client.delta(&m);
+                let d = client.items.resolve(m.clone()).unwrap();
+                if d.field == DeltaField::Output && Some(&d.item_id) == tool.as_ref() {
+                    assert_eq!(d.offset, streamed.len() as u64, "{d:?}");
+                    streamed.push_str(&d.text);
+                    if settled_output.is_none() {
+                        early += 1;
+                    }
+                }
+            }
+            WsServerMessage::Reset(r) => panic!("no reset expected: {r:?}"),
+            WsServerMessage::Error { error } => panic!("websocket error: {error:?}"),
+            WsServerMessage::Subscribed { .. } => {}
+        }
+    }
+    let output = settled_output.expect("the bash item never settled");
+    for line in ["out 1", "err 1", "out 3", "err 3", "(exit code 0)"] {
+        assert!(output.contains(line), "{output:?}");
+    }
+    assert!(
+        early >= 2,
+        "{early} output deltas before the command ended; streamed {streamed:?}"
+    );
+    assert!(
+        streamed.starts_with("out 1\n") || streamed.starts_with("err 1\n"),
+        "{streamed:?}"
+    );
+    assert_eq!(
+        streamed, output,
+        "the deltas do not add up to the durable output"
+    );
+}

@@ -236,3 +236,63 @@ async fn live_03_a_revised_item_is_written_whole_and_chunks_continue_from_it() {
         })
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn live_02_tool_output_goes_live_at_once_durable_per_window_and_settles_whole() {
+    let (mut rec, mut rx) = recorder();
+    drain(&mut rx);
+    rec.tool_started(
+        "tool",
+        "call-1",
+        "bash",
+        serde_json::json!({"command": "x"}),
+    );
+    let idx = rec.index_of("tool").unwrap();
+    drain(&mut rx);
+    let mut streamed = String::new();
+    let mut live = String::new();
+    for i in 0..12 {
+        let piece = format!("line {i} ✓\n");
+        streamed.push_str(&piece);
+        rec.tool_output_delta(idx, &piece);
+        if i % 3 == 2 {
+            tokio::time::advance(FLUSH_INTERVAL).await;
+            rec.flush_due();
+        }
+    }
+    let result = format!("{streamed}(exit code 0)");
+    rec.settle_tool_at(idx, TurnItemStatus::Completed, Some(result.clone()), None);
+    let events = drain(&mut rx);
+    for e in &events {
+        if let AdapterEvent::TurnItemDelta(d) = e {
+            assert_eq!(d.field, DeltaField::Output);
+            assert_eq!(d.offset, live.len() as u64, "{d:?}");
+            live.push_str(&d.text);
+        }
+    }
+    assert_eq!(live, result, "the live deltas add up to the settled output");
+    let durable = durable(&events);
+    let chunks: Vec<&TurnItemAppend> = durable
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemAppended(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert!(chunks.len() >= 3, "one chunk per window: {durable:?}");
+    assert!(chunks.iter().all(|c| c.field == DeltaField::Output));
+    let Some(AdapterEvent::TurnItemUpdated(last)) = durable.last() else {
+        panic!("no settled snapshot: {durable:?}")
+    };
+    assert_eq!(last.status, TurnItemStatus::Completed);
+    assert!(matches!(&last.kind, TurnItemKind::ToolCall { output: Some(o), .. } if *o == result));
+    // Folded, every durable state of the item is a prefix of its output.
+    for state in durable_states(&events) {
+        if let TurnItemKind::ToolCall {
+            output: Some(o), ..
+        } = &state.kind
+        {
+            assert!(result.starts_with(o.as_str()), "{o:?}");
+        }
+    }
+}

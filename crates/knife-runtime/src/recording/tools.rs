@@ -80,6 +80,41 @@ impl TurnRecorder {
         }
     }
 
+    /// More output of running tool item `idx` as the tool produces it (e.g. `bash`
+    /// stdout/stderr, LIVE-02): sent live at once (field `output`) and written in
+    /// persistence windows like streaming text (a chunk per window, LIVE-03). The
+    /// settled item carries the tool's whole result ([`Self::settle_tool_at`]).
+    pub fn tool_output_delta(&mut self, idx: usize, delta: &str) {
+        if self.finished || delta.is_empty() {
+            return;
+        }
+        let interval = self.style.flush_interval;
+        let flush_bytes = self.style.flush_bytes;
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        if !state.open {
+            return;
+        }
+        let TurnItemKind::ToolCall { output, .. } = &mut state.item.kind else {
+            return;
+        };
+        let text = output.get_or_insert_with(String::new);
+        let offset = text.len();
+        text.push_str(delta);
+        let live = live::delta(&state.item, DeltaField::Output, offset, delta);
+        state.unsent += delta.len();
+        state.dirty = true;
+        let due = state
+            .last_emit
+            .is_none_or(|last| last.elapsed() >= interval)
+            || state.unsent >= flush_bytes;
+        self.send(live);
+        if due {
+            self.emit_window(idx);
+        }
+    }
+
     /// The complete call of tool item `idx`: sets its tool name and input and emits it
     /// (status unchanged).
     pub fn tool_input_complete(&mut self, idx: usize, name: &str, input: Value) {
@@ -127,6 +162,21 @@ impl TurnRecorder {
         }
         let raw =
             (!state.input_complete && !state.raw_input.is_empty()).then(|| state.raw_input.clone());
+        // Output streamed live: the rest of the result goes live too, so a watcher's
+        // deltas add up to the settled output (when the result extends them).
+        if let TurnItemKind::ToolCall {
+            output: Some(streamed),
+            ..
+        } = &state.item.kind
+            && !streamed.is_empty()
+            && let Some(rest) = out
+                .as_deref()
+                .and_then(|result| result.strip_prefix(streamed.as_str()))
+                .filter(|rest| !rest.is_empty())
+        {
+            let live = live::delta(&state.item, DeltaField::Output, streamed.len(), rest);
+            self.send(live);
+        }
         self.update(idx, false, |item| {
             item.status = status;
             if let TurnItemKind::ToolCall {
