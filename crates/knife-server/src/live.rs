@@ -8,7 +8,7 @@
 //! or an earlier delta) is trimmed; one that would leave a gap is filled from the
 //! hub. A reset waits until the durable events read before it were delivered.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -114,6 +114,7 @@ pub(crate) fn feed(
             thread: thread.clone(),
             pos: after,
             items: HashMap::new(),
+            ended: HashSet::new(),
             out,
         };
         merge.run(durable, live, high).await;
@@ -143,6 +144,11 @@ struct Merge {
     /// The last durable sequence delivered (or the client's `after`).
     pos: u64,
     items: HashMap<TurnItemId, ItemView>,
+    /// Runs whose terminal `run.updated` was delivered: every item of theirs is final
+    /// in the durable log, so a delta of theirs still queued in the hub's broadcast
+    /// (the durable stream won the race: it is polled first) is stale, though the
+    /// item's view, which would have trimmed it, is gone.
+    ended: HashSet<RunId>,
     out: Out,
 }
 
@@ -235,6 +241,7 @@ impl Merge {
             EventBody::RunUpdated(run) if run.status.is_terminal() => {
                 self.items
                     .retain(|_, v| v.run_id.as_ref() != Some(&run.id) || v.pending.is_some());
+                self.ended.insert(run.id.clone());
             }
             _ => {}
         }
@@ -261,6 +268,9 @@ impl Merge {
     /// One catch-up delta per live item: the hub's text past what the subscriber holds.
     async fn catch_up(&mut self) -> Result<(), ()> {
         for item in self.hub.snapshot(&self.thread) {
+            if self.is_stale(&item.item_id, item.run_id.as_ref()) {
+                continue;
+            }
             let view = self.items.entry(item.item_id.clone()).or_default();
             if view.run_id.is_none() {
                 view.run_id = item.run_id.clone();
@@ -323,6 +333,9 @@ impl Merge {
                 self.send(Outgoing::Reset(reset)).await
             }
             LiveMessage::Delta { delta, generation } => {
+                if self.is_stale(&delta.item_id, delta.run_id.as_ref()) {
+                    return Ok(());
+                }
                 let view = self.items.entry(delta.item_id.clone()).or_default();
                 if view.run_id.is_none() {
                     view.run_id = delta.run_id.clone();
@@ -388,6 +401,13 @@ impl Merge {
                 self.send_delta(&out).await
             }
         }
+    }
+
+    /// Whether live text of `item` (of `run`) is stale: its run's terminal state was
+    /// delivered and its view went with it (see [`Merge::ended`]). A view kept for a
+    /// reset still waiting follows its own rules.
+    fn is_stale(&self, item: &TurnItemId, run: Option<&RunId>) -> bool {
+        run.is_some_and(|run| self.ended.contains(run)) && !self.items.contains_key(item)
     }
 
     /// Sends `delta` whole when it introduces its item to this subscriber, else slim.
@@ -463,4 +483,150 @@ fn is_settled(item: &TurnItem) -> bool {
         item.status,
         TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
     )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::subscribers::SubscriberLimits;
+
+    const THREAD: &str = "thread_t";
+    const RUN: &str = "run:thread_t:1";
+    const ITEM: &str = "item:t:1";
+
+    fn merge() -> (Merge, crate::subscribers::FrameRx) {
+        let subs = Subscribers::new(SubscriberLimits::default());
+        let (tx, rx) = subs.queue();
+        let merge = Merge {
+            hub: LiveHub::new(),
+            thread: ThreadId::from(THREAD),
+            pos: 0,
+            items: HashMap::new(),
+            ended: HashSet::new(),
+            out: Out {
+                tx,
+                wire: Wire::Ws,
+                subs,
+            },
+        };
+        (merge, rx)
+    }
+
+    fn stored(sequence: u64, body: EventBody) -> StoredEvent {
+        StoredEvent {
+            sequence,
+            event: DomainEvent::new(chrono::Utc::now(), body),
+        }
+    }
+
+    fn answer(text: &str, status: TurnItemStatus) -> EventBody {
+        let now = chrono::Utc::now();
+        EventBody::TurnItemUpdated(TurnItem {
+            id: TurnItemId::from(ITEM),
+            thread_id: ThreadId::from(THREAD),
+            run_id: Some(RunId::from(RUN)),
+            provider_turn_id: None,
+            ordinal: 1_000_001,
+            status,
+            started_at: Some(now),
+            completed_at: None,
+            updated_at: now,
+            kind: TurnItemKind::AssistantMessage {
+                text: text.to_owned(),
+                streaming: status == TurnItemStatus::Running,
+            },
+        })
+    }
+
+    fn run_ended() -> EventBody {
+        EventBody::RunUpdated(Run {
+            id: RunId::from(RUN),
+            thread_id: ThreadId::from(THREAD),
+            ordinal: 1,
+            provider_instance_id: ProviderInstanceId::from("mock"),
+            model: None,
+            status: RunStatus::Completed,
+            user_message_id: TurnItemId::from("item:user"),
+            requested_at: chrono::Utc::now(),
+            started_at: None,
+            completed_at: None,
+            error: None,
+            usage: None,
+            checkpoints: RunCheckpoints::default(),
+            changes: None,
+        })
+    }
+
+    fn delta(offset: u64, text: &str) -> LiveMessage {
+        LiveMessage::Delta {
+            delta: Arc::new(ItemDelta {
+                thread_id: ThreadId::from(THREAD),
+                run_id: Some(RunId::from(RUN)),
+                item_id: TurnItemId::from(ITEM),
+                ordinal: 1_000_001,
+                field: DeltaField::Text,
+                offset,
+                text: text.to_owned(),
+            }),
+            generation: 0,
+        }
+    }
+
+    /// What the subscriber was sent: `event <seq>` / `delta <offset> <text>`.
+    async fn sent(merge: Merge, mut rx: crate::subscribers::FrameRx) -> Vec<String> {
+        drop(merge);
+        let mut out = Vec::new();
+        while let Some(frame) = rx.next().await {
+            match serde_json::from_slice::<WsServerMessage>(&frame.bytes).unwrap() {
+                WsServerMessage::Event { event } => out.push(format!("event {}", event.sequence)),
+                WsServerMessage::Delta(d) => out.push(format!("delta {} {}", d.offset, d.text)),
+                other => out.push(format!("{other:?}")),
+            }
+        }
+        out
+    }
+
+    /// LIVE-02: when the durable stream wins the race (it is polled first) up to the
+    /// run's end, the item's view goes with the run; a delta of that run still queued
+    /// in the hub's broadcast must not reach the subscriber as new text (it holds the
+    /// settled answer already), whatever its offset.
+    #[tokio::test]
+    async fn live_02_a_delta_overtaken_by_its_runs_end_is_not_sent() {
+        let (mut merge, rx) = merge();
+        merge
+            .durable(stored(1, answer("", TurnItemStatus::Running)))
+            .await
+            .unwrap();
+        merge
+            .durable(stored(2, answer("ran it", TurnItemStatus::Completed)))
+            .await
+            .unwrap();
+        merge.durable(stored(3, run_ended())).await.unwrap();
+        merge.live(delta(0, "ran")).await.unwrap();
+        merge.live(delta(3, " it")).await.unwrap();
+        assert_eq!(sent(merge, rx).await, ["event 1", "event 2", "event 3"]);
+    }
+
+    /// The same delta before the run's end: trimmed by the view as before (the settled
+    /// snapshot delivered makes it stale), and one of a live item continues it.
+    #[tokio::test]
+    async fn live_02_deltas_continue_what_the_subscriber_holds_from_durable_events() {
+        let (mut merge, rx) = merge();
+        merge
+            .durable(stored(1, answer("ran", TurnItemStatus::Running)))
+            .await
+            .unwrap();
+        merge.live(delta(0, "ran")).await.unwrap();
+        merge.live(delta(3, " it")).await.unwrap();
+        merge
+            .durable(stored(2, answer("ran it", TurnItemStatus::Completed)))
+            .await
+            .unwrap();
+        merge.live(delta(6, "!")).await.unwrap();
+        assert_eq!(
+            sent(merge, rx).await,
+            ["event 1", "delta 3  it", "event 2"]
+        );
+    }
 }

@@ -162,21 +162,7 @@ impl TurnRecorder {
         }
         let raw =
             (!state.input_complete && !state.raw_input.is_empty()).then(|| state.raw_input.clone());
-        // Output streamed live: the rest of the result goes live too, so a watcher's
-        // deltas add up to the settled output (when the result extends them).
-        if let TurnItemKind::ToolCall {
-            output: Some(streamed),
-            ..
-        } = &state.item.kind
-            && !streamed.is_empty()
-            && let Some(rest) = out
-                .as_deref()
-                .and_then(|result| result.strip_prefix(streamed.as_str()))
-                .filter(|rest| !rest.is_empty())
-        {
-            let live = live::delta(&state.item, DeltaField::Output, streamed.len(), rest);
-            self.send(live);
-        }
+        self.send_output_rest(idx, out.as_deref());
         self.update(idx, false, |item| {
             item.status = status;
             if let TurnItemKind::ToolCall {
@@ -263,6 +249,13 @@ impl TurnRecorder {
             state.status,
             TurnItemStatus::Completed | TurnItemStatus::Failed
         );
+        if open && let Some(more) = self.output_growth(idx, &state) {
+            // Only the output grew while the call runs (an ACP `tool_call_update` with
+            // more content): streamed like `bash` output, live at once and durable per
+            // window, not a whole snapshot per update.
+            return self.tool_output_delta(idx, &more);
+        }
+        self.send_output_rest(idx, state.output.as_deref());
         self.update(idx, open, |item| {
             if let TurnItemKind::ToolCall {
                 tool,
@@ -279,6 +272,60 @@ impl TurnRecorder {
             }
             item.status = state.status;
         });
+    }
+
+    /// The text `state` adds to open tool item `idx`'s output, when that is all it
+    /// changes (same tool, input, error and status; the output extends the current one).
+    fn output_growth(&self, idx: usize, state: &ToolState) -> Option<String> {
+        let item = self.items.get(idx).filter(|s| s.open)?;
+        let TurnItemKind::ToolCall {
+            tool,
+            input,
+            output,
+            error,
+            ..
+        } = &item.item.kind
+        else {
+            return None;
+        };
+        if *tool != state.tool
+            || *input != state.input
+            || *error != state.error
+            || item.item.status != state.status
+        {
+            return None;
+        }
+        let more = state
+            .output
+            .as_deref()?
+            .strip_prefix(output.as_deref().unwrap_or(""))?;
+        (!more.is_empty()).then(|| more.to_owned())
+    }
+
+    /// Before tool item `idx`'s output becomes `out` in a snapshot: when its output
+    /// streamed live and `out` extends it, the rest goes live too, so a watcher's deltas
+    /// add up to the item's output (LIVE-02). An `out` that does not extend it (the
+    /// runtime's own aggregate, cut or rewritten) replaces it through the snapshot.
+    fn send_output_rest(&self, idx: usize, out: Option<&str>) {
+        let Some(state) = self.items.get(idx).filter(|s| s.open) else {
+            return;
+        };
+        if let TurnItemKind::ToolCall {
+            output: Some(streamed),
+            ..
+        } = &state.item.kind
+            && !streamed.is_empty()
+            && let Some(rest) = out
+                .and_then(|out| out.strip_prefix(streamed.as_str()))
+                .filter(|rest| !rest.is_empty())
+        {
+            self.send(live::delta(
+                &state.item,
+                DeltaField::Output,
+                streamed.len(),
+                rest,
+            ));
+        }
     }
 
     /// The input of tool item `key`, when it exists.
