@@ -624,9 +624,6 @@ mod tests {
             .await
             .unwrap();
         merge.live(delta(6, "!")).await.unwrap();
-        assert_eq!(
-            sent(merge, rx).await,
-            ["event 1", "delta 3  it", "event 2"]
-        );
+        assert_eq!(sent(merge, rx).await, ["event 1", "delta 3  it", "event 2"]);
     }
 }

@@ -712,6 +712,4 @@ pub fn thousands(n: u64) -> String {
 }
 
 mod tool_text;
-pub use tool_text::{
-    compact_input, last_line, output_preview, output_tail, summarize_output,
-};
+pub use tool_text::{compact_input, last_line, output_preview, output_tail, summarize_output};

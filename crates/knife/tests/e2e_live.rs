@@ -675,7 +675,10 @@ async fn watch_tool_output(server: &Server, prompt: &str, tool: &str) -> ToolOut
         .get(&(item.clone(), DeltaField::Output))
         .cloned()
         .unwrap_or_default();
-    assert_eq!(folded, settled, "the client's folded output is not the settled one");
+    assert_eq!(
+        folded, settled,
+        "the client's folded output is not the settled one"
+    );
     ToolOutputSeen {
         client,
         item,
@@ -703,7 +706,10 @@ impl ToolOutputSeen {
             self.ahead >= 1,
             "no output delta was ahead of its durable chunk"
         );
-        assert!(self.chunks >= 1, "no durable output chunk before the item settled");
+        assert!(
+            self.chunks >= 1,
+            "no durable output chunk before the item settled"
+        );
         assert!(
             self.settled.starts_with(&self.before_settle),
             "folded before settling {:?} does not start the settled {:?}",

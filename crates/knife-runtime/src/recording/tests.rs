@@ -296,3 +296,71 @@ async fn live_02_tool_output_goes_live_at_once_durable_per_window_and_settles_wh
         }
     }
 }
+
+/// LIVE-02 for runtimes that report a call's whole state (ACP `tool_call_update`, codex's
+/// completed item): a running call whose only change is more output streams that text
+/// (a live delta, a durable chunk), not a whole snapshot per update; settling with an
+/// output that extends the streamed one sends the rest live first; one that does not
+/// (a runtime's own aggregate) replaces it through the settled snapshot alone.
+#[tokio::test(start_paused = true)]
+async fn live_02_tool_state_updates_that_grow_the_output_stream_it() {
+    let (mut rec, mut rx) = recorder();
+    let state = |output: Option<&str>, status| ToolState {
+        tool: "execute".into(),
+        input: serde_json::json!({"command": "make"}),
+        output: output.map(str::to_owned),
+        error: None,
+        status,
+    };
+    rec.tool_opened("a", "a", state(None, TurnItemStatus::Running));
+    rec.tool_opened("b", "b", state(None, TurnItemStatus::Running));
+    drain(&mut rx);
+    tokio::time::advance(FLUSH_INTERVAL).await;
+    rec.set_tool_state("a", state(Some("one\n"), TurnItemStatus::Running));
+    tokio::time::advance(FLUSH_INTERVAL).await;
+    rec.set_tool_state("a", state(Some("one\ntwo\n"), TurnItemStatus::Running));
+    let events = drain(&mut rx);
+    let deltas: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemDelta(d) => Some((d.offset, d.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, [(0, "one\n"), (4, "two\n")]);
+    let chunks: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemAppended(c) => Some((c.offset, c.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks, [(0, "one\n"), (4, "two\n")], "{events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, AdapterEvent::TurnItemUpdated(_))),
+        "no whole snapshot per update: {events:?}"
+    );
+    // Settled with more: the rest goes live before the settled snapshot.
+    rec.set_tool_state(
+        "a",
+        state(Some("one\ntwo\n(done)"), TurnItemStatus::Completed),
+    );
+    let events = drain(&mut rx);
+    assert!(
+        matches!(&events[..], [AdapterEvent::TurnItemDelta(d), AdapterEvent::TurnItemUpdated(i)]
+            if d.offset == 8 && d.text == "(done)" && i.status == TurnItemStatus::Completed),
+        "{events:?}"
+    );
+    // Output that does not extend the streamed one: the settled snapshot alone.
+    rec.set_tool_state("b", state(Some("abc"), TurnItemStatus::Running));
+    drain(&mut rx);
+    rec.set_tool_state("b", state(Some("xyz"), TurnItemStatus::Completed));
+    let events = drain(&mut rx);
+    assert!(
+        matches!(&events[..], [AdapterEvent::TurnItemUpdated(i)]
+            if matches!(&i.kind, TurnItemKind::ToolCall { output: Some(o), .. } if o == "xyz")),
+        "{events:?}"
+    );
+}

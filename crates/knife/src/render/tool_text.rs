@@ -35,7 +35,11 @@ pub fn output_preview(tool: &str, output: &str) -> Vec<String> {
 /// The last non-empty line of a running tool's `output`, at most 60 characters (the
 /// spinner's `running bash… │ line`, LIVE-02).
 pub fn last_line(output: &str) -> Option<String> {
-    let line = output.lines().rev().find(|l| !l.trim().is_empty())?.trim_end();
+    let line = output
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())?
+        .trim_end();
     Some(if line.chars().count() > 60 {
         format!("{}…", line.chars().take(59).collect::<String>())
     } else {
@@ -110,6 +114,7 @@ pub fn compact_input(input: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::thousands;
 
     #[test]
     fn bash_output_is_summarised_with_its_exit_status() {
@@ -147,6 +152,9 @@ mod tests {
         assert_eq!(last_line(&output).as_deref(), Some("line 6"));
         assert_eq!(last_line("half a li").as_deref(), Some("half a li"));
         assert_eq!(last_line("\n \n"), None);
-        assert_eq!(last_line(&"x".repeat(100)).map(|l| l.chars().count()), Some(60));
+        assert_eq!(
+            last_line(&"x".repeat(100)).map(|l| l.chars().count()),
+            Some(60)
+        );
     }
 }

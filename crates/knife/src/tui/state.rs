@@ -318,7 +318,10 @@ mod tests {
         let lines = crate::render::output_tail(shown(&view).as_deref().unwrap());
         assert_eq!(lines, ["out 1", "out 2"]);
         // Settled: the durable output is final.
-        view.apply(&stored(3, tool("completed", Some("out 1\nout 2\n(exit code 0)"))));
+        view.apply(&stored(
+            3,
+            tool("completed", Some("out 1\nout 2\n(exit code 0)")),
+        ));
         assert_eq!(shown(&view).as_deref(), Some("out 1\nout 2\n(exit code 0)"));
     }
 }
