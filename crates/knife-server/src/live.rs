@@ -8,7 +8,7 @@
 //! or an earlier delta) is trimmed; one that would leave a gap is filled from the
 //! hub. A reset waits until the durable events read before it were delivered.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -129,6 +129,9 @@ struct ItemView {
     generation: u32,
     /// Bytes of each field the subscriber holds.
     sent: BTreeMap<DeltaField, u64>,
+    /// Fields a durable snapshot delivered without text: final (a tool call's input
+    /// once complete is its parsed JSON), so later live text of theirs is stale.
+    closed: BTreeSet<DeltaField>,
     /// Its settled snapshot was delivered: later deltas of this generation are stale.
     settled: bool,
     /// A delta introducing it (thread, run, ordinal) was sent since subscribing or
@@ -328,6 +331,7 @@ impl Merge {
                 }
                 view.generation = generation;
                 view.sent.clear();
+                view.closed.clear();
                 view.settled = false;
                 view.introduced = false;
                 self.send(Outgoing::Reset(reset)).await
@@ -351,6 +355,7 @@ impl Merge {
                     // Its reset was lost (the subscriber lagged): reset now.
                     view.generation = generation;
                     view.sent.clear();
+                    view.closed.clear();
                     view.settled = false;
                     view.introduced = false;
                     let reset = Arc::new(ItemReset {
@@ -363,7 +368,7 @@ impl Merge {
                     return Ok(());
                 };
                 let sent = view.sent.get(&delta.field).copied().unwrap_or(0);
-                if delta.end() <= sent {
+                if delta.end() <= sent || view.closed.contains(&delta.field) {
                     return Ok(());
                 }
                 let out = if delta.offset == sent {
@@ -432,6 +437,9 @@ fn tail(
     field: DeltaField,
     text: &str,
 ) -> Option<ItemDelta> {
+    if view.closed.contains(&field) {
+        return None;
+    }
     let sent = view.sent.get(&field).copied().unwrap_or(0);
     let from = usize::try_from(sent).ok()?;
     let rest = text.get(from..).filter(|r| !r.is_empty())?;
@@ -462,9 +470,11 @@ fn absorb(view: &mut ItemView, item: &TurnItem) {
                 let len = text.len() as u64;
                 let sent = view.sent.entry(field).or_insert(0);
                 *sent = (*sent).max(len);
+                view.closed.remove(&field);
             }
             None => {
                 view.sent.remove(&field);
+                view.closed.insert(field);
             }
         }
     }
@@ -539,6 +549,28 @@ mod tests {
         })
     }
 
+    fn tool(input: serde_json::Value) -> EventBody {
+        let now = chrono::Utc::now();
+        EventBody::TurnItemUpdated(TurnItem {
+            id: TurnItemId::from(ITEM),
+            thread_id: ThreadId::from(THREAD),
+            run_id: Some(RunId::from(RUN)),
+            provider_turn_id: None,
+            ordinal: 1_000_001,
+            status: TurnItemStatus::Pending,
+            started_at: Some(now),
+            completed_at: None,
+            updated_at: now,
+            kind: TurnItemKind::ToolCall {
+                call_id: "c".into(),
+                tool: "bash".into(),
+                input,
+                output: None,
+                error: None,
+            },
+        })
+    }
+
     fn run_ended() -> EventBody {
         EventBody::RunUpdated(Run {
             id: RunId::from(RUN),
@@ -558,17 +590,21 @@ mod tests {
         })
     }
 
+    fn item_delta(field: DeltaField, offset: u64, text: &str) -> ItemDelta {
+        ItemDelta {
+            thread_id: ThreadId::from(THREAD),
+            run_id: Some(RunId::from(RUN)),
+            item_id: TurnItemId::from(ITEM),
+            ordinal: 1_000_001,
+            field,
+            offset,
+            text: text.to_owned(),
+        }
+    }
+
     fn delta(offset: u64, text: &str) -> LiveMessage {
         LiveMessage::Delta {
-            delta: Arc::new(ItemDelta {
-                thread_id: ThreadId::from(THREAD),
-                run_id: Some(RunId::from(RUN)),
-                item_id: TurnItemId::from(ITEM),
-                ordinal: 1_000_001,
-                field: DeltaField::Text,
-                offset,
-                text: text.to_owned(),
-            }),
+            delta: Arc::new(item_delta(DeltaField::Text, offset, text)),
             generation: 0,
         }
     }
@@ -625,5 +661,42 @@ mod tests {
             .unwrap();
         merge.live(delta(6, "!")).await.unwrap();
         assert_eq!(sent(merge, rx).await, ["event 1", "delta 3  it", "event 2"]);
+    }
+
+    /// LIVE-02: a tool call's streamed input is final once a durable snapshot carries
+    /// it parsed (no input text): an input delta the durable stream overtook must not
+    /// come back as a gap fill of the hub's whole input from offset 0.
+    #[tokio::test]
+    async fn live_02_input_deltas_after_the_complete_input_are_not_sent() {
+        let (mut merge, rx) = merge();
+        let input = |offset, text| item_delta(DeltaField::Input, offset, text);
+        merge.hub.publish(input(0, "{\"a\""));
+        merge.hub.publish(input(4, ":1}"));
+        merge
+            .durable(stored(1, tool(serde_json::Value::String(String::new()))))
+            .await
+            .unwrap();
+        merge
+            .live(LiveMessage::Delta {
+                delta: Arc::new(input(0, "{\"a\"")),
+                generation: 0,
+            })
+            .await
+            .unwrap();
+        merge
+            .durable(stored(2, tool(serde_json::json!({"a": 1}))))
+            .await
+            .unwrap();
+        merge
+            .live(LiveMessage::Delta {
+                delta: Arc::new(input(4, ":1}")),
+                generation: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            sent(merge, rx).await,
+            ["event 1", "delta 0 {\"a\"", "event 2"]
+        );
     }
 }
