@@ -115,6 +115,7 @@ pub(crate) fn feed(
             pos: after,
             items: HashMap::new(),
             ended: HashSet::new(),
+            settled: HashMap::new(),
             out,
         };
         merge.run(durable, live, high).await;
@@ -152,6 +153,10 @@ struct Merge {
     /// (the durable stream won the race: it is polled first) is stale, though the
     /// item's view, which would have trimmed it, is gone.
     ended: HashSet<RunId>,
+    /// Items (and their runs) whose first durable state delivered was their settled
+    /// snapshot (the pump may coalesce an item's snapshots into it), so no view follows
+    /// them: their live text still queued in the hub is stale. Dropped at the run's end.
+    settled: HashMap<TurnItemId, Option<RunId>>,
     out: Out,
 }
 
@@ -220,7 +225,9 @@ impl Merge {
             EventBody::TurnItemUpdated(item) => {
                 if let Some(view) = self.items.get_mut(&item.id) {
                     absorb(view, item);
-                } else if !is_settled(item) && has_growing_text(item) {
+                } else if is_settled(item) {
+                    self.settled.insert(item.id.clone(), item.run_id.clone());
+                } else if has_growing_text(item) {
                     let mut view = ItemView {
                         run_id: item.run_id.clone(),
                         ..ItemView::default()
@@ -244,6 +251,7 @@ impl Merge {
             EventBody::RunUpdated(run) if run.status.is_terminal() => {
                 self.items
                     .retain(|_, v| v.run_id.as_ref() != Some(&run.id) || v.pending.is_some());
+                self.settled.retain(|_, r| r.as_ref() != Some(&run.id));
                 self.ended.insert(run.id.clone());
             }
             _ => {}
@@ -408,11 +416,13 @@ impl Merge {
         }
     }
 
-    /// Whether live text of `item` (of `run`) is stale: its run's terminal state was
-    /// delivered and its view went with it (see [`Merge::ended`]). A view kept for a
-    /// reset still waiting follows its own rules.
+    /// Whether live text of `item` (of `run`) is stale although no view follows it:
+    /// its settled snapshot ([`Merge::settled`]) or its run's terminal state
+    /// ([`Merge::ended`]) was delivered. An item with a view (one streaming, or one
+    /// reset for a retry) follows the view's rules.
     fn is_stale(&self, item: &TurnItemId, run: Option<&RunId>) -> bool {
-        run.is_some_and(|run| self.ended.contains(run)) && !self.items.contains_key(item)
+        !self.items.contains_key(item)
+            && (self.settled.contains_key(item) || run.is_some_and(|run| self.ended.contains(run)))
     }
 
     /// Sends `delta` whole when it introduces its item to this subscriber, else slim.
@@ -514,6 +524,7 @@ mod tests {
             pos: 0,
             items: HashMap::new(),
             ended: HashSet::new(),
+            settled: HashMap::new(),
             out: Out {
                 tx,
                 wire: Wire::Ws,
@@ -698,5 +709,19 @@ mod tests {
             sent(merge, rx).await,
             ["event 1", "delta 0 {\"a\"", "event 2"]
         );
+    }
+
+    /// LIVE-02: an item whose snapshots were coalesced into its settled one reaches the
+    /// subscriber settled first; a delta of it the durable stream overtook is stale.
+    #[tokio::test]
+    async fn live_02_a_delta_overtaken_by_its_items_settled_snapshot_is_not_sent() {
+        let (mut merge, rx) = merge();
+        merge
+            .durable(stored(1, answer("ran it", TurnItemStatus::Completed)))
+            .await
+            .unwrap();
+        merge.live(delta(0, "ran")).await.unwrap();
+        merge.live(delta(3, " it")).await.unwrap();
+        assert_eq!(sent(merge, rx).await, ["event 1"]);
     }
 }
