@@ -1,6 +1,7 @@
 // Process tests of live deltas (LIVE-01, LIVE-02) through the real binary: deltas on
 // the WebSocket and SSE ahead of their snapshots, and a client that checks every
-// offset across a forced reconnect mid-stream and across a retried attempt.
+// offset across a forced reconnect mid-stream and across a retried attempt; tool
+// output (bash, codex commands) streaming while the tool runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
