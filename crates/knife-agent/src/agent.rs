@@ -341,7 +341,7 @@ async fn run_tools(
                 match verdict {
                     Ok(()) => {
                         rec.tool_running(call.idx);
-                        tools.execute(&call.name, args, &call_ctx).await
+                        execute_streaming(rec, tools, &call.name, call.idx, args, &call_ctx).await
                     }
                     Err(refused) => Err(refused),
                 }
@@ -360,6 +360,41 @@ async fn run_tools(
             call_id: call.id,
             content,
         });
+    }
+}
+
+/// Executes tool call `idx` while recording the output it streams as it runs
+/// (LIVE-02: live `output` deltas at once, durable chunks per persistence window).
+async fn execute_streaming(
+    rec: &mut TurnRecorder,
+    tools: &ToolSet,
+    name: &str,
+    idx: usize,
+    args: serde_json::Value,
+    ctx: &ToolContext,
+) -> Result<String, ToolError> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = ctx.with_output(tx);
+    let exec = tools.execute(name, args, &ctx);
+    tokio::pin!(exec);
+    let result = loop {
+        let deadline = rec.next_flush_deadline();
+        tokio::select! {
+            biased;
+            result = &mut exec => break result,
+            Some(text) = rx.recv() => rec.tool_output(idx, &text),
+            () = sleep_until_deadline(deadline), if deadline.is_some() => rec.flush_due(),
+        }
+    };
+    while let Ok(text) = rx.try_recv() {
+        rec.tool_output(idx, &text);
+    }
+    result
+}
+
+async fn sleep_until_deadline(deadline: Option<tokio::time::Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline).await;
     }
 }
 

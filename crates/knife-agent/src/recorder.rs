@@ -330,6 +330,12 @@ impl TurnRecorder {
         self.core.set_item_status(idx, TurnItemStatus::Running);
     }
 
+    /// More output of running tool call `idx` (e.g. `bash` stdout/stderr): live at
+    /// once, durable per window (LIVE-02, LIVE-03).
+    pub(crate) fn tool_output(&mut self, idx: usize, text: &str) {
+        self.core.tool_output_delta(idx, text);
+    }
+
     /// The tool call finished: completed with `output`, or failed with the error text.
     pub(crate) fn tool_finished(&mut self, idx: usize, result: &Result<String, ToolError>) {
         match result {

@@ -6,9 +6,12 @@
 //! mark, then one catch-up delta per live item (its not-yet-durable tail), then live
 //! deltas. A delta's text that the subscriber already has (from a durable snapshot
 //! or an earlier delta) is trimmed; one that would leave a gap is filled from the
-//! hub. A reset waits until the durable events read before it were delivered.
+//! hub. Live text the durable stream made stale is dropped: of an item whose settled
+//! snapshot or whose run's end was delivered, of a field a snapshot closed (a tool
+//! call's input once parsed). A reset waits until the durable events read before it
+//! were delivered.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -114,6 +117,8 @@ pub(crate) fn feed(
             thread: thread.clone(),
             pos: after,
             items: HashMap::new(),
+            ended: HashSet::new(),
+            settled: HashMap::new(),
             out,
         };
         merge.run(durable, live, high).await;
@@ -128,6 +133,9 @@ struct ItemView {
     generation: u32,
     /// Bytes of each field the subscriber holds.
     sent: BTreeMap<DeltaField, u64>,
+    /// Fields a durable snapshot delivered without text: final (a tool call's input
+    /// once complete is its parsed JSON), so later live text of theirs is stale.
+    closed: BTreeSet<DeltaField>,
     /// Its settled snapshot was delivered: later deltas of this generation are stale.
     settled: bool,
     /// A delta introducing it (thread, run, ordinal) was sent since subscribing or
@@ -143,6 +151,15 @@ struct Merge {
     /// The last durable sequence delivered (or the client's `after`).
     pos: u64,
     items: HashMap<TurnItemId, ItemView>,
+    /// Runs whose terminal `run.updated` was delivered: every item of theirs is final
+    /// in the durable log, so a delta of theirs still queued in the hub's broadcast
+    /// (the durable stream won the race: it is polled first) is stale, though the
+    /// item's view, which would have trimmed it, is gone.
+    ended: HashSet<RunId>,
+    /// Items (and their runs) whose first durable state delivered was their settled
+    /// snapshot (the pump may coalesce an item's snapshots into it), so no view follows
+    /// them: their live text still queued in the hub is stale. Dropped at the run's end.
+    settled: HashMap<TurnItemId, Option<RunId>>,
     out: Out,
 }
 
@@ -211,7 +228,9 @@ impl Merge {
             EventBody::TurnItemUpdated(item) => {
                 if let Some(view) = self.items.get_mut(&item.id) {
                     absorb(view, item);
-                } else if !is_settled(item) && has_growing_text(item) {
+                } else if is_settled(item) {
+                    self.settled.insert(item.id.clone(), item.run_id.clone());
+                } else if has_growing_text(item) {
                     let mut view = ItemView {
                         run_id: item.run_id.clone(),
                         ..ItemView::default()
@@ -235,6 +254,8 @@ impl Merge {
             EventBody::RunUpdated(run) if run.status.is_terminal() => {
                 self.items
                     .retain(|_, v| v.run_id.as_ref() != Some(&run.id) || v.pending.is_some());
+                self.settled.retain(|_, r| r.as_ref() != Some(&run.id));
+                self.ended.insert(run.id.clone());
             }
             _ => {}
         }
@@ -261,6 +282,9 @@ impl Merge {
     /// One catch-up delta per live item: the hub's text past what the subscriber holds.
     async fn catch_up(&mut self) -> Result<(), ()> {
         for item in self.hub.snapshot(&self.thread) {
+            if self.is_stale(&item.item_id, item.run_id.as_ref()) {
+                continue;
+            }
             let view = self.items.entry(item.item_id.clone()).or_default();
             if view.run_id.is_none() {
                 view.run_id = item.run_id.clone();
@@ -318,11 +342,15 @@ impl Merge {
                 }
                 view.generation = generation;
                 view.sent.clear();
+                view.closed.clear();
                 view.settled = false;
                 view.introduced = false;
                 self.send(Outgoing::Reset(reset)).await
             }
             LiveMessage::Delta { delta, generation } => {
+                if self.is_stale(&delta.item_id, delta.run_id.as_ref()) {
+                    return Ok(());
+                }
                 let view = self.items.entry(delta.item_id.clone()).or_default();
                 if view.run_id.is_none() {
                     view.run_id = delta.run_id.clone();
@@ -338,6 +366,7 @@ impl Merge {
                     // Its reset was lost (the subscriber lagged): reset now.
                     view.generation = generation;
                     view.sent.clear();
+                    view.closed.clear();
                     view.settled = false;
                     view.introduced = false;
                     let reset = Arc::new(ItemReset {
@@ -350,7 +379,7 @@ impl Merge {
                     return Ok(());
                 };
                 let sent = view.sent.get(&delta.field).copied().unwrap_or(0);
-                if delta.end() <= sent {
+                if delta.end() <= sent || view.closed.contains(&delta.field) {
                     return Ok(());
                 }
                 let out = if delta.offset == sent {
@@ -390,6 +419,15 @@ impl Merge {
         }
     }
 
+    /// Whether live text of `item` (of `run`) is stale although no view follows it:
+    /// its settled snapshot ([`Merge::settled`]) or its run's terminal state
+    /// ([`Merge::ended`]) was delivered. An item with a view (one streaming, or one
+    /// reset for a retry) follows the view's rules.
+    fn is_stale(&self, item: &TurnItemId, run: Option<&RunId>) -> bool {
+        !self.items.contains_key(item)
+            && (self.settled.contains_key(item) || run.is_some_and(|run| self.ended.contains(run)))
+    }
+
     /// Sends `delta` whole when it introduces its item to this subscriber, else slim.
     async fn send_delta(&mut self, delta: &ItemDelta) -> Result<(), ()> {
         let view = self.items.entry(delta.item_id.clone()).or_default();
@@ -412,6 +450,9 @@ fn tail(
     field: DeltaField,
     text: &str,
 ) -> Option<ItemDelta> {
+    if view.closed.contains(&field) {
+        return None;
+    }
     let sent = view.sent.get(&field).copied().unwrap_or(0);
     let from = usize::try_from(sent).ok()?;
     let rest = text.get(from..).filter(|r| !r.is_empty())?;
@@ -442,9 +483,11 @@ fn absorb(view: &mut ItemView, item: &TurnItem) {
                 let len = text.len() as u64;
                 let sent = view.sent.entry(field).or_insert(0);
                 *sent = (*sent).max(len);
+                view.closed.remove(&field);
             }
             None => {
                 view.sent.remove(&field);
+                view.closed.insert(field);
             }
         }
     }
@@ -464,3 +507,6 @@ fn is_settled(item: &TurnItem) -> bool {
         TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
     )
 }
+
+#[cfg(test)]
+mod tests;

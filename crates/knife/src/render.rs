@@ -109,6 +109,9 @@ pub struct RunView<'p> {
     /// Live text of items after an unfinished tool call: deltas overtake the durable
     /// tool result, so they wait for it to keep the transcript's order.
     held: Vec<ItemDelta>,
+    /// Running tool calls: their name and the end of the output they streamed so far
+    /// (LIVE-02), whose last line the spinner shows (`running bash… │ line`).
+    running: HashMap<TurnItemId, (String, String)>,
     /// The spinner, on stderr, only while nothing is printed on the current line and
     /// no approval is being asked: it redraws its line with `\r` + clear-line, which
     /// would wipe streamed text or a prompt.
@@ -148,6 +151,7 @@ impl<'p> RunView<'p> {
             tools: HashMap::new(),
             open_tools: HashMap::new(),
             held: Vec::new(),
+            running: HashMap::new(),
             spinner: None,
             message: WAITING.to_owned(),
             mid_line: false,
@@ -390,9 +394,10 @@ impl<'p> RunView<'p> {
     /// Prints an answer's live text as it arrives (LIVE-01); the durable snapshots
     /// then add nothing already printed.
     ///
-    /// A tool call's own deltas print nothing, but one that streams before its first
-    /// durable event (deltas can overtake the log) counts as open from then on: the
-    /// text after it waits, so its `→ tool` line prints first (UX-03).
+    /// A tool call's own deltas are not printed (its output is previewed once it
+    /// settles; while it runs, the spinner shows its output's last line), but one that
+    /// streams before its first durable event (deltas can overtake the log) counts as
+    /// open from then on: the text after it waits, so its `→ tool` line prints first (UX-03).
     fn delta(&mut self, delta: &ItemDelta, run: &RunId) {
         if delta.run_id.as_ref() != Some(run) {
             return;
@@ -401,6 +406,9 @@ impl<'p> RunView<'p> {
             DeltaField::Text => true,
             DeltaField::Reasoning => false,
             DeltaField::Input | DeltaField::Output => {
+                if delta.field == DeltaField::Output {
+                    self.tool_progress(delta);
+                }
                 if !self.tools.contains_key(&delta.item_id) {
                     self.open_tools
                         .entry(delta.item_id.clone())
@@ -428,6 +436,27 @@ impl<'p> RunView<'p> {
         } else {
             self.print_reasoning(&delta.item_id, fresh);
         }
+    }
+
+    /// More output of a running tool call: the spinner says its last line.
+    fn tool_progress(&mut self, delta: &ItemDelta) {
+        let Some((tool, tail)) = self.running.get_mut(&delta.item_id) else {
+            return;
+        };
+        tail.push_str(&delta.text);
+        // Only the end is needed: the last line, at most 60 characters of it.
+        if tail.len() > 1024 {
+            let mut cut = tail.len() - 512;
+            while !tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            tail.drain(..cut);
+        }
+        let message = match last_line(tail) {
+            Some(line) => format!("running {tool}… │ {line}"),
+            None => format!("running {tool}…"),
+        };
+        self.set_message(message);
     }
 
     /// A discarded attempt: its printed text cannot be taken back, so the retry's
@@ -548,9 +577,14 @@ impl<'p> RunView<'p> {
                 match item.status {
                     TurnItemStatus::Pending => {}
                     TurnItemStatus::Running | TurnItemStatus::Waiting => {
-                        self.set_message(format!("running {tool}…"))
+                        self.set_message(format!("running {tool}…"));
+                        let tail = output.clone().unwrap_or_default();
+                        self.running.insert(item.id.clone(), (tool.clone(), tail));
                     }
-                    _ => self.set_message(WAITING),
+                    _ => {
+                        self.running.remove(&item.id);
+                        self.set_message(WAITING)
+                    }
                 }
                 self.release_held(item.run_id.clone());
             }
@@ -677,108 +711,5 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
-/// The first lines of a tool's output, for the preview under its summary (UX-03): at
-/// most [`PREVIEW_LINES`], each cut at 160 characters, then `… N more lines`; bash's
-/// own status lines left out.
-pub fn output_preview(tool: &str, output: &str) -> Vec<String> {
-    let lines: Vec<&str> = output
-        .lines()
-        .filter(|l| {
-            tool != "bash"
-                || !(l.starts_with("(exit ")
-                    || l.starts_with("(killed by signal")
-                    || *l == "(no output)"
-                    || l.starts_with("(background processes it left running"))
-        })
-        .collect();
-    let mut out: Vec<String> = lines
-        .iter()
-        .take(PREVIEW_LINES)
-        .map(|l| {
-            if l.chars().count() > 160 {
-                format!("{}…", l.chars().take(159).collect::<String>())
-            } else {
-                (*l).to_owned()
-            }
-        })
-        .collect();
-    if lines.len() > PREVIEW_LINES {
-        out.push(format!("… {} more lines", lines.len() - PREVIEW_LINES));
-    }
-    out
-}
-
-/// Lines of tool output shown under a tool call.
-pub const PREVIEW_LINES: usize = 4;
-
-/// A short summary of a tool's output: its line count, and for `bash` the exit
-/// status it ends with (`no output, exit code 0`, `3 lines, exit code 1`).
-pub fn summarize_output(tool: &str, output: &str) -> String {
-    let mut lines: Vec<&str> = output.lines().collect();
-    let mut status = None;
-    if tool == "bash" {
-        if let Some(last) = lines.last()
-            && (last.starts_with("(exit ") || last.starts_with("(killed by signal"))
-        {
-            status = Some(last.trim_start_matches('(').trim_end_matches(')'));
-            lines.pop();
-        }
-        // Lines the bash tool adds about the output rather than output itself.
-        lines.retain(|l| {
-            *l != "(no output)" && !l.starts_with("(background processes it left running")
-        });
-    }
-    let count = match lines.len() {
-        0 => "no output".to_owned(),
-        1 => "1 line".to_owned(),
-        n => format!("{n} lines"),
-    };
-    match status {
-        Some(status) => format!("{count}, {status}"),
-        None => count,
-    }
-}
-
-/// A one-line, at most 120-char rendering of a tool input.
-pub fn compact_input(input: &serde_json::Value) -> String {
-    let text = match input {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    if text.chars().count() > 120 {
-        format!("{}…", text.chars().take(119).collect::<String>())
-    } else {
-        text
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bash_output_is_summarised_with_its_exit_status() {
-        assert_eq!(
-            summarize_output("bash", "(no output)\n(exit code 0)"),
-            "no output, exit code 0"
-        );
-        assert_eq!(
-            summarize_output("bash", "a\nb\nc\n(exit code 1)"),
-            "3 lines, exit code 1"
-        );
-        assert_eq!(summarize_output("read", "one\n"), "1 line");
-        assert_eq!(summarize_output("list", ""), "no output");
-    }
-
-    #[test]
-    fn ux_03_tool_output_preview_shows_the_first_lines_and_counts_the_rest() {
-        let out = "a\nb\nc\nd\ne\nf\n(exit code 0)";
-        assert_eq!(
-            output_preview("bash", out),
-            ["a", "b", "c", "d", "… 2 more lines"]
-        );
-        assert!(output_preview("bash", "(no output)\n(exit code 0)").is_empty());
-        assert_eq!(thousands(1_234_567), "1,234,567");
-        assert_eq!(thousands(12), "12");
-    }
-}
+mod tool_text;
+pub use tool_text::{compact_input, last_line, output_preview, output_tail, summarize_output};

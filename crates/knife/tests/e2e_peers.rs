@@ -544,3 +544,72 @@ peer_suite! {
     opencode => OPENCODE, knife_peer_opencode,
         "needs the opencode peer: scripts/install-peers.sh --only opencode";
 }
+
+/// LIVE-02 with the real codex (issue 14 item 1): a command printing a line every
+/// 300 ms streams its output through `item/commandExecution/outputDelta`, which knife
+/// records as it runs: the `command` item's output is durable per persistence window
+/// (appended `output` chunks before it settles), and settles with every line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(knife_peer_codex),
+    ignore = "needs the codex peer: run scripts/test (or scripts/install-peers.sh --only codex)"
+)]
+async fn live_02_codex_command_output_is_recorded_as_it_runs() {
+    let spec = &CODEX;
+    let command = "for i in 1 2 3 4; do echo line $i; sleep 0.3; done";
+    let script = Script::new(vec![
+        ScriptResponse {
+            tool_calls: vec![(spec.shell_call)(command)],
+            ..ScriptResponse::default()
+        },
+        ScriptResponse::text("Printed them."),
+    ]);
+    let rig = Rig::start(spec, script, "").await;
+    let thread = rig.thread().await;
+    let run = rig.send(&thread, "Print the lines.").await;
+    let (p, _) = rig.finish(&thread, &run, true).await;
+    let r = p.runs.iter().find(|r| r.id.as_str() == run).unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
+    let events = rig.events(&thread).await;
+    let command_item = events
+        .iter()
+        .find_map(|e| match &e.event.body {
+            EventBody::TurnItemUpdated(i)
+                if matches!(&i.kind, TurnItemKind::ToolCall { tool, .. } if tool == "command") =>
+            {
+                Some(i.id.clone())
+            }
+            _ => None,
+        })
+        .expect("no command item");
+    let chunks: Vec<&TurnItemAppend> = events
+        .iter()
+        .filter_map(|e| match &e.event.body {
+            EventBody::TurnItemAppended(c)
+                if c.item_id == command_item && c.field == DeltaField::Output =>
+            {
+                Some(c)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        chunks.len() >= 2,
+        "output chunks of the running command: {chunks:?}"
+    );
+    let settled = p
+        .turn_items
+        .iter()
+        .find(|i| i.id == command_item)
+        .expect("the command item");
+    let TurnItemKind::ToolCall {
+        output: Some(output),
+        ..
+    } = &settled.kind
+    else {
+        panic!("{settled:?}")
+    };
+    for i in 1..=4 {
+        assert!(output.contains(&format!("line {i}")), "{output:?}");
+    }
+}

@@ -100,6 +100,10 @@ fn server_messages_codex_sent_match_the_schema() {
     let delta = json!({"method": "item/agentMessage/delta", "params": {
         "threadId": "t", "turnId": "u", "itemId": "msg_1", "delta": "Hello"}});
     schema.check("ServerNotification.json", &delta).unwrap();
+    // A command's output as it runs (fake_codex `run_command`; LIVE-02).
+    let output = json!({"method": "item/commandExecution/outputDelta", "params": {
+        "threadId": "t", "turnId": "u", "itemId": "call_1", "delta": "out 1\n"}});
+    schema.check("ServerNotification.json", &output).unwrap();
     let completed = json!({"method": "turn/completed", "params": {"threadId": "t", "turn": {
         "id": "u", "items": [], "status": "interrupted", "error": null,
         "startedAt": 1, "completedAt": 2, "durationMs": 952}}});

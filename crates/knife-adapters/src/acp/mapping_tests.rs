@@ -456,3 +456,52 @@ async fn acp_chunks_go_live_at_once_durable_per_window_and_an_answered_tool_wait
     );
     assert!(end.iter().all(|i| i.status != TurnItemStatus::Running));
 }
+
+/// LIVE-02 for ACP: `tool_call_update`s of a running call whose content grows (an
+/// agent streaming a command's output) stream the new text as `output` deltas (and
+/// durable chunks), not a whole snapshot each; the completed content settles it.
+#[test]
+fn live_02_a_running_tool_calls_growing_content_streams_as_output_deltas() {
+    let mut t = turn();
+    t.start();
+    let content =
+        |text: &str| json!([{"type": "content", "content": {"type": "text", "text": text}}]);
+    t.apply(update(
+        json!({"sessionUpdate": "tool_call", "toolCallId": "c1",
+        "title": "Build", "kind": "execute", "status": "in_progress",
+        "rawInput": {"command": "make"}}),
+    ));
+    let mut events = Vec::new();
+    for text in ["one\n", "one\ntwo\n"] {
+        events.extend(t.apply(update(json!({"sessionUpdate": "tool_call_update",
+            "toolCallId": "c1", "status": "in_progress", "content": content(text)}))));
+    }
+    let deltas: Vec<(DeltaField, u64, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemDelta(d) => Some((d.field, d.offset, d.text.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        [
+            (DeltaField::Output, 0, "one\n".to_owned()),
+            (DeltaField::Output, 4, "two\n".to_owned())
+        ]
+    );
+    assert!(items(&events).is_empty(), "{events:?}");
+    let chunks = events
+        .iter()
+        .filter(|e| matches!(e, AdapterEvent::TurnItemAppended(_)))
+        .count();
+    assert_eq!(chunks, 2, "ACP writes every update (no window): {events:?}");
+    let done = t.apply(update(json!({"sessionUpdate": "tool_call_update",
+        "toolCallId": "c1", "status": "completed", "content": content("one\ntwo\nok")})));
+    let settled = items(&done);
+    assert!(
+        matches!(&settled[..], [i] if i.status == TurnItemStatus::Completed
+            && matches!(&i.kind, TurnItemKind::ToolCall { output: Some(o), .. } if o == "one\ntwo\nok")),
+        "{done:?}"
+    );
+}

@@ -7,6 +7,7 @@
 //! | `item/started` / `item/completed` `agentMessage` | assistant message item (text streams with `item/agentMessage/delta`; the completed text wins) |
 //! | `reasoning` + `item/reasoning/textDelta` / `summaryTextDelta` | reasoning item |
 //! | `commandExecution` | tool item `command` (`{command, cwd}` → aggregated output; `failed` / `declined` → error) |
+//! | `item/commandExecution/outputDelta` | more `output` of that tool item while it runs (live deltas, durable per window; the completed item's aggregated output wins) |
 //! | `fileChange` | tool item `file_change` (`{changes}`) |
 //! | `mcpToolCall` | tool item `mcp__<server>__<tool>` (arguments → result text or error) |
 //! | `webSearch`, `dynamicToolCall`, `imageView`, `imageGeneration`, `collabAgentToolCall` | tool item named after the type |
@@ -115,6 +116,19 @@ impl Inner {
                     let mut st = lock(&self.state);
                     if let Some(turn) = current_turn(&mut st, &d.thread_id, &d.turn_id) {
                         turn.recorder.text_delta(&d.item_id, kind, &d.delta);
+                    }
+                }
+            }
+            method::COMMAND_OUTPUT_DELTA => {
+                if let Some(d) = self.parse::<wire::DeltaNotification>(method, params) {
+                    let mut st = lock(&self.state);
+                    if let Some(turn) = current_turn(&mut st, &d.thread_id, &d.turn_id)
+                        && let Some(idx) = turn.recorder.index_of(&d.item_id)
+                    {
+                        // LIVE-02: the command's output as it runs (an item not
+                        // started yet has no tool item to grow; its completion
+                        // carries the whole output).
+                        turn.recorder.tool_output_delta(idx, &d.delta);
                     }
                 }
             }

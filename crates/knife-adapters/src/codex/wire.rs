@@ -43,6 +43,9 @@ pub mod method {
     pub const REASONING_TEXT_DELTA: &str = "item/reasoning/textDelta";
     /// Server notification: more reasoning summary text of a `reasoning` item.
     pub const REASONING_SUMMARY_DELTA: &str = "item/reasoning/summaryTextDelta";
+    /// Server notification: more output (stdout and stderr as read) of a running
+    /// `commandExecution` item.
+    pub const COMMAND_OUTPUT_DELTA: &str = "item/commandExecution/outputDelta";
     /// Server notification: the thread's token usage (cumulative and last call).
     pub const TOKEN_USAGE_UPDATED: &str = "thread/tokenUsage/updated";
     /// Server notification: the thread's status changed (`idle`, `active` with flags, …).
@@ -81,6 +84,7 @@ pub mod method {
         AGENT_MESSAGE_DELTA,
         REASONING_TEXT_DELTA,
         REASONING_SUMMARY_DELTA,
+        COMMAND_OUTPUT_DELTA,
         TOKEN_USAGE_UPDATED,
         THREAD_STATUS_CHANGED,
         ERROR,
@@ -183,6 +187,10 @@ pub const SCHEMA_FIELDS: &[(&str, &[&str])] = &[
     ),
     (
         "v2/ReasoningSummaryTextDeltaNotification.json",
+        &["threadId", "turnId", "itemId", "delta"],
+    ),
+    (
+        "v2/CommandExecutionOutputDeltaNotification.json",
         &["threadId", "turnId", "itemId", "delta"],
     ),
     (
@@ -508,7 +516,8 @@ pub enum ThreadItem {
     },
 }
 
-/// Text deltas (`item/agentMessage/delta`, `item/reasoning/*Delta`).
+/// Text deltas (`item/agentMessage/delta`, `item/reasoning/*Delta`) and command
+/// output deltas (`item/commandExecution/outputDelta`, the text as codex decoded it).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeltaNotification {

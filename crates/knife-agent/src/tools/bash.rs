@@ -9,7 +9,9 @@
 //!   call fails with what it printed so far.
 //! - Output: stdout and stderr interleaved, at most [`MAX_OUTPUT_BYTES`] kept —
 //!   the first [`HEAD_BYTES`] and the last [`TAIL_BYTES`] — with a note saying
-//!   how many bytes were dropped between them.
+//!   how many bytes were dropped between them. While it runs, the output also goes
+//!   to [`ToolContext::emit_output`] as it is read (LIVE-02: the item's live
+//!   `output` deltas), whole characters only, its first [`MAX_OUTPUT_BYTES`] at most.
 //! - Processes the command leaves running (`server &`) are stopped when the
 //!   shell exits: nothing a call starts outlives it.
 //! - Abort: when the turn is cancelled (or the call's future dropped) the whole
@@ -137,8 +139,9 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> Result<String
     let pgid = group.pgid();
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     let mut out = CappedOutput::default();
+    let mut live = LiveOutput::default();
     let (end, leftovers) = {
-        let reading = pump(&mut pipe, &mut out);
+        let reading = pump(&mut pipe, &mut out, &mut live, ctx);
         tokio::pin!(reading);
         let mut eof = false;
         let end = loop {
@@ -160,6 +163,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> Result<String
         (end, ended.had_members)
     };
     tracing::debug!(pgid, "command finished");
+    live.finish(ctx);
     let mut text = out.render();
     match end {
         End::Aborted => Err(ToolError::Aborted),
@@ -200,19 +204,70 @@ fn describe_status(status: Option<std::process::ExitStatus>) -> String {
     }
 }
 
-/// Reads `pipe` to EOF into `out`.
-async fn pump(pipe: &mut tokio::net::unix::pipe::Receiver, out: &mut CappedOutput) {
+/// Reads `pipe` to EOF into `out`, streaming it through `live` as it comes.
+async fn pump(
+    pipe: &mut tokio::net::unix::pipe::Receiver,
+    out: &mut CappedOutput,
+    live: &mut LiveOutput,
+    ctx: &ToolContext,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) => return,
-            Ok(n) => out.push(&buf[..n]),
+            Ok(n) => {
+                out.push(&buf[..n]);
+                live.push(&buf[..n], ctx);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 tracing::debug!("reading the command's output failed: {e}");
                 return;
             }
         }
+    }
+}
+
+/// The output streamed while the command runs (LIVE-02): whole UTF-8 characters (one
+/// split across reads waits for its rest; invalid bytes are replaced, as in
+/// [`CappedOutput::render`]), the first [`MAX_OUTPUT_BYTES`] at most: the result of
+/// a longer output keeps only its start and end anyway.
+#[derive(Debug, Default)]
+struct LiveOutput {
+    pending: Vec<u8>,
+    sent: usize,
+}
+
+impl LiveOutput {
+    fn push(&mut self, data: &[u8], ctx: &ToolContext) {
+        if self.sent >= MAX_OUTPUT_BYTES {
+            return;
+        }
+        self.pending.extend_from_slice(data);
+        let whole = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // An incomplete character at the end waits; an invalid one is replaced.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        let bytes: Vec<u8> = self.pending.drain(..whole).collect();
+        self.send(&String::from_utf8_lossy(&bytes), ctx);
+    }
+
+    /// The command ended: what is left (a character cut off) goes out as it is.
+    fn finish(&mut self, ctx: &ToolContext) {
+        let bytes = std::mem::take(&mut self.pending);
+        self.send(&String::from_utf8_lossy(&bytes), ctx);
+    }
+
+    fn send(&mut self, text: &str, ctx: &ToolContext) {
+        let room = MAX_OUTPUT_BYTES.saturating_sub(self.sent);
+        let mut end = text.len().min(room);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.sent += end;
+        ctx.emit_output(&text[..end]);
     }
 }
 

@@ -229,6 +229,9 @@ pub struct ToolContext {
     /// The permission subject this call was checked (and maybe approved) for; the
     /// file actually opened is checked against it (SEC-03, `check_opened`).
     checked_subject: Option<Arc<str>>,
+    /// Where a call streams its output as it runs ([`Self::emit_output`]), if anyone
+    /// listens (the agent loop records it as live deltas, LIVE-02).
+    output: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl ToolContext {
@@ -258,6 +261,7 @@ impl ToolContext {
             policy: Arc::new(ToolPolicy::default()),
             thread: None,
             checked_subject: None,
+            output: None,
         })
     }
 
@@ -293,6 +297,25 @@ impl ToolContext {
         Self {
             checked_subject: Some(subject.into()),
             ..self.clone()
+        }
+    }
+
+    /// The same context for one call whose output, as it runs, goes to `output` (in
+    /// the order produced; the call's result is still what it returns).
+    pub fn with_output(&self, output: tokio::sync::mpsc::UnboundedSender<String>) -> Self {
+        Self {
+            output: Some(output),
+            ..self.clone()
+        }
+    }
+
+    /// Hands `text` (more of the running call's output, whole UTF-8 characters) to
+    /// the listener set by [`Self::with_output`]; nothing when none listens.
+    pub fn emit_output(&self, text: &str) {
+        if let Some(output) = &self.output
+            && !text.is_empty()
+        {
+            let _ = output.send(text.to_owned());
         }
     }
 

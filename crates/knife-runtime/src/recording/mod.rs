@@ -423,7 +423,7 @@ impl TurnRecorder {
         state.unsent = 0;
         state.dirty = false;
         state.durable_len = if state.open {
-            text::growing_text(&state.item.kind).map(str::len)
+            text::growing(&state.item.kind).map(|(_, text)| text.len())
         } else {
             None
         };

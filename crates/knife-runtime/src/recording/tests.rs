@@ -352,3 +352,131 @@ async fn live_03_the_window_never_shrinks_below_a_longer_first_window_and_zero_w
         vec![1, 2, 3, 4, 5]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn live_02_tool_output_goes_live_at_once_durable_per_window_and_settles_whole() {
+    let (mut rec, mut rx) = recorder();
+    drain(&mut rx);
+    rec.tool_started(
+        "tool",
+        "call-1",
+        "bash",
+        serde_json::json!({"command": "x"}),
+    );
+    let idx = rec.index_of("tool").unwrap();
+    drain(&mut rx);
+    let mut streamed = String::new();
+    let mut live = String::new();
+    for i in 0..12 {
+        let piece = format!("line {i} ✓\n");
+        streamed.push_str(&piece);
+        rec.tool_output_delta(idx, &piece);
+        if i % 3 == 2 {
+            tokio::time::advance(FLUSH_INTERVAL).await;
+            rec.flush_due();
+        }
+    }
+    let result = format!("{streamed}(exit code 0)");
+    rec.settle_tool_at(idx, TurnItemStatus::Completed, Some(result.clone()), None);
+    let events = drain(&mut rx);
+    for e in &events {
+        if let AdapterEvent::TurnItemDelta(d) = e {
+            assert_eq!(d.field, DeltaField::Output);
+            assert_eq!(d.offset, live.len() as u64, "{d:?}");
+            live.push_str(&d.text);
+        }
+    }
+    assert_eq!(live, result, "the live deltas add up to the settled output");
+    let durable = durable(&events);
+    let chunks: Vec<&TurnItemAppend> = durable
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemAppended(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert!(chunks.len() >= 3, "one chunk per window: {durable:?}");
+    assert!(chunks.iter().all(|c| c.field == DeltaField::Output));
+    let Some(AdapterEvent::TurnItemUpdated(last)) = durable.last() else {
+        panic!("no settled snapshot: {durable:?}")
+    };
+    assert_eq!(last.status, TurnItemStatus::Completed);
+    assert!(matches!(&last.kind, TurnItemKind::ToolCall { output: Some(o), .. } if *o == result));
+    // Folded, every durable state of the item is a prefix of its output.
+    for state in durable_states(&events) {
+        if let TurnItemKind::ToolCall {
+            output: Some(o), ..
+        } = &state.kind
+        {
+            assert!(result.starts_with(o.as_str()), "{o:?}");
+        }
+    }
+}
+
+/// LIVE-02 for runtimes that report a call's whole state (ACP `tool_call_update`, codex's
+/// completed item): a running call whose only change is more output streams that text
+/// (a live delta, a durable chunk), not a whole snapshot per update; settling with an
+/// output that extends the streamed one sends the rest live first; one that does not
+/// (a runtime's own aggregate) replaces it through the settled snapshot alone.
+#[tokio::test(start_paused = true)]
+async fn live_02_tool_state_updates_that_grow_the_output_stream_it() {
+    let (mut rec, mut rx) = recorder();
+    let state = |output: Option<&str>, status| ToolState {
+        tool: "execute".into(),
+        input: serde_json::json!({"command": "make"}),
+        output: output.map(str::to_owned),
+        error: None,
+        status,
+    };
+    rec.tool_opened("a", "a", state(None, TurnItemStatus::Running));
+    rec.tool_opened("b", "b", state(None, TurnItemStatus::Running));
+    drain(&mut rx);
+    tokio::time::advance(FLUSH_INTERVAL).await;
+    rec.set_tool_state("a", state(Some("one\n"), TurnItemStatus::Running));
+    tokio::time::advance(FLUSH_INTERVAL).await;
+    rec.set_tool_state("a", state(Some("one\ntwo\n"), TurnItemStatus::Running));
+    let events = drain(&mut rx);
+    let deltas: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemDelta(d) => Some((d.offset, d.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, [(0, "one\n"), (4, "two\n")]);
+    let chunks: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemAppended(c) => Some((c.offset, c.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks, [(0, "one\n"), (4, "two\n")], "{events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, AdapterEvent::TurnItemUpdated(_))),
+        "no whole snapshot per update: {events:?}"
+    );
+    // Settled with more: the rest goes live before the settled snapshot.
+    rec.set_tool_state(
+        "a",
+        state(Some("one\ntwo\n(done)"), TurnItemStatus::Completed),
+    );
+    let events = drain(&mut rx);
+    assert!(
+        matches!(&events[..], [AdapterEvent::TurnItemDelta(d), AdapterEvent::TurnItemUpdated(i)]
+            if d.offset == 8 && d.text == "(done)" && i.status == TurnItemStatus::Completed),
+        "{events:?}"
+    );
+    // Output that does not extend the streamed one: the settled snapshot alone.
+    rec.set_tool_state("b", state(Some("abc"), TurnItemStatus::Running));
+    drain(&mut rx);
+    rec.set_tool_state("b", state(Some("xyz"), TurnItemStatus::Completed));
+    let events = drain(&mut rx);
+    assert!(
+        matches!(&events[..], [AdapterEvent::TurnItemUpdated(i)]
+            if matches!(&i.kind, TurnItemKind::ToolCall { output: Some(o), .. } if o == "xyz")),
+        "{events:?}"
+    );
+}

@@ -50,11 +50,14 @@ impl ItemState {
     }
 }
 
-/// The growing text of a text item's kind (assistant message, reasoning).
-pub(crate) fn growing_text(kind: &TurnItemKind) -> Option<&str> {
+/// The field whose text grows in windows, and its text: an assistant message's
+/// `text`, a reasoning's `reasoning`, a tool call's `output` (empty before any).
+pub(crate) fn growing(kind: &TurnItemKind) -> Option<(DeltaField, &str)> {
     match kind {
-        TurnItemKind::AssistantMessage { text, .. } | TurnItemKind::Reasoning { text, .. } => {
-            Some(text)
+        TurnItemKind::AssistantMessage { text, .. } => Some((DeltaField::Text, text)),
+        TurnItemKind::Reasoning { text, .. } => Some((DeltaField::Reasoning, text)),
+        TurnItemKind::ToolCall { output, .. } => {
+            Some((DeltaField::Output, output.as_deref().unwrap_or("")))
         }
         _ => None,
     }
@@ -132,20 +135,20 @@ impl TurnRecorder {
         }
     }
 
-    /// Writes the durable state of open text item `idx` for its window (LIVE-03): the
-    /// text appended since its last durable state as one `TurnItemAppended` chunk, or
-    /// the whole snapshot when the item has no durable state to continue yet. The
-    /// item's next window is twice this one (up to the style's longest).
-    fn emit_window(&mut self, idx: usize) {
+    /// Writes the durable state of open item `idx` for its window (LIVE-03): the text
+    /// (or tool output) appended since its last durable state as one
+    /// `TurnItemAppended` chunk, or the whole snapshot when the item has no durable
+    /// state to continue yet. The item's next window is twice this one (up to the
+    /// style's longest).
+    pub(super) fn emit_window(&mut self, idx: usize) {
         let now = self.clock.now();
         let Some(state) = self.items.get_mut(idx) else {
             return;
         };
         state.grow_window(&self.style);
-        let (Some(from), Some(field), Some(text)) = (
+        let (Some(from), Some((field, text))) = (
             state.durable_len.filter(|_| state.open),
-            live::text_field(&state.item.kind),
-            growing_text(&state.item.kind),
+            growing(&state.item.kind),
         ) else {
             return self.emit(idx);
         };

@@ -80,6 +80,37 @@ impl TurnRecorder {
         }
     }
 
+    /// More output of running tool item `idx` as the tool produces it (e.g. `bash`
+    /// stdout/stderr, LIVE-02): sent live at once (field `output`) and written in
+    /// persistence windows like streaming text (a chunk per window, LIVE-03). The
+    /// settled item carries the tool's whole result ([`Self::settle_tool_at`]).
+    pub fn tool_output_delta(&mut self, idx: usize, delta: &str) {
+        if self.finished || delta.is_empty() {
+            return;
+        }
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
+        if !state.open {
+            return;
+        }
+        let TurnItemKind::ToolCall { output, .. } = &mut state.item.kind else {
+            return;
+        };
+        let text = output.get_or_insert_with(String::new);
+        let offset = text.len();
+        text.push_str(delta);
+        let live = live::delta(&state.item, DeltaField::Output, offset, delta);
+        state.unsent += delta.len();
+        state.dirty = true;
+        // The item's growing window, as for streaming text (LIVE-03).
+        let due = state.window_due(&self.style);
+        self.send(live);
+        if due {
+            self.emit_window(idx);
+        }
+    }
+
     /// The complete call of tool item `idx`: sets its tool name and input and emits it
     /// (status unchanged).
     pub fn tool_input_complete(&mut self, idx: usize, name: &str, input: Value) {
@@ -127,6 +158,7 @@ impl TurnRecorder {
         }
         let raw =
             (!state.input_complete && !state.raw_input.is_empty()).then(|| state.raw_input.clone());
+        self.send_output_rest(idx, out.as_deref());
         self.update(idx, false, |item| {
             item.status = status;
             if let TurnItemKind::ToolCall {
@@ -213,6 +245,13 @@ impl TurnRecorder {
             state.status,
             TurnItemStatus::Completed | TurnItemStatus::Failed
         );
+        if open && let Some(more) = self.output_growth(idx, &state) {
+            // Only the output grew while the call runs (an ACP `tool_call_update` with
+            // more content): streamed like `bash` output, live at once and durable per
+            // window, not a whole snapshot per update.
+            return self.tool_output_delta(idx, &more);
+        }
+        self.send_output_rest(idx, state.output.as_deref());
         self.update(idx, open, |item| {
             if let TurnItemKind::ToolCall {
                 tool,
@@ -229,6 +268,60 @@ impl TurnRecorder {
             }
             item.status = state.status;
         });
+    }
+
+    /// The text `state` adds to open tool item `idx`'s output, when that is all it
+    /// changes (same tool, input, error and status; the output extends the current one).
+    fn output_growth(&self, idx: usize, state: &ToolState) -> Option<String> {
+        let item = self.items.get(idx).filter(|s| s.open)?;
+        let TurnItemKind::ToolCall {
+            tool,
+            input,
+            output,
+            error,
+            ..
+        } = &item.item.kind
+        else {
+            return None;
+        };
+        if *tool != state.tool
+            || *input != state.input
+            || *error != state.error
+            || item.item.status != state.status
+        {
+            return None;
+        }
+        let more = state
+            .output
+            .as_deref()?
+            .strip_prefix(output.as_deref().unwrap_or(""))?;
+        (!more.is_empty()).then(|| more.to_owned())
+    }
+
+    /// Before tool item `idx`'s output becomes `out` in a snapshot: when its output
+    /// streamed live and `out` extends it, the rest goes live too, so a watcher's deltas
+    /// add up to the item's output (LIVE-02). An `out` that does not extend it (the
+    /// runtime's own aggregate, cut or rewritten) replaces it through the snapshot.
+    fn send_output_rest(&self, idx: usize, out: Option<&str>) {
+        let Some(state) = self.items.get(idx).filter(|s| s.open) else {
+            return;
+        };
+        if let TurnItemKind::ToolCall {
+            output: Some(streamed),
+            ..
+        } = &state.item.kind
+            && !streamed.is_empty()
+            && let Some(rest) = out
+                .and_then(|out| out.strip_prefix(streamed.as_str()))
+                .filter(|rest| !rest.is_empty())
+        {
+            self.send(live::delta(
+                &state.item,
+                DeltaField::Output,
+                streamed.len(),
+                rest,
+            ));
+        }
     }
 
     /// The input of tool item `key`, when it exists.

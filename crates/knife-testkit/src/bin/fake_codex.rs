@@ -20,6 +20,10 @@
 //! - `{"approve_command": "touch x"}`: a command item that asks
 //!   `item/commandExecution/requestApproval` and runs (`completed`) on `accept` /
 //!   `acceptForSession`, else ends `declined`;
+//! - `{"run_command": "make", "output": ["a\n", "b\n"], "pause_ms": N}`: a command item
+//!   that runs without asking: each piece of `output` is one
+//!   `item/commandExecution/outputDelta`, N ms apart (and N ms before the item
+//!   completes); the completed item's `aggregatedOutput` is the pieces joined;
 //! - `{"approve_patch": "src/lib.rs"}`: a file-change item on that path that asks
 //!   `item/fileChange/requestApproval` and is `completed` on `accept`, else `declined`;
 //! - `{"mcp_tool": "whoami"}`: an MCP tool call on server `knife` asked through
@@ -586,6 +590,42 @@ async fn run_command(fake: &Arc<Fake>, thread: &str, ids: &Value, command: &Valu
         if decision == "cancel" {
             return Some(End::Interrupted);
         }
+    } else if let Some(cmd) = command.get("run_command").and_then(Value::as_str) {
+        let item = fake.fresh("call");
+        let pieces: Vec<&str> = command
+            .get("output")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let pause = Duration::from_millis(
+            command
+                .get("pause_ms")
+                .and_then(Value::as_u64)
+                .unwrap_or_default(),
+        );
+        let started = json!({"type": "commandExecution", "id": item, "command": cmd, "cwd": "/work",
+                             "status": "inProgress", "commandActions": [], "aggregatedOutput": null, "exitCode": null});
+        fake.notify(
+            "item/started",
+            with(ids, json!({"item": started, "startedAtMs": now_ms()})),
+        );
+        for (i, piece) in pieces.iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(pause).await;
+            }
+            fake.notify(
+                "item/commandExecution/outputDelta",
+                with(ids, json!({"itemId": item, "delta": piece})),
+            );
+        }
+        tokio::time::sleep(pause).await;
+        let done = json!({"type": "commandExecution", "id": item, "command": cmd, "cwd": "/work",
+                          "status": "completed", "commandActions": [],
+                          "aggregatedOutput": pieces.concat(), "exitCode": 0});
+        fake.notify(
+            "item/completed",
+            with(ids, json!({"item": done, "completedAtMs": now_ms()})),
+        );
     } else if let Some(path) = command.get("approve_patch").and_then(Value::as_str) {
         let item = fake.fresh("patch");
         let changes = json!([{"path": path, "kind": {"type": "update", "move_path": null}, "diff": "@@ -1 +1 @@\n-a\n+b\n"}]);

@@ -184,6 +184,20 @@ impl ThreadView {
             {
                 *text = live.clone();
             }
+            // A running tool's output streamed live ahead of its snapshot (LIVE-02).
+            (
+                TurnItemKind::ToolCall {
+                    output: Some(live), ..
+                },
+                TurnItemKind::ToolCall { output, .. },
+            ) if matches!(
+                entry.status,
+                TurnItemStatus::Pending | TurnItemStatus::Running | TurnItemStatus::Waiting
+            ) && live.len() > output.as_deref().map_or(0, str::len)
+                && live.starts_with(output.as_deref().unwrap_or("")) =>
+            {
+                *output = Some(live.clone());
+            }
             _ => {}
         }
         *old = entry;
@@ -272,5 +286,42 @@ mod tests {
         view.apply(&stored(4, item("Héllo wörld", "completed")));
         assert_eq!(text(&view), "Héllo wörld");
         assert_eq!(view.entries().len(), 1);
+    }
+
+    #[test]
+    fn live_02_a_running_tools_streamed_output_survives_its_snapshots_until_it_settles() {
+        let tool = |status: &str, output: Option<&str>| {
+            serde_json::json!({"type": "turn-item.updated", "payload": {
+                "id": "c", "thread_id": "t", "run_id": "run:t:1", "provider_turn_id": null,
+                "ordinal": 1_000_001, "status": status, "started_at": null,
+                "completed_at": null, "updated_at": "2026-12-01T00:00:00Z",
+                "type": "tool_call", "call_id": "k", "tool": "bash",
+                "input": {"command": "make"}, "output": output, "error": null}})
+        };
+        let output = |offset: u64, text: &str| {
+            let mut d = delta("c", 1_000_001, offset, text);
+            d.field = DeltaField::Output;
+            d
+        };
+        let shown = |view: &ThreadView| match &view.entries()[0].kind {
+            TurnItemKind::ToolCall { output, .. } => output.clone(),
+            other => panic!("{other:?}"),
+        };
+        let mut view = ThreadView::default();
+        view.apply(&stored(1, tool("running", None)));
+        view.delta(&output(0, "out 1\n"));
+        view.delta(&output(6, "out 2\n"));
+        assert_eq!(shown(&view).as_deref(), Some("out 1\nout 2\n"));
+        // A snapshot of the running call older than the live output keeps it.
+        view.apply(&stored(2, tool("running", Some("out 1\n"))));
+        assert_eq!(shown(&view).as_deref(), Some("out 1\nout 2\n"));
+        let lines = crate::render::output_tail(shown(&view).as_deref().unwrap());
+        assert_eq!(lines, ["out 1", "out 2"]);
+        // Settled: the durable output is final.
+        view.apply(&stored(
+            3,
+            tool("completed", Some("out 1\nout 2\n(exit code 0)")),
+        ));
+        assert_eq!(shown(&view).as_deref(), Some("out 1\nout 2\n(exit code 0)"));
     }
 }

@@ -188,7 +188,14 @@ fn tool_lines(entry: &Entry, approval: Option<&Entry>, out: &mut Vec<Line<'stati
         }
         TurnItemStatus::Cancelled => out.push(Line::styled("  ✗ cancelled", DIM)),
         _ if approval.is_some_and(|a| a.status == TurnItemStatus::Waiting) => {}
-        _ => out.push(Line::styled("  … running", DIM)),
+        _ => {
+            out.push(Line::styled("  … running", DIM));
+            // Its output so far, as it streams (LIVE-02): the last lines.
+            let output = output.as_deref().unwrap_or("");
+            for line in crate::render::output_tail(output) {
+                out.push(Line::styled(format!("    │ {line}"), DIM));
+            }
+        }
     }
 }
 
