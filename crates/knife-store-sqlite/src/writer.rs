@@ -282,7 +282,7 @@ impl Answer {
 /// commits, then publishes the stored events in order and answers every caller. A
 /// failed COMMIT answers every caller with the error (nothing was written).
 fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Sender<StoredEvent>) {
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
             for member in group {
@@ -296,15 +296,13 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
     while let Some(member) = rest.next() {
         let (answer, failed) = match member {
             Member::Append(fences, guard, events, reply) => {
-                let result = MemberSavepoint::open(&tx)
-                    .map_err(DbError::from)
-                    .and_then(|sp| {
-                        let stored = append_checked(&tx, &fences, guard.as_ref(), events)?;
-                        if stored.is_some() {
-                            sp.release()?;
-                        }
-                        Ok(stored)
-                    });
+                let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
+                    let stored = append_checked(&sp, &fences, guard.as_ref(), events)?;
+                    if stored.is_some() {
+                        sp.commit()?;
+                    }
+                    Ok(stored)
+                });
                 let failed = match &result {
                     Err(DbError::Sqlite(e)) => Some((
                         e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
@@ -318,14 +316,15 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
                     failed,
                 )
             }
-            Member::Small(f) => match MemberSavepoint::open(&tx) {
-                Ok(sp) => {
-                    let (keep, answer) = f(Some(&tx));
-                    let kept = if keep { sp.release() } else { sp.roll_back() };
-                    (
-                        Answer::Small(answer),
-                        kept.map_err(|e| (false, e.to_string())).err(),
-                    )
+            Member::Small(f) => match tx.savepoint() {
+                Ok(mut sp) => {
+                    let (keep, answer) = f(Some(&sp));
+                    let kept = if keep {
+                        sp.commit().map_err(|e| (false, e.to_string()))
+                    } else {
+                        sp.rollback().map_err(|e| (false, e.to_string()))
+                    };
+                    (Answer::Small(answer), kept.err())
                 }
                 Err(e) => {
                     let full = e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
@@ -382,58 +381,6 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
                 let _ = reply.send(result);
             }
             Answer::Small(answer) => answer(None),
-        }
-    }
-}
-
-/// One group member's savepoint, over cached statements: rusqlite's `Savepoint` runs
-/// its `SAVEPOINT` / `RELEASE` through `execute_batch`, which compiles the SQL again
-/// each time — a tenth of the writer's CPU in a 10,000-thread restart (LIVE-07). A
-/// member's savepoint neither released nor rolled back (an error, a panic) is rolled
-/// back when dropped, so the group's other members stand.
-struct MemberSavepoint<'c> {
-    conn: &'c Connection,
-    open: bool,
-}
-
-impl<'c> MemberSavepoint<'c> {
-    fn open(conn: &'c Connection) -> rusqlite::Result<Self> {
-        conn.prepare_cached("SAVEPOINT knife_member")?.execute([])?;
-        Ok(Self { conn, open: true })
-    }
-
-    /// Keeps the member's statements (in the group's transaction).
-    fn release(mut self) -> rusqlite::Result<()> {
-        self.open = false;
-        self.conn
-            .prepare_cached("RELEASE knife_member")?
-            .execute([])
-            .map(drop)
-    }
-
-    /// Undoes the member's statements; the group's transaction goes on.
-    fn roll_back(mut self) -> rusqlite::Result<()> {
-        self.open = false;
-        self.undo()
-    }
-
-    fn undo(&self) -> rusqlite::Result<()> {
-        self.conn
-            .prepare_cached("ROLLBACK TO knife_member")?
-            .execute([])?;
-        self.conn
-            .prepare_cached("RELEASE knife_member")?
-            .execute([])
-            .map(drop)
-    }
-}
-
-impl Drop for MemberSavepoint<'_> {
-    fn drop(&mut self) {
-        // After a rollback of the whole transaction (a full disk) there is no
-        // savepoint left to undo: nothing to do then.
-        if self.open && !self.conn.is_autocommit() {
-            let _ = self.undo();
         }
     }
 }
