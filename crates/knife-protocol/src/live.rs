@@ -93,11 +93,14 @@ impl ItemDelta {
 /// and SSE (`event: delta`) (LIVE-01, LIVE-03: slim on the wire).
 ///
 /// The first delta of an item on a subscription, and the first after a `reset` of
-/// it, *introduces* the item: it carries `thread_id`, `run_id` (when the item belongs
-/// to a run) and `ordinal`. Every later delta of that item on the subscription names
-/// only `item_id` (item ids are unique across threads), `field`, `offset` and `text`;
-/// the client takes the rest from the introduction ([`DeltaItems`] does it). So a
-/// small delta costs its text plus ~120 bytes, not the ~265 of the whole header.
+/// it, *introduces* the item: it carries `item_id`, `thread_id`, `run_id` (when the
+/// item belongs to a run), `ordinal` and `ref`, a small number the server allocates
+/// for the item, unique on the connection (a WebSocket connection's subscriptions
+/// share one numbering; an SSE stream has its own). Every later delta of that item
+/// names only `ref`, `field`, `offset` and `text`; the client takes the rest from the
+/// introduction ([`DeltaItems`] does it). So a small delta costs its text plus ~60
+/// bytes, not the ~265 of the whole header. A reintroduction after a reset keeps the
+/// item's `ref` (docs/2026-12-01-live-deltas.md, 2026-12-02).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeltaMessage {
     /// Present in an item's introduction only.
@@ -106,12 +109,17 @@ pub struct DeltaMessage {
     /// Present in an item's introduction only (and only for an item of a run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<RunId>,
-    /// The turn item the text belongs to (`TurnItemId`, unique across threads); in
-    /// every delta.
-    pub item_id: TurnItemId,
+    /// The turn item the text belongs to; present in an item's introduction only
+    /// (later deltas name it by `ref`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_id: Option<TurnItemId>,
     /// The item's transcript position; present in an item's introduction only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordinal: Option<u64>,
+    /// The item's short reference on this connection (from its introduction); in
+    /// every delta.
+    #[serde(rename = "ref")]
+    pub item_ref: u64,
     /// Which text field of the item grows (answer text, reasoning, tool input or output).
     pub field: DeltaField,
     /// Where `text` starts in the field, in UTF-8 bytes.
@@ -121,32 +129,34 @@ pub struct DeltaMessage {
 }
 
 impl DeltaMessage {
-    /// `delta` as its item's introduction (every field).
-    pub fn introducing(delta: &ItemDelta) -> Self {
+    /// `delta` as its item's introduction (every field), naming it `item_ref` from now on.
+    pub fn introducing(delta: &ItemDelta, item_ref: u64) -> Self {
         Self {
             thread_id: Some(delta.thread_id.clone()),
             run_id: delta.run_id.clone(),
+            item_id: Some(delta.item_id.clone()),
             ordinal: Some(delta.ordinal),
-            ..Self::continuing(delta)
+            ..Self::continuing(delta, item_ref)
         }
     }
 
-    /// `delta` continuing an item the subscriber was introduced to.
-    pub fn continuing(delta: &ItemDelta) -> Self {
+    /// `delta` continuing an item the subscriber was introduced to as `item_ref`.
+    pub fn continuing(delta: &ItemDelta, item_ref: u64) -> Self {
         Self {
             thread_id: None,
             run_id: None,
-            item_id: delta.item_id.clone(),
+            item_id: None,
             ordinal: None,
+            item_ref,
             field: delta.field,
             offset: delta.offset,
             text: delta.text.clone(),
         }
     }
 
-    /// Whether this message introduces its item (carries its thread and ordinal).
+    /// Whether this message introduces its item (carries its id, thread and ordinal).
     pub fn introduces(&self) -> bool {
-        self.thread_id.is_some()
+        self.item_id.is_some()
     }
 
     /// The byte offset right after this delta.
@@ -155,46 +165,57 @@ impl DeltaMessage {
     }
 }
 
-/// A delta names an item no earlier delta of the subscription introduced.
+/// A delta names an item reference no earlier delta of the connection introduced.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "delta for item {0} arrived before the delta introducing the item (thread, run, ordinal); \
-     resubscribe with the last durable sequence to get it again"
+    "delta for item ref {0} arrived before the delta introducing the item (id, thread, run, \
+     ordinal); resubscribe with the last durable sequence to get it again"
 )]
-pub struct UnknownDeltaItem(pub TurnItemId);
+pub struct UnknownDeltaItem(pub u64);
+
+/// What an introduction told about an item.
+#[derive(Clone, Debug)]
+struct Introduced {
+    item_id: TurnItemId,
+    thread_id: ThreadId,
+    run_id: Option<RunId>,
+    ordinal: u64,
+}
 
 /// A client's record of the items its subscriptions introduced, to read each
 /// [`DeltaMessage`] as a whole [`ItemDelta`]. One per connection (or per SSE stream);
-/// start a new one (or [`DeltaItems::forget`]) when resubscribing.
+/// start a new one (or [`DeltaItems::clear`]) when reconnecting.
 #[derive(Clone, Debug, Default)]
 pub struct DeltaItems {
-    known: std::collections::HashMap<TurnItemId, (ThreadId, Option<RunId>, u64)>,
+    known: std::collections::HashMap<u64, Introduced>,
 }
 
 impl DeltaItems {
-    /// The whole delta `m` stands for; an introduction is remembered. Errors:
-    /// [`UnknownDeltaItem`] for a slim delta of an item never introduced.
+    /// The whole delta `m` stands for; an introduction is remembered under its `ref`.
+    /// Errors: [`UnknownDeltaItem`] for a slim delta whose `ref` was never introduced.
     pub fn resolve(&mut self, m: DeltaMessage) -> Result<ItemDelta, UnknownDeltaItem> {
-        let (thread_id, run_id, ordinal) = match m.thread_id {
-            Some(thread) => {
-                let ordinal = m.ordinal.unwrap_or(0);
-                self.known.insert(
-                    m.item_id.clone(),
-                    (thread.clone(), m.run_id.clone(), ordinal),
-                );
-                (thread, m.run_id, ordinal)
+        let intro = match (m.item_id, m.thread_id) {
+            (Some(item_id), Some(thread_id)) => {
+                let intro = Introduced {
+                    item_id,
+                    thread_id,
+                    run_id: m.run_id,
+                    ordinal: m.ordinal.unwrap_or(0),
+                };
+                self.known.insert(m.item_ref, intro.clone());
+                intro
             }
-            None => self
+            _ => self
                 .known
-                .get(&m.item_id)
+                .get(&m.item_ref)
                 .cloned()
-                .ok_or_else(|| UnknownDeltaItem(m.item_id.clone()))?,
+                .ok_or(UnknownDeltaItem(m.item_ref))?,
         };
         Ok(ItemDelta {
-            thread_id,
-            run_id,
-            item_id: m.item_id,
-            ordinal,
+            thread_id: intro.thread_id,
+            run_id: intro.run_id,
+            item_id: intro.item_id,
+            ordinal: intro.ordinal,
             field: m.field,
             offset: m.offset,
             text: m.text,
@@ -203,7 +224,7 @@ impl DeltaItems {
 
     /// After a `reset` of `item`: its next delta introduces it again.
     pub fn forget(&mut self, item: &TurnItemId) {
-        self.known.remove(item);
+        self.known.retain(|_, i| &i.item_id != item);
     }
 
     /// After a reconnect: every item is introduced again.
@@ -363,5 +384,74 @@ impl TurnItemAppend {
         target.push_str(&self.text);
         item.updated_at = self.updated_at;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn delta(item: &str, offset: u64, text: &str) -> ItemDelta {
+        ItemDelta {
+            thread_id: ThreadId::from("thread_a"),
+            run_id: Some(RunId::from("run:thread_a:1")),
+            item_id: TurnItemId::from(item),
+            ordinal: 3,
+            field: DeltaField::Text,
+            offset,
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn live_03_continuing_deltas_name_their_item_by_a_short_ref() {
+        let first = delta("item:thread_a:7f3e9c1d-long-item-id", 0, "Hel");
+        let next = delta("item:thread_a:7f3e9c1d-long-item-id", 3, "lo");
+        let intro = serde_json::to_value(DeltaMessage::introducing(&first, 4)).unwrap();
+        assert_eq!(intro["ref"], 4);
+        assert_eq!(intro["item_id"], "item:thread_a:7f3e9c1d-long-item-id");
+        assert_eq!(intro["thread_id"], "thread_a");
+        assert_eq!(intro["ordinal"], 3);
+        let slim = DeltaMessage::continuing(&next, 4);
+        let wire = serde_json::to_string(&slim).unwrap();
+        assert_eq!(wire, r#"{"ref":4,"field":"text","offset":3,"text":"lo"}"#);
+        assert!(!slim.introduces());
+
+        // The client reads both back as whole deltas, the slim one by its ref.
+        let mut items = DeltaItems::default();
+        let m: DeltaMessage = serde_json::from_value(intro).unwrap();
+        assert!(m.introduces());
+        assert_eq!(items.resolve(m).unwrap(), first);
+        let m: DeltaMessage = serde_json::from_str(&wire).unwrap();
+        assert_eq!(items.resolve(m).unwrap(), next);
+
+        // Another item on the same connection has its own ref.
+        let other = delta("item:thread_a:other", 0, "x");
+        items.resolve(DeltaMessage::introducing(&other, 5)).unwrap();
+        assert_eq!(
+            items
+                .resolve(DeltaMessage::continuing(&next, 4))
+                .unwrap()
+                .item_id,
+            first.item_id
+        );
+
+        // After a reset the ref is unknown until the item is introduced again.
+        items.forget(&first.item_id);
+        let err = items
+            .resolve(DeltaMessage::continuing(&next, 4))
+            .unwrap_err();
+        assert_eq!(err, UnknownDeltaItem(4));
+        assert!(err.to_string().contains("resubscribe"), "{err}");
+        assert_eq!(
+            items
+                .resolve(DeltaMessage::continuing(&other, 5))
+                .unwrap()
+                .item_id,
+            other.item_id
+        );
+        items.clear();
+        assert!(items.resolve(DeltaMessage::continuing(&other, 5)).is_err());
     }
 }

@@ -77,6 +77,7 @@ pub(crate) async fn sse_events(
         tx,
         wire: Wire::Sse,
         subs: s.subscribers.clone(),
+        refs: live::ItemRefs::default(),
     };
     // Ends with the subscriber: its queue's consumer is the response body.
     drop(live::feed(&s, filter, durable, out));
@@ -165,6 +166,8 @@ async fn serve_socket(state: AppState, socket: ws::Socket) {
         let _ = sink.send(Message::Close(None)).await;
     });
     let mut subscriptions: HashMap<ThreadId, JoinHandle<()>> = HashMap::new();
+    // Item references of live deltas, one numbering for all of the connection's subscriptions.
+    let refs = live::ItemRefs::default();
     loop {
         let message = tokio::select! {
             message = source.next() => message,
@@ -214,6 +217,7 @@ async fn serve_socket(state: AppState, socket: ws::Socket) {
                     tx: tx.clone(),
                     wire: Wire::Ws,
                     subs: state.subscribers.clone(),
+                    refs: refs.clone(),
                 };
                 let task = live::feed(&state, filter, durable, out);
                 subscriptions.insert(thread_id, task);

@@ -38,6 +38,20 @@ pub(crate) struct Out {
     pub(crate) tx: FrameTx,
     pub(crate) wire: Wire,
     pub(crate) subs: Subscribers,
+    /// The connection's item references (LIVE-03, [`DeltaMessage`]`::item_ref`):
+    /// shared by a WebSocket connection's subscriptions, so a `ref` names one item
+    /// on the connection. One per SSE stream.
+    pub(crate) refs: ItemRefs,
+}
+
+/// Allocates a connection's short item references, from 0 up (never reused).
+#[derive(Clone, Default)]
+pub(crate) struct ItemRefs(Arc<std::sync::atomic::AtomicU64>);
+
+impl ItemRefs {
+    fn next(&self) -> u64 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Out {
@@ -141,6 +155,9 @@ struct ItemView {
     /// A delta introducing it (thread, run, ordinal) was sent since subscribing or
     /// since its last reset: later deltas go slim ([`DeltaMessage`]).
     introduced: bool,
+    /// Its reference on the connection, allocated by its first introduction and kept
+    /// when a reset makes it be introduced again.
+    item_ref: Option<u64>,
     /// A reset waiting for durable events up to `.0`, and the live messages after it.
     pending: Option<(u64, Vec<LiveMessage>)>,
 }
@@ -428,14 +445,16 @@ impl Merge {
             && (self.settled.contains_key(item) || run.is_some_and(|run| self.ended.contains(run)))
     }
 
-    /// Sends `delta` whole when it introduces its item to this subscriber, else slim.
+    /// Sends `delta` whole when it introduces its item to this subscriber, else slim
+    /// (named by its `ref` only).
     async fn send_delta(&mut self, delta: &ItemDelta) -> Result<(), ()> {
         let view = self.items.entry(delta.item_id.clone()).or_default();
+        let item_ref = *view.item_ref.get_or_insert_with(|| self.out.refs.next());
         let message = if view.introduced {
-            DeltaMessage::continuing(delta)
+            DeltaMessage::continuing(delta, item_ref)
         } else {
             view.introduced = true;
-            DeltaMessage::introducing(delta)
+            DeltaMessage::introducing(delta, item_ref)
         };
         self.send(Outgoing::Delta(message)).await
     }

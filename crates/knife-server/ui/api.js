@@ -78,7 +78,7 @@ export async function api(path, { method = 'GET', body } = {}) {
 export class LiveSocket {
   constructor(onState = () => {}, onError = () => {}) {
     this.subs = new Map(); // thread id -> {after, onEvent}
-    this.liveItems = new Map(); // item id -> {thread_id, run_id, ordinal}: its delta introduction
+    this.liveItems = new Map(); // item ref -> {item_id, thread_id, run_id, ordinal}: its delta introduction
     this.onState = onState;
     this.onError = onError;
     this.ws = null;
@@ -132,14 +132,16 @@ export class LiveSocket {
     }
     if (msg.type === 'delta' || msg.type === 'reset') {
       // Live text (LIVE-01): not durable, no sequence; see docs/2026-12-01-live-deltas.md.
-      // A slim delta names only its item: the subscription's first delta of the item
-      // (its introduction) gave the thread, run and ordinal, filled in here.
+      // A slim delta names its item only by `ref`, a number unique on this connection:
+      // the item's first delta (its introduction) gave the item id, thread, run and
+      // ordinal, filled in here. A reset keeps the item id; the item's next delta
+      // introduces it again (same ref).
       if (msg.type === 'reset') {
-        this.liveItems.delete(msg.item_id);
-      } else if (msg.thread_id) {
-        this.liveItems.set(msg.item_id, { thread_id: msg.thread_id, run_id: msg.run_id ?? null, ordinal: msg.ordinal });
+        for (const [ref, intro] of this.liveItems) if (intro.item_id === msg.item_id) this.liveItems.delete(ref);
+      } else if (msg.item_id) {
+        this.liveItems.set(msg.ref, { item_id: msg.item_id, thread_id: msg.thread_id, run_id: msg.run_id ?? null, ordinal: msg.ordinal });
       } else {
-        const intro = this.liveItems.get(msg.item_id);
+        const intro = this.liveItems.get(msg.ref);
         if (!intro) return; // never introduced: the next resubscription's catch-up carries it
         Object.assign(msg, intro);
       }

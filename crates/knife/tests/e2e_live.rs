@@ -811,3 +811,18 @@ async fn live_05_codex_command_output_streams_as_output_deltas() {
     assert_eq!(seen.settled, pieces.concat());
     seen.assert_streamed(&pieces[..9].concat());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_03_deltas_50_ms_apart_stay_within_the_byte_cap() {
+    // 200 deltas of 24 bytes, 50 ms apart (10 s): one delta per 50 ms window, the
+    // benchmark's last cell over the cap (80.5 KB against 74.4 KB) while every
+    // continuing delta named its item by its ~72-byte id. With the per-connection
+    // `ref` instead (docs/2026-12-01-live-deltas.md, 2026-12-02) it sent ~65 KB.
+    let (count, size) = (200, 24);
+    let (text, sent, _) = bytes_of_a_turn(count, size, 50).await;
+    let cap = 3 * text + 300 * count;
+    assert!(
+        sent <= cap,
+        "sent {sent} bytes for {text} bytes of answer in {count} deltas 50 ms apart (cap {cap})"
+    );
+}

@@ -23,6 +23,7 @@ fn merge() -> (Merge, crate::subscribers::FrameRx) {
             tx,
             wire: Wire::Ws,
             subs,
+            refs: Default::default(),
         },
     };
     (merge, rx)

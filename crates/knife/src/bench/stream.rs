@@ -273,6 +273,8 @@ pub async fn measure(threads: usize, deltas: usize, gap: Duration) -> anyhow::Re
             .await?;
     }
     let mut seen: HashMap<TurnItemId, usize> = HashMap::new();
+    // Continuing deltas name their item by the connection's short `ref`.
+    let mut items = DeltaItems::default();
     let mut latencies = Vec::with_capacity(threads * deltas);
     let mut finished = 0;
     let mut failed = 0;
@@ -295,6 +297,7 @@ pub async fn measure(threads: usize, deltas: usize, gap: Duration) -> anyhow::Re
         let event = match serde_json::from_str::<WsServerMessage>(&text)? {
             WsServerMessage::Event { event } => event,
             WsServerMessage::Delta(d) if d.field == DeltaField::Text => {
+                let d = items.resolve(d)?;
                 delta_messages += 1;
                 // Deltas continue the text: each marker is new the first time.
                 let times = parse_write_times(&d.text);

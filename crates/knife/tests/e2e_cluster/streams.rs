@@ -40,6 +40,7 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
     let mut shown: BTreeMap<(TurnItemId, DeltaField), String> = BTreeMap::new();
     let (mut deltas, mut ahead, mut chunks, mut after) = (0usize, 0usize, 0usize, 0u64);
     let mut reconnected = false;
+    let mut items = DeltaItems::default();
     loop {
         if !reconnected && chunks >= 1 && deltas >= 5 && shown != durable {
             // Right after a delta past the last chunk (live text not yet durable, the
@@ -49,6 +50,7 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
             drop(ws);
             shown = durable.clone();
             ws = subscribe_ws(&b, &thread, after).await;
+            items.clear();
         }
         match next_ws(&mut ws).await {
             WsServerMessage::Event { event } => {
@@ -92,6 +94,9 @@ async fn scale_03_live_deltas_of_a_run_on_node_a_reach_a_subscriber_on_node_b() 
                 }
             }
             WsServerMessage::Delta(d) => {
+                let d = items
+                    .resolve(d)
+                    .expect("a delta before its item's introduction");
                 deltas += 1;
                 let key = (d.item_id.clone(), d.field);
                 if d.end() > durable.get(&key).map_or(0, String::len) as u64 {

@@ -233,6 +233,40 @@ export const tests = {
     allowConsole: [/ERR_CONNECTION_REFUSED|net::ERR_FAILED|WebSocket connection to .* failed/],
   },
 
+  // Live deltas name their item by a per-connection `ref` after its introduction
+  // (LIVE-03, docs/2026-12-01-live-deltas.md 2026-12-02): `LiveSocket` fills a
+  // continuing delta in from its introduction, keeps refs of different items apart,
+  // and after a reset drops a continuing delta until the item is introduced again.
+  live_delta_refs: {
+    server: 'xss',
+    async run({ page, server }) {
+      await page.goto(server.url);
+      await page.locator('#conn.ok').waitFor();
+      const got = await page.evaluate(async () => {
+        const { LiveSocket } = await import('/ui/api.js');
+        const live = Object.create(LiveSocket.prototype);
+        const seen = [];
+        live.subs = new Map([['thread_r', { after: 0, onEvent() {}, onLive: (m) => seen.push({ ...m }) }]]);
+        live.liveItems = new Map();
+        const recv = (m) => live.receive(JSON.stringify(m));
+        recv({ type: 'delta', thread_id: 'thread_r', run_id: 'run:thread_r:1', item_id: 'item:a', ordinal: 2, ref: 7, field: 'text', offset: 0, text: 'He' });
+        recv({ type: 'delta', ref: 7, field: 'text', offset: 2, text: 'llo' });
+        recv({ type: 'delta', thread_id: 'thread_r', item_id: 'item:b', ordinal: 3, ref: 8, field: 'reasoning', offset: 0, text: 'hm' });
+        recv({ type: 'reset', thread_id: 'thread_r', item_id: 'item:a' });
+        recv({ type: 'delta', ref: 7, field: 'text', offset: 0, text: 'stale' });
+        recv({ type: 'delta', ref: 8, field: 'reasoning', offset: 2, text: 'm' });
+        return seen.map((m) => [m.type, m.item_id, m.thread_id, m.run_id ?? null, m.ordinal ?? null, m.offset ?? null, m.text ?? null]);
+      });
+      assert.deepEqual(got, [
+        ['delta', 'item:a', 'thread_r', 'run:thread_r:1', 2, 0, 'He'],
+        ['delta', 'item:a', 'thread_r', 'run:thread_r:1', 2, 2, 'llo'],
+        ['delta', 'item:b', 'thread_r', null, 3, 0, 'hm'],
+        ['reset', 'item:a', 'thread_r', null, null, null, null],
+        ['delta', 'item:b', 'thread_r', null, 3, 2, 'm'],
+      ]);
+    },
+  },
+
   // Markdown of hostile model output, rendered in the page itself: no link or tag
   // that could run anything, and each 1 MB input renders in about a second at
   // most (unclosed markers once took quadratic time or overflowed the stack).
