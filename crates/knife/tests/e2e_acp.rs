@@ -7,28 +7,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use knife_protocol::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-/// The fake ACP agent binary, built next to `knife` (`cargo test --workspace` builds
-/// it; a filtered run builds it here).
-fn fake_acp() -> PathBuf {
-    let path = knife_bin().with_file_name("fake_acp");
-    if !path.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "-p", "knife-testkit", "--bin", "fake_acp"])
-            .status()
-            .expect("run cargo to build fake_acp");
-        assert!(status.success(), "building fake_acp failed");
-    }
-    assert!(path.is_file(), "{} is missing", path.display());
-    path
-}
 
 fn acp_config(dir: &Path) -> String {
     let state = dir.join("acp-state");
@@ -36,7 +20,7 @@ fn acp_config(dir: &Path) -> String {
     format!(
         "default_provider = \"agent\"\n\n[providers.agent]\ndriver = \"acp\"\n\
          command = \"{}\"\nenv = {{ FAKE_ACP_STATE_DIR = \"{}\", FAKE_ACP_LOG = \"{}\" }}\n",
-        fake_acp().display(),
+        fake_peer_bin("fake_acp").display(),
         state.display(),
         dir.join("acp.log").display()
     )
@@ -310,7 +294,7 @@ async fn e2e_acp_agent_env_has_no_api_keys_of_other_instances() {
          args = [\"-c\", \"env > '{}'; exec '{}'\"]\n\
          env = {{ THIRD_SECRET_KEY = \"given-to-the-agent\" }}\n",
         env_file.display(),
-        fake_acp().display()
+        fake_peer_bin("fake_acp").display()
     );
     let out = run_in_process(
         dir.path(),

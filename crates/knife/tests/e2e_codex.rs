@@ -6,29 +6,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
 use knife_protocol::*;
 use serde_json::Value;
-
-/// The fake app-server binary. `cargo test --workspace` builds it beside `knife`; a
-/// run of this package alone builds it on demand.
-fn fake_codex_bin() -> PathBuf {
-    let dir = knife_bin().parent().unwrap().to_owned();
-    let bin = dir.join("fake_codex");
-    if !bin.is_file() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-p", "knife-testkit", "--bin", "fake_codex"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build for fake_codex");
-        assert!(status.success(), "building fake_codex failed");
-    }
-    assert!(bin.is_file(), "{} is missing", bin.display());
-    bin
-}
 
 /// A knife.toml whose default instance `codex` runs the fake app-server with
 /// `CODEX_HOME` = `home`.
@@ -37,7 +20,7 @@ fn codex_toml(home: &Path) -> String {
         "default_provider = \"codex\"\n\n[providers.codex]\ndriver = \"codex\"\n\
          command = \"{}\"\nargs = []\nmodel = \"mock-model\"\n\n[providers.codex.env]\n\
          CODEX_HOME = \"{}\"\n",
-        fake_codex_bin().display(),
+        fake_peer_bin("fake_codex").display(),
         home.display()
     )
 }

@@ -431,20 +431,6 @@ fn assert_live(client: &Client, answer: &str, words: usize) {
     assert_eq!(client.text_of(DeltaField::Text), vec![answer.to_owned()]);
 }
 
-fn fake_bin(name: &str) -> std::path::PathBuf {
-    let path = knife_bin().with_file_name(name);
-    if !path.is_file() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-p", "knife-testkit", "--bin", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build for a fake peer");
-        assert!(status.success(), "building {name} failed");
-    }
-    assert!(path.is_file(), "{} is missing", path.display());
-    path
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_05_builtin_agent_streams_live_deltas() {
     let answer = words("b", 40);
@@ -462,7 +448,7 @@ async fn live_05_codex_driver_streams_live_deltas() {
         "default_provider = \"codex\"\n\n[providers.codex]\ndriver = \"codex\"\n\
          command = \"{}\"\nargs = []\nmodel = \"mock-model\"\n\n[providers.codex.env]\n\
          CODEX_HOME = \"{}\"\n",
-        fake_bin("fake_codex").display(),
+        fake_peer_bin("fake_codex").display(),
         home.path().display()
     );
     let server = Server::start_with_config(&config).await;
@@ -478,7 +464,7 @@ async fn live_05_acp_driver_streams_live_deltas() {
     let config = format!(
         "default_provider = \"agent\"\n\n[providers.agent]\ndriver = \"acp\"\n\
          command = \"{}\"\nenv = {{ FAKE_ACP_STATE_DIR = \"{}\" }}\n",
-        fake_bin("fake_acp").display(),
+        fake_peer_bin("fake_acp").display(),
         state.path().display()
     );
     let server = Server::start_with_config(&config).await;
@@ -796,7 +782,7 @@ async fn live_05_codex_command_output_streams_as_output_deltas() {
         "default_provider = \"codex\"\n\n[providers.codex]\ndriver = \"codex\"\n\
          command = \"{}\"\nargs = []\nmodel = \"mock-model\"\n\n[providers.codex.env]\n\
          CODEX_HOME = \"{}\"\n",
-        fake_bin("fake_codex").display(),
+        fake_peer_bin("fake_codex").display(),
         home.path().display()
     );
     let server = Server::start_with_config(&config).await;

@@ -44,6 +44,29 @@ pub fn knife_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_knife"))
 }
 
+/// A fake peer binary of knife-testkit (`fake_codex`, `fake_acp`) beside `knife`, built
+/// (once per test process, a no-op when fresh) so a run of this package alone never
+/// starts a stale one: `cargo test --workspace` builds it too, `-p knife` does not.
+#[allow(dead_code)] // not every test binary starts a fake peer
+pub fn fake_peer_bin(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let path = knife_bin().with_file_name(name);
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !built.iter().any(|b| b == name) {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "knife-testkit", "--bin", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build for a fake peer");
+        assert!(status.success(), "building {name} failed");
+        built.push(name.to_owned());
+    }
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
 /// A fixture file path (checked to exist), under `knife_testkit::fixtures_dir()`.
 pub fn fixture(rel: &str) -> PathBuf {
     let path = knife_testkit::fixtures_dir().join(rel);
