@@ -95,6 +95,12 @@ pub fn build_messages(system: &str, history: &[TurnItem], text: &str) -> Vec<Cha
                 };
                 pending.calls.push(wire_tool_call(call_id, tool, &raw));
                 let content = match (output, error) {
+                    // A failed call's result is its error, as the model saw it live
+                    // (its output, e.g. what `bash` printed before it was stopped, is
+                    // kept on the item for the user).
+                    (_, Some(err)) if item.status == TurnItemStatus::Failed => {
+                        format!("Error: {err}")
+                    }
                     (Some(out), _) => out.clone(),
                     (None, Some(err)) => format!("Error: {err}"),
                     (None, None) => match parse_arguments(&raw) {

@@ -344,8 +344,16 @@ impl TurnRecorder {
                     .settle_tool_at(idx, TurnItemStatus::Completed, Some(out.clone()), None)
             }
             Err(e) => {
+                // What the tool streamed before it failed (a `bash` command stopped or
+                // timed out) stays on the item: the user saw it live (LIVE-02).
+                let streamed = match self.core.item_at(idx).map(|i| &i.kind) {
+                    Some(TurnItemKind::ToolCall {
+                        output: Some(out), ..
+                    }) if !out.is_empty() => Some(out.clone()),
+                    _ => None,
+                };
                 self.core
-                    .settle_tool_at(idx, TurnItemStatus::Failed, None, Some(e.to_string()))
+                    .settle_tool_at(idx, TurnItemStatus::Failed, streamed, Some(e.to_string()))
             }
         }
     }

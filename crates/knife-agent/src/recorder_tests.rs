@@ -83,3 +83,35 @@ async fn finish_is_idempotent() {
         .count();
     assert_eq!(terminals, 1);
 }
+
+/// LIVE-02: a `bash` call stopped mid-run settles `failed` with the output it streamed
+/// (the user saw it live), and the history replays the error the model was given.
+#[tokio::test(start_paused = true)]
+async fn live_02_a_tool_call_that_fails_after_streaming_keeps_its_streamed_output() {
+    let (mut rec, mut rx, _) = recorder();
+    let idx = rec.tool_call("c1", "bash", serde_json::json!({"command": "make"}));
+    rec.tool_running(idx);
+    rec.tool_output(idx, "compiling a\n");
+    rec.tool_output(idx, "compiling b\n");
+    rec.tool_finished(idx, &Err(ToolError::Aborted));
+    let settled = drain(&mut rx)
+        .into_iter()
+        .filter_map(|e| match e {
+            AdapterEvent::TurnItemUpdated(i) if i.completed_at.is_some() => Some(i),
+            _ => None,
+        })
+        .next_back()
+        .expect("the tool item settles");
+    assert_eq!(settled.status, TurnItemStatus::Failed);
+    let TurnItemKind::ToolCall { output, error, .. } = &settled.kind else {
+        panic!("a tool item: {settled:?}");
+    };
+    assert_eq!(output.as_deref(), Some("compiling a\ncompiling b\n"));
+    assert_eq!(error.as_deref(), Some("Tool execution aborted"));
+    let messages = crate::messages::build_messages("system", &[settled], "next");
+    let replayed = messages.iter().find_map(|m| match m {
+        knife_llm::ChatMessage::Tool { content, .. } => Some(content.clone()),
+        _ => None,
+    });
+    assert_eq!(replayed.as_deref(), Some("Error: Tool execution aborted"));
+}
