@@ -22,11 +22,11 @@ pub(crate) fn seq_u64(sequence: i64) -> u64 {
     u64::try_from(sequence).unwrap_or(0)
 }
 
-/// Appends `event` to the `events` table and returns it with its sequence.
+/// Appends `event` to the `events` table and returns its sequence.
 ///
 /// Errors: [`StoreError::DuplicateEvent`] when its id is already in the log.
-pub(crate) fn append_event(conn: &Connection, event: DomainEvent) -> Result<StoredEvent, DbError> {
-    let payload = serde_json::to_string(&event)?;
+pub(crate) fn append_event(conn: &Connection, event: &DomainEvent) -> Result<u64, DbError> {
+    let payload = serde_json::to_string(event)?;
     let occurred_at = event
         .occurred_at
         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
@@ -49,12 +49,14 @@ pub(crate) fn append_event(conn: &Connection, event: DomainEvent) -> Result<Stor
     match inserted {
         Ok(_) => {}
         Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == ErrorCode::ConstraintViolation => {
-            return Err(StoreError::DuplicateEvent { event_id: event.id }.into());
+            return Err(StoreError::DuplicateEvent {
+                event_id: event.id.clone(),
+            }
+            .into());
         }
         Err(e) => return Err(e.into()),
     }
-    let sequence = seq_u64(conn.last_insert_rowid());
-    Ok(StoredEvent { sequence, event })
+    Ok(seq_u64(conn.last_insert_rowid()))
 }
 
 /// Applies one stored event to the projection tables: the backend-neutral

@@ -120,7 +120,12 @@ impl Writer {
                             &mut conn,
                             &rx,
                             &mut next,
-                            Member::Append(fences, guard, events, reply),
+                            Member::Append(Append {
+                                fences,
+                                guard,
+                                events,
+                                reply,
+                            }),
                             &live,
                         ),
                         Job::Small(f) => {
@@ -213,8 +218,20 @@ impl Writer {
 /// One member of a group commit: an append (its fences, its row guard, its events and
 /// who waits for it) or a small write.
 enum Member {
-    Append(Vec<Lease>, Option<RowGuard>, Vec<DomainEvent>, WriteReply),
+    Append(Append),
     Small(SmallWrite),
+}
+
+/// One queued append of a group.
+struct Append {
+    /// Leases the append is fenced by (SCALE-04).
+    fences: Vec<Lease>,
+    /// Its compare-and-set guard, if any.
+    guard: Option<RowGuard>,
+    /// Its events, in order.
+    events: Vec<DomainEvent>,
+    /// Who waits for its outcome.
+    reply: WriteReply,
 }
 
 /// Group commit: `first` and the appends and small writes already queued behind it (up
@@ -235,7 +252,12 @@ fn grouped(
                 guard,
                 events,
                 reply,
-            }) => group.push(Member::Append(fences, guard, events, reply)),
+            }) => group.push(Member::Append(Append {
+                fences,
+                guard,
+                events,
+                reply,
+            })),
             Ok(Job::Small(f)) => group.push(Member::Small(f)),
             Ok(other) => {
                 *next = Some(other);
@@ -257,8 +279,8 @@ impl Member {
     /// Answers a member that did not run with the error that voided its group.
     fn void(self, error: StoreError) {
         match self {
-            Member::Append(_, _, _, reply) => {
-                let _ = reply.send(Err(error));
+            Member::Append(append) => {
+                let _ = append.reply.send(Err(error));
             }
             Member::Small(f) => f(None).1(Some(error)),
         }
@@ -278,9 +300,12 @@ impl Answer {
 }
 
 /// Runs a group of appends and small writes in ONE `BEGIN IMMEDIATE` transaction, each
-/// inside its own savepoint (a failed guard or an error rolls back that member only),
-/// commits, then publishes the stored events in order and answers every caller. A
-/// failed COMMIT answers every caller with the error (nothing was written).
+/// atomic on its own (a failed guard or an error undoes that member only), commits,
+/// then publishes the stored events in order and answers every caller. A failed
+/// COMMIT answers every caller with the error (nothing was written).
+///
+/// A run of consecutive appends shares one savepoint ([`append_run`]); a small write
+/// has its own (it may decide to roll back what it ran).
 fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Sender<StoredEvent>) {
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
@@ -292,71 +317,44 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
         }
     };
     let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
-    let mut rest = group.into_iter();
+    let mut rest = group.into_iter().peekable();
     while let Some(member) = rest.next() {
-        let (answer, failed) = match member {
-            Member::Append(fences, guard, events, reply) => {
-                let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
-                    let stored = append_checked(&sp, &fences, guard.as_ref(), events)?;
-                    if stored.is_some() {
-                        sp.commit()?;
-                    }
-                    Ok(stored)
-                });
-                let failed = match &result {
-                    Err(DbError::Sqlite(e)) => Some((
-                        e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
-                        e.to_string(),
-                    )),
-                    Err(DbError::Store(e)) => Some((e.is_disk_full(), e.to_string())),
-                    Ok(_) => None,
-                };
-                (
-                    Answer::Append(result.map_err(StoreError::from), reply),
-                    failed,
-                )
+        let outcomes = match member {
+            Member::Append(append) => {
+                let mut run = vec![append];
+                while let Some(Member::Append(next)) =
+                    rest.next_if(|m| matches!(m, Member::Append(_)))
+                {
+                    run.push(next);
+                }
+                append_run(&mut tx, run)
             }
-            Member::Small(f) => match tx.savepoint() {
-                Ok(mut sp) => {
-                    let (keep, answer) = f(Some(&sp));
-                    let kept = if keep {
-                        sp.commit().map_err(|e| (false, e.to_string()))
-                    } else {
-                        sp.rollback().map_err(|e| (false, e.to_string()))
-                    };
-                    (Answer::Small(answer), kept.err())
-                }
-                Err(e) => {
-                    let full = e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
-                    let message = e.to_string();
-                    let error = void_error(full, &message);
-                    (
-                        Answer::Small(Box::new(move |_| f(None).1(Some(error)))),
-                        Some((full, message)),
-                    )
-                }
-            },
+            Member::Small(f) => vec![small_in_savepoint(&mut tx, f)],
         };
-        if failed.is_some() && tx.is_autocommit() {
-            // SQLite rolled the whole transaction back (a full disk, an I/O error):
-            // nothing of the group is written. This member gets its error; every other
-            // member of the group is refused the same way (a full disk stays `Full`).
-            let (full, message) = failed.unwrap_or_default();
-            match answer {
-                Answer::Append(result, reply) => {
-                    let _ = reply.send(result);
+        let mut outcomes = outcomes.into_iter();
+        while let Some((answer, failed)) = outcomes.next() {
+            if failed.is_some() && tx.is_autocommit() {
+                // SQLite rolled the whole transaction back (a full disk, an I/O
+                // error): nothing of the group is written. This member gets its error;
+                // every other member of the group is refused the same way (a full disk
+                // stays `Full`).
+                let (full, message) = failed.unwrap_or_default();
+                match answer {
+                    Answer::Append(result, reply) => {
+                        let _ = reply.send(result);
+                    }
+                    Answer::Small(answer) => answer(Some(void_error(full, &message))),
                 }
-                Answer::Small(answer) => answer(Some(void_error(full, &message))),
+                for other in answers.into_iter().chain(outcomes.map(|(a, _)| a)) {
+                    other.void(void_error(full, &message));
+                }
+                for member in rest {
+                    member.void(void_error(full, &message));
+                }
+                return;
             }
-            for other in answers {
-                other.void(void_error(full, &message));
-            }
-            for member in rest {
-                member.void(void_error(full, &message));
-            }
-            return;
+            answers.push(answer);
         }
-        answers.push(answer);
     }
     if let Err(e) = tx.commit() {
         for answer in answers {
@@ -381,6 +379,171 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
                 let _ = reply.send(result);
             }
             Answer::Small(answer) => answer(None),
+        }
+    }
+}
+
+/// A member's answer, and whether it failed with an error (`(disk full, message)`):
+/// the group checks then whether SQLite rolled the whole transaction back.
+type Outcome = (Answer, Option<(bool, String)>);
+
+/// Writes a run of consecutive appends inside ONE savepoint instead of one each
+/// (LIVE-07: a savepoint per append journals every page it touches again, and makes
+/// the search index flush its pending rows). A failed guard or fence writes nothing, so
+/// the shared savepoint is only rolled back when an append fails with an error after it
+/// wrote (a duplicate event id, a project root taken): then the run is written again
+/// with one savepoint per append ([`append_in_savepoint`]), which undoes that append
+/// alone. Outcomes are in the run's order, except that when SQLite rolled the whole
+/// transaction back the failing append comes first (the group voids the others).
+fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outcome> {
+    if run.len() == 1 {
+        return run
+            .into_iter()
+            .map(|append| append_in_savepoint(tx, append))
+            .collect();
+    }
+    let mut sp = match tx.savepoint() {
+        Ok(sp) => sp,
+        Err(e) => {
+            let failed = Some((
+                e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+                e.to_string(),
+            ));
+            let error = group_error(&e);
+            let mut run = run.into_iter();
+            let mut outcomes = Vec::new();
+            if let Some(first) = run.next() {
+                outcomes.push((Answer::Append(Err(error), first.reply), failed));
+            }
+            for append in run {
+                outcomes.push((Answer::Append(Err(group_error(&e)), append.reply), None));
+            }
+            return outcomes;
+        }
+    };
+    let mut done: Vec<(Append, Option<Vec<StoredEvent>>)> = Vec::with_capacity(run.len());
+    let mut run = run.into_iter();
+    while let Some(mut append) = run.next() {
+        let events = std::mem::take(&mut append.events);
+        match append_checked(&sp, &append.fences, append.guard.as_ref(), events) {
+            Ok(Tried::Stored(stored)) => done.push((append, Some(stored))),
+            Ok(Tried::Skipped(events)) => {
+                append.events = events;
+                done.push((append, None));
+            }
+            Err((error, events)) => {
+                append.events = events;
+                // Undo the run, then write it again one savepoint per append.
+                let _ = sp.rollback();
+                drop(sp);
+                let mut again: Vec<Append> = done
+                    .into_iter()
+                    .map(|(mut append, stored)| {
+                        if let Some(stored) = stored {
+                            append.events = stored.into_iter().map(|s| s.event).collect();
+                        }
+                        append
+                    })
+                    .collect();
+                if tx.is_autocommit() {
+                    // Nothing of the group is written: this append's error first.
+                    let failed = Some(failed_of(&error));
+                    let mut outcomes = vec![(
+                        Answer::Append(Err(StoreError::from(error)), append.reply),
+                        failed,
+                    )];
+                    // The others' answers are replaced by the group's error.
+                    for other in again.into_iter().chain(run) {
+                        outcomes.push((Answer::Append(Ok(None), other.reply), None));
+                    }
+                    return outcomes;
+                }
+                again.push(append);
+                again.extend(run);
+                return again
+                    .into_iter()
+                    .map(|append| append_in_savepoint(tx, append))
+                    .collect();
+            }
+        }
+    }
+    if let Err(e) = sp.commit() {
+        let failed = Some((
+            e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            e.to_string(),
+        ));
+        let mut outcomes = Vec::new();
+        for (n, (append, _)) in done.into_iter().enumerate() {
+            let error = group_error(&e);
+            outcomes.push((
+                Answer::Append(Err(error), append.reply),
+                if n == 0 { failed.clone() } else { None },
+            ));
+        }
+        return outcomes;
+    }
+    done.into_iter()
+        .map(|(append, stored)| (Answer::Append(Ok(stored), append.reply), None))
+        .collect()
+}
+
+/// `(disk full, message)` of an append's error.
+fn failed_of(error: &DbError) -> (bool, String) {
+    match error {
+        DbError::Sqlite(e) => (
+            e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            e.to_string(),
+        ),
+        DbError::Store(e) => (e.is_disk_full(), e.to_string()),
+    }
+}
+
+/// Writes one append inside its own savepoint: an error undoes that append only.
+fn append_in_savepoint(tx: &mut rusqlite::Transaction<'_>, append: Append) -> Outcome {
+    let Append {
+        fences,
+        guard,
+        events,
+        reply,
+    } = append;
+    let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
+        match append_checked(&sp, &fences, guard.as_ref(), events) {
+            Ok(Tried::Stored(stored)) => {
+                sp.commit()?;
+                Ok(Some(stored))
+            }
+            // Nothing was written; dropping the savepoint rolls it back.
+            Ok(Tried::Skipped(_)) => Ok(None),
+            Err((e, _)) => Err(e),
+        }
+    });
+    let failed = result.as_ref().err().map(failed_of);
+    (
+        Answer::Append(result.map_err(StoreError::from), reply),
+        failed,
+    )
+}
+
+/// Runs one small write inside its own savepoint, kept or rolled back as it says.
+fn small_in_savepoint(tx: &mut rusqlite::Transaction<'_>, f: SmallWrite) -> Outcome {
+    match tx.savepoint() {
+        Ok(mut sp) => {
+            let (keep, answer) = f(Some(&sp));
+            let kept = if keep {
+                sp.commit().map_err(|e| (false, e.to_string()))
+            } else {
+                sp.rollback().map_err(|e| (false, e.to_string()))
+            };
+            (Answer::Small(answer), kept.err())
+        }
+        Err(e) => {
+            let full = e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
+            let message = e.to_string();
+            let error = void_error(full, &message);
+            (
+                Answer::Small(Box::new(move |_| f(None).1(Some(error)))),
+                Some((full, message)),
+            )
         }
     }
 }
@@ -410,38 +573,72 @@ fn void_error(full: bool, message: &str) -> StoreError {
     }
 }
 
+/// What [`append_checked`] did with an append whose checks ran.
+enum Tried {
+    /// Written (not committed yet): the events with their sequences.
+    Stored(Vec<StoredEvent>),
+    /// The guard failed: nothing written; the events back.
+    Skipped(Vec<DomainEvent>),
+}
+
 /// Inside the current transaction (or savepoint): checks `fences` (SCALE-04: a lease
 /// this node no longer holds refuses the append with `Fenced`) and `guard`, appends
-/// `events` and folds each. `None` when the guard failed (the caller rolls back).
+/// `events` and folds each. A failed guard writes nothing ([`Tried::Skipped`]). An
+/// error gives the events back with it (what was written of them is the caller's to
+/// roll back), so the append can be written again.
 fn append_checked(
     tx: &Connection,
     fences: &[Lease],
     guard: Option<&RowGuard>,
     events: Vec<DomainEvent>,
-) -> Result<Option<Vec<StoredEvent>>, DbError> {
+) -> Result<Tried, (DbError, Vec<DomainEvent>)> {
     for lease in fences {
         // Fencing (SCALE-04): under the write lock, so no takeover lands before COMMIT.
-        crate::leases::check_fence(tx, lease)?;
+        if let Err(e) = crate::leases::check_fence(tx, lease) {
+            return Err((e, events));
+        }
     }
     if let Some(guard) = guard {
         // Compare-and-set (MGR-47): the version is re-read under the write lock, so no
         // other write can land between this check and the commit.
-        let current = read_version(tx, guard.kind.table(), &guard.id)?;
+        let current = match read_version(tx, guard.kind.table(), &guard.id) {
+            Ok(current) => current,
+            Err(e) => return Err((e, events)),
+        };
         if current != guard.expected_version {
             tracing::debug!(
                 kind = ?guard.kind, id = %guard.id, expected = ?guard.expected_version,
                 ?current, "compare-and-set write skipped: the row moved"
             );
-            return Ok(None);
+            return Ok(Tried::Skipped(events));
         }
     }
-    let mut stored = Vec::with_capacity(events.len());
-    for event in events {
-        let ev = append_event(tx, event)?;
-        apply_event(tx, &ev, FoldMode::Write)?;
-        stored.push(ev);
+    let mut stored: Vec<StoredEvent> = Vec::with_capacity(events.len());
+    let mut events = events.into_iter();
+    while let Some(event) = events.next() {
+        let failed = match append_event(tx, &event) {
+            Ok(sequence) => {
+                let ev = StoredEvent { sequence, event };
+                match apply_event(tx, &ev, FoldMode::Write) {
+                    Ok(()) => {
+                        stored.push(ev);
+                        continue;
+                    }
+                    Err(e) => (e, ev.event),
+                }
+            }
+            Err(e) => (e, event),
+        };
+        let (error, event) = failed;
+        let back = stored
+            .into_iter()
+            .map(|s| s.event)
+            .chain(std::iter::once(event))
+            .chain(events)
+            .collect();
+        return Err((error, back));
     }
-    Ok(Some(stored))
+    Ok(Tried::Stored(stored))
 }
 
 /// The body of `rebuild`: in one transaction, empties the projections and folds every
@@ -502,3 +699,7 @@ pub(crate) fn checkpoint_truncate(conn: &Connection) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;

@@ -78,6 +78,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
         SessionManagerOptions::default(),
     );
     let execution = ExecutionService::new(store.clone(), clock.clone(), manager);
+    let seeded_events = store.latest_sequence(None).await?;
     let boot = Instant::now();
     let report = RestartService::new(execution.clone(), RestartOptions::default())
         .resume_suspended_threads()
@@ -93,6 +94,7 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
     futures::future::join_all(finished).await;
     let all_done = boot.elapsed();
     let claimed = store.list_suspended_threads().await?.len();
+    let written = store.latest_sequence(None).await? - seeded_events;
     println!(
         "{:<44} {:>10}",
         "resumed by the sweep",
@@ -114,6 +116,12 @@ pub async fn run(threads: usize) -> anyhow::Result<()> {
         all_done.as_secs_f64()
     );
     println!("{:<44} {:>10}", "claims left afterwards", claimed);
+    println!(
+        "{:<44} {:>10} ({:.1} per thread)",
+        "events written by the sweep and the drains",
+        written,
+        written as f64 / threads.max(1) as f64
+    );
     println!("{:<44} {:>10}", "RSS after the sweep, MiB", rss_after_sweep);
     println!("{:<44} {:>10}", "peak RSS (VmHWM), MiB", rss_mib("VmHWM"));
     execution.shutdown(std::time::Duration::from_secs(30)).await;
