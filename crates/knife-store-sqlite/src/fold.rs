@@ -22,14 +22,41 @@ pub(crate) fn seq_u64(sequence: i64) -> u64 {
     u64::try_from(sequence).unwrap_or(0)
 }
 
-/// Appends `event` to the `events` table and returns its sequence.
+/// An event's columns as text: its payload JSON and its `occurred_at` (RFC 3339, µs).
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    payload: String,
+    occurred_at: String,
+}
+
+impl Encoded {
+    /// Encodes `event`. Errors: [`StoreError::Serde`].
+    pub(crate) fn of(event: &DomainEvent) -> Result<Encoded, StoreError> {
+        Ok(Encoded {
+            payload: serde_json::to_string(event)?,
+            occurred_at: event
+                .occurred_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        })
+    }
+}
+
+/// Appends `event` to the `events` table and returns its sequence; `encoded` is its
+/// text when the caller encoded it already (off the writer thread).
 ///
 /// Errors: [`StoreError::DuplicateEvent`] when its id is already in the log.
-pub(crate) fn append_event(conn: &Connection, event: &DomainEvent) -> Result<u64, DbError> {
-    let payload = serde_json::to_string(event)?;
-    let occurred_at = event
-        .occurred_at
-        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+pub(crate) fn append_event(
+    conn: &Connection,
+    event: &DomainEvent,
+    encoded: Option<Encoded>,
+) -> Result<u64, DbError> {
+    let Encoded {
+        payload,
+        occurred_at,
+    } = match encoded {
+        Some(encoded) => encoded,
+        None => Encoded::of(event)?,
+    };
     let inserted = conn
         .prepare_cached(
             "INSERT INTO events (event_id, thread_id, run_id, type, occurred_at, payload_json) \
@@ -74,13 +101,27 @@ pub(crate) fn apply_event(
     stored: &StoredEvent,
     mode: FoldMode,
 ) -> Result<(), DbError> {
+    apply_planned(conn, stored, None, mode)
+}
+
+/// [`apply_event`] with the event's [`plan`] when the caller made it already.
+pub(crate) fn apply_planned(
+    conn: &Connection,
+    stored: &StoredEvent,
+    planned: Option<Vec<RowChange>>,
+    mode: FoldMode,
+) -> Result<(), DbError> {
     let seq = seq_i64(stored.sequence);
     if let Some(thread) = &stored.event.thread_id
         && deleted_before(conn, thread.as_str(), seq)?
     {
         return Ok(());
     }
-    for change in plan(&stored.event)? {
+    let changes = match planned {
+        Some(changes) => changes,
+        None => plan(&stored.event)?,
+    };
+    for change in changes {
         apply(conn, change, seq, mode)?;
     }
     Ok(())

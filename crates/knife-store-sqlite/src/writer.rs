@@ -3,7 +3,10 @@
 // each) and publishes after COMMIT.
 
 use crate::error::DbError;
-use crate::fold::{FoldMode, append_event, apply_event, clear_projections, read_version, seq_u64};
+use crate::fold::{
+    Encoded, FoldMode, append_event, apply_event, apply_planned, clear_projections, read_version,
+    seq_u64,
+};
 use knife_protocol::{DomainEvent, StoredEvent};
 use knife_store::StoreError;
 use knife_store::{Lease, RowGuard};
@@ -26,7 +29,7 @@ enum Job {
         /// Leases the append is fenced by (SCALE-04): checked under the write lock.
         fences: Vec<Lease>,
         guard: Option<RowGuard>,
-        events: Vec<DomainEvent>,
+        events: Vec<Ready>,
         reply: WriteReply,
     },
     /// A small write that is not an append (a lease granted or let go, a session's
@@ -152,6 +155,12 @@ impl Writer {
         guard: Option<RowGuard>,
         events: Vec<DomainEvent>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+        // Encoded and planned here, on the caller's thread: the one writer thread only
+        // runs the statements (LIVE-07).
+        let events = events
+            .into_iter()
+            .map(Ready::prepare)
+            .collect::<Result<Vec<_>, _>>()?;
         let (reply, rx) = oneshot::channel();
         self.jobs
             .send(Job::Write {
@@ -229,7 +238,7 @@ struct Append {
     /// Its compare-and-set guard, if any.
     guard: Option<RowGuard>,
     /// Its events, in order.
-    events: Vec<DomainEvent>,
+    events: Vec<Ready>,
     /// Who waits for its outcome.
     reply: WriteReply,
 }
@@ -304,8 +313,8 @@ impl Answer {
 /// then publishes the stored events in order and answers every caller. A failed
 /// COMMIT answers every caller with the error (nothing was written).
 ///
-/// A run of consecutive appends shares one savepoint ([`append_run`]); a small write
-/// has its own (it may decide to roll back what it ran).
+/// The small writes run first, each in its own savepoint (it may decide to roll back
+/// what it ran); then the appends, in their queue order, share one ([`append_run`]).
 fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Sender<StoredEvent>) {
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
@@ -317,7 +326,14 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
         }
     };
     let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
-    let mut rest = group.into_iter().peekable();
+    // The small writes first, then every append as one run: the members come from
+    // concurrent callers (none waits for another's member), so any order is one they
+    // could have had; and a savepoint opened after an append wrote search rows would
+    // make the search index flush them (LIVE-07).
+    let (small, appends): (Vec<Member>, Vec<Member>) = group
+        .into_iter()
+        .partition(|m| matches!(m, Member::Small(_)));
+    let mut rest = small.into_iter().chain(appends).peekable();
     while let Some(member) = rest.next() {
         let outcomes = match member {
             Member::Append(append) => {
@@ -440,7 +456,8 @@ fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outco
                     .into_iter()
                     .map(|(mut append, stored)| {
                         if let Some(stored) = stored {
-                            append.events = stored.into_iter().map(|s| s.event).collect();
+                            append.events =
+                                stored.into_iter().map(|s| Ready::again(s.event)).collect();
                         }
                         append
                     })
@@ -578,7 +595,7 @@ enum Tried {
     /// Written (not committed yet): the events with their sequences.
     Stored(Vec<StoredEvent>),
     /// The guard failed: nothing written; the events back.
-    Skipped(Vec<DomainEvent>),
+    Skipped(Vec<Ready>),
 }
 
 /// Inside the current transaction (or savepoint): checks `fences` (SCALE-04: a lease
@@ -590,8 +607,8 @@ fn append_checked(
     tx: &Connection,
     fences: &[Lease],
     guard: Option<&RowGuard>,
-    events: Vec<DomainEvent>,
-) -> Result<Tried, (DbError, Vec<DomainEvent>)> {
+    events: Vec<Ready>,
+) -> Result<Tried, (DbError, Vec<Ready>)> {
     for lease in fences {
         // Fencing (SCALE-04): under the write lock, so no takeover lands before COMMIT.
         if let Err(e) = crate::leases::check_fence(tx, lease) {
@@ -615,11 +632,16 @@ fn append_checked(
     }
     let mut stored: Vec<StoredEvent> = Vec::with_capacity(events.len());
     let mut events = events.into_iter();
-    while let Some(event) = events.next() {
-        let failed = match append_event(tx, &event) {
+    while let Some(ready) = events.next() {
+        let Ready {
+            event,
+            payload,
+            plan,
+        } = ready;
+        let failed = match append_event(tx, &event, payload) {
             Ok(sequence) => {
                 let ev = StoredEvent { sequence, event };
-                match apply_event(tx, &ev, FoldMode::Write) {
+                match apply_planned(tx, &ev, plan, FoldMode::Write) {
                     Ok(()) => {
                         stored.push(ev);
                         continue;
@@ -632,13 +654,43 @@ fn append_checked(
         let (error, event) = failed;
         let back = stored
             .into_iter()
-            .map(|s| s.event)
-            .chain(std::iter::once(event))
+            .map(|s| Ready::again(s.event))
+            .chain(std::iter::once(Ready::again(event)))
             .chain(events)
             .collect();
         return Err((error, back));
     }
     Ok(Tried::Stored(stored))
+}
+
+/// An event on its way to the writer thread, with its payload JSON and its fold plan
+/// ([`knife_store::fold::plan`]) computed by the caller, off the one writer thread
+/// (LIVE-07). `None`: computed by the writer (an append written again after its run
+/// was undone).
+pub(crate) struct Ready {
+    event: DomainEvent,
+    payload: Option<Encoded>,
+    plan: Option<Vec<knife_store::fold::RowChange>>,
+}
+
+impl Ready {
+    /// Encodes `event` and plans its fold. Errors: [`StoreError::Serde`].
+    fn prepare(event: DomainEvent) -> Result<Ready, StoreError> {
+        Ok(Ready {
+            payload: Some(Encoded::of(&event)?),
+            plan: Some(knife_store::fold::plan(&event)?),
+            event,
+        })
+    }
+
+    /// `event` to be written again: encoded and planned by the writer.
+    fn again(event: DomainEvent) -> Ready {
+        Ready {
+            event,
+            payload: None,
+            plan: None,
+        }
+    }
 }
 
 /// The body of `rebuild`: in one transaction, empties the projections and folds every

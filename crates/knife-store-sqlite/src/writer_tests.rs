@@ -21,7 +21,10 @@ fn append(guard: Option<RowGuard>, events: Vec<DomainEvent>) -> (Member, Reply) 
     let member = Member::Append(Append {
         fences: Vec::new(),
         guard,
-        events,
+        events: events
+            .into_iter()
+            .map(|e| Ready::prepare(e).unwrap())
+            .collect(),
         reply,
     });
     (member, answer)
@@ -145,4 +148,56 @@ fn live_07_appends_of_one_run_see_the_writes_before_them() {
         crate::fold::read_version(&conn, "threads", "t").unwrap(),
         Some(2)
     );
+}
+
+/// A small write that rolls itself back undoes only its own statements, wherever it was
+/// queued among the appends (the group runs the small writes first, then the appends
+/// in their queue order as one run), and the appends' sequences follow their order.
+#[test]
+fn live_07_a_small_write_queued_between_appends_rolls_back_alone() {
+    let (_dir, mut conn) = writer();
+    conn.execute_batch("CREATE TABLE scratch (x INTEGER)")
+        .unwrap();
+    let (live, _feed) = broadcast::channel(64);
+    let small = |x: i64, keep: bool| {
+        let (tx, rx) = oneshot::channel::<Option<StoreError>>();
+        let member = Member::Small(Box::new(move |conn: Option<&Connection>| {
+            conn.unwrap()
+                .execute("INSERT INTO scratch VALUES (?1)", [x])
+                .unwrap();
+            let answer: SmallAnswer = Box::new(move |voided| {
+                let _ = tx.send(voided);
+            });
+            (keep, answer)
+        }));
+        (member, rx)
+    };
+    let (a, a_reply) = append(
+        None,
+        vec![ev(EventBody::ThreadCreated(thread("a", "p1", 1)))],
+    );
+    let (kept, kept_reply) = small(1, true);
+    let (undone, undone_reply) = small(2, false);
+    let (b, b_reply) = append(
+        None,
+        vec![ev(EventBody::ThreadCreated(thread("b", "p1", 1)))],
+    );
+    write_group(&mut conn, vec![a, kept, undone, b], &live);
+    let a = a_reply.blocking_recv().unwrap().unwrap().unwrap();
+    let b = b_reply.blocking_recv().unwrap().unwrap().unwrap();
+    assert!(
+        a[0].sequence < b[0].sequence,
+        "appends keep their queue order"
+    );
+    assert!(kept_reply.blocking_recv().unwrap().is_none());
+    assert!(undone_reply.blocking_recv().unwrap().is_none());
+    let rows: Vec<i64> = conn
+        .prepare("SELECT x FROM scratch")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, vec![1], "the rolled-back small write left nothing");
+    assert_eq!(sequences(&conn).len(), 2);
 }
