@@ -134,7 +134,7 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
             id,
             columns,
             payload,
-        } => upsert(conn, table, &id, &columns, payload, seq),
+        } => upsert(conn, table, &id, columns, payload, seq),
         RowChange::UpsertProject {
             id,
             root,
@@ -165,7 +165,7 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
                 conn,
                 "projects",
                 &id,
-                &[
+                vec![
                     ("updated_at_us", Cell::Integer(updated_at_us)),
                     ("root", root),
                 ],
@@ -374,38 +374,63 @@ pub(crate) fn read_version(
 /// `version` 1 on insert / +1 on update, `created_sequence` kept, `last_sequence` = `seq`.
 fn upsert(
     conn: &Connection,
-    table: &str,
+    table: &'static str,
     id: &str,
-    columns: &[(&'static str, Cell)],
+    columns: Vec<(&'static str, Cell)>,
     payload: String,
     seq: i64,
 ) -> Result<(), DbError> {
-    let names: Vec<&str> = columns.iter().map(|c| c.0).collect();
-    let placeholders: String = (0..columns.len())
-        .map(|i| format!(", ?{}", i + 4))
-        .collect();
+    let mut values: Vec<Value> = Vec::with_capacity(3 + columns.len());
+    values.extend([
+        Value::Text(id.to_owned()),
+        Value::Text(payload),
+        Value::Integer(seq),
+    ]);
+    let names: Vec<&'static str> = columns.iter().map(|c| c.0).collect();
+    values.extend(columns.into_iter().map(|(_, cell)| match cell {
+        Cell::Null => Value::Null,
+        Cell::Integer(i) => Value::Integer(i),
+        Cell::Text(s) => Value::Text(s),
+    }));
+    UPSERT_SQL.with_borrow_mut(|cache| {
+        let sql = match cache
+            .iter()
+            .find(|(t, n, _)| *t == table && n.as_slice() == names.as_slice())
+        {
+            Some((_, _, sql)) => sql,
+            None => {
+                let sql = upsert_sql(table, &names);
+                cache.push((table, names, sql));
+                &cache[cache.len() - 1].2
+            }
+        };
+        conn.prepare_cached(sql)?
+            .execute(rusqlite::params_from_iter(values))?;
+        Ok(())
+    })
+}
+
+thread_local! {
+    /// The SQL of each upsert shape (table and indexed columns) met on this thread: a
+    /// dozen shapes, so a list; building it per row was a tenth of the writer's work
+    /// (LIVE-07).
+    static UPSERT_SQL: std::cell::RefCell<Vec<(&'static str, Vec<&'static str>, String)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `INSERT … ON CONFLICT (id) DO UPDATE` of `table` with the indexed columns `names`
+/// (parameters: id, payload, sequence, then the columns).
+fn upsert_sql(table: &str, names: &[&str]) -> String {
+    let placeholders: String = (0..names.len()).map(|i| format!(", ?{}", i + 4)).collect();
     let updates: String = names
         .iter()
         .map(|n| format!("{n} = excluded.{n}, "))
         .collect();
-    let sql = format!(
+    format!(
         "INSERT INTO {table} (id, payload_json, created_sequence, last_sequence, version, {cols}) \
          VALUES (?1, ?2, ?3, ?3, 1{placeholders}) \
          ON CONFLICT (id) DO UPDATE SET {updates}payload_json = excluded.payload_json, \
          last_sequence = excluded.last_sequence, version = {table}.version + 1",
         cols = names.join(", "),
-    );
-    let mut values: Vec<Value> = vec![
-        Value::Text(id.to_owned()),
-        Value::Text(payload),
-        Value::Integer(seq),
-    ];
-    values.extend(columns.iter().map(|c| match &c.1 {
-        Cell::Null => Value::Null,
-        Cell::Integer(i) => Value::Integer(*i),
-        Cell::Text(s) => Value::Text(s.clone()),
-    }));
-    conn.prepare_cached(&sql)?
-        .execute(rusqlite::params_from_iter(values))?;
-    Ok(())
+    )
 }
