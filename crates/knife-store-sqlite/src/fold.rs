@@ -2,6 +2,7 @@
 // (knife_store::fold) in SQL, for both `write` (incrementally) and `rebuild`.
 
 use crate::error::DbError;
+use crate::search_queue::{self, SearchRow};
 use knife_protocol::{DomainEvent, ProjectId, StoredEvent};
 use knife_store::StoreError;
 use knife_store::fold::{
@@ -214,30 +215,17 @@ fn apply(conn: &Connection, change: RowChange, seq: i64, mode: FoldMode) -> Resu
             run_id,
             kind,
             body,
-        } => {
-            // The FTS5 index follows `search_docs` through its triggers; an unchanged
-            // body (a thread.updated with the same title) updates nothing. The thread's
-            // project goes in as one token (`project_key`, migration 0110), so a search
-            // of one project is an FTS5 AND, not a join per match.
-            conn.prepare_cached(
-                "INSERT INTO search_docs (id, thread_id, run_id, kind, body, project_key) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, \
-                         (SELECT hex(project_id) FROM threads WHERE id = ?2)) \
-                 ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, \
-                 run_id = excluded.run_id, kind = excluded.kind, body = excluded.body, \
-                 project_key = excluded.project_key \
-                 WHERE search_docs.body IS NOT excluded.body \
-                 OR search_docs.kind IS NOT excluded.kind \
-                 OR search_docs.project_key IS NOT excluded.project_key",
-            )?
-            .execute(params![id, thread_id, run_id, kind, body])?;
-            Ok(())
-        }
-        RowChange::UnindexText { id } => {
-            conn.prepare_cached("DELETE FROM search_docs WHERE id = ?1")?
-                .execute([id])?;
-            Ok(())
-        }
+        } => search_queue::write(
+            conn,
+            SearchRow::Index {
+                id,
+                thread_id,
+                run_id,
+                kind,
+                body,
+            },
+        ),
+        RowChange::UnindexText { id } => search_queue::write(conn, SearchRow::Unindex { id }),
         RowChange::AppendItemText { chunk } => {
             let tail = item_tail(conn, chunk.thread_id.as_str(), chunk.item_id.as_str())?;
             let changes = match plan_append(tail, &chunk)? {
@@ -328,6 +316,8 @@ fn item_tail(conn: &Connection, thread: &str, item: &str) -> Result<ItemTail, Db
 /// The fold of `thread.deleted`: removes the thread and every projection row of it.
 /// Provider sessions stay (other threads may share them); only the bindings go.
 fn drop_thread(conn: &Connection, thread: &str) -> Result<(), DbError> {
+    // Search rows queued before the deletion are written first, so it deletes them too.
+    search_queue::flush(conn)?;
     for table in THREAD_TABLES {
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE thread_id = ?1"))?
             .execute([thread])?;

@@ -35,6 +35,7 @@ mod leases;
 mod purge;
 mod queries;
 mod schema;
+mod search_queue;
 mod writer;
 
 use error::DbError;

@@ -7,6 +7,7 @@ use crate::fold::{
     Encoded, FoldMode, append_event, apply_event, apply_planned, clear_projections, read_version,
     seq_u64,
 };
+use crate::search_queue;
 use knife_protocol::{DomainEvent, StoredEvent};
 use knife_store::StoreError;
 use knife_store::{Lease, RowGuard};
@@ -325,6 +326,8 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
             return;
         }
     };
+    // The group's search rows are written together before COMMIT (search_queue.rs).
+    let _search = search_queue::Queue::begin();
     let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
     // The small writes first, then every append as one run: the members come from
     // concurrent callers (none waits for another's member), so any order is one they
@@ -371,6 +374,14 @@ fn write_group(conn: &mut Connection, group: Vec<Member>, live: &broadcast::Send
             }
             answers.push(answer);
         }
+    }
+    if let Err(e) = search_queue::flush(&tx) {
+        // Nothing of the group is written (the transaction rolls back when dropped).
+        let (full, message) = failed_of(&e);
+        for answer in answers {
+            answer.void(void_error(full, &message));
+        }
+        return;
     }
     if let Err(e) = tx.commit() {
         for answer in answers {
@@ -437,6 +448,7 @@ fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outco
             return outcomes;
         }
     };
+    let search_mark = search_queue::mark();
     let mut done: Vec<(Append, Option<Vec<StoredEvent>>)> = Vec::with_capacity(run.len());
     let mut run = run.into_iter();
     while let Some(mut append) = run.next() {
@@ -452,6 +464,7 @@ fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outco
                 // Undo the run, then write it again one savepoint per append.
                 let _ = sp.rollback();
                 drop(sp);
+                search_queue::undo_to(search_mark);
                 let mut again: Vec<Append> = done
                     .into_iter()
                     .map(|(mut append, stored)| {
@@ -485,6 +498,8 @@ fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outco
         }
     }
     if let Err(e) = sp.commit() {
+        // The savepoint is rolled back as it drops: so are the run's search rows.
+        search_queue::undo_to(search_mark);
         let failed = Some((
             e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
             e.to_string(),
@@ -523,6 +538,7 @@ fn append_in_savepoint(tx: &mut rusqlite::Transaction<'_>, append: Append) -> Ou
         events,
         reply,
     } = append;
+    let search_mark = search_queue::mark();
     let result = tx.savepoint().map_err(DbError::from).and_then(|sp| {
         match append_checked(&sp, &fences, guard.as_ref(), events) {
             Ok(Tried::Stored(stored)) => {
@@ -534,6 +550,10 @@ fn append_in_savepoint(tx: &mut rusqlite::Transaction<'_>, append: Append) -> Ou
             Err((e, _)) => Err(e),
         }
     });
+    if !matches!(result, Ok(Some(_))) {
+        // Rolled back: so are the search rows it queued.
+        search_queue::undo_to(search_mark);
+    }
     let failed = result.as_ref().err().map(failed_of);
     (
         Answer::Append(result.map_err(StoreError::from), reply),
@@ -545,10 +565,12 @@ fn append_in_savepoint(tx: &mut rusqlite::Transaction<'_>, append: Append) -> Ou
 fn small_in_savepoint(tx: &mut rusqlite::Transaction<'_>, f: SmallWrite) -> Outcome {
     match tx.savepoint() {
         Ok(mut sp) => {
+            let search_mark = search_queue::mark();
             let (keep, answer) = f(Some(&sp));
             let kept = if keep {
                 sp.commit().map_err(|e| (false, e.to_string()))
             } else {
+                search_queue::undo_to(search_mark);
                 sp.rollback().map_err(|e| (false, e.to_string()))
             };
             (Answer::Small(answer), kept.err())

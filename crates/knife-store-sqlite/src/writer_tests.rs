@@ -201,3 +201,90 @@ fn live_07_a_small_write_queued_between_appends_rolls_back_alone() {
     assert_eq!(rows, vec![1], "the rolled-back small write left nothing");
     assert_eq!(sequences(&conn).len(), 2);
 }
+
+fn search_ids(conn: &Connection) -> Vec<String> {
+    conn.prepare("SELECT id FROM search_docs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn fts_matches(conn: &Connection, word: &str) -> i64 {
+    conn.query_row(
+        "SELECT count(*) FROM search_fts WHERE search_fts MATCH ?1",
+        [word],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+/// The search rows of a group are written just before its COMMIT (search_queue.rs):
+/// those of an append that failed are dropped with it, a thread deleted later in the
+/// same group takes its rows with it, and the rest are indexed.
+#[test]
+fn live_07_search_rows_queued_in_a_group_follow_their_appends() {
+    use knife_store::contract::fixtures::turn_item;
+    let (_dir, mut conn) = writer();
+    let (live, _feed) = broadcast::channel(64);
+    let dup = ev(EventBody::ThreadCreated(thread("dup", "p1", 1)));
+    let (first, _) = append(None, vec![dup.clone()]);
+    write_group(&mut conn, vec![first], &live);
+
+    let (kept, kept_reply) = append(
+        None,
+        vec![
+            ev(EventBody::ThreadCreated(thread("a", "p1", 1))),
+            ev(EventBody::TurnItemUpdated(turn_item(
+                "a",
+                1,
+                1,
+                "alphaword",
+            ))),
+        ],
+    );
+    let (failed, failed_reply) = append(
+        None,
+        vec![
+            ev(EventBody::ThreadCreated(thread("b", "p1", 1))),
+            ev(EventBody::TurnItemUpdated(turn_item("b", 1, 1, "betaword"))),
+            dup,
+        ],
+    );
+    let (gone, gone_reply) = append(
+        None,
+        vec![
+            ev(EventBody::ThreadCreated(thread("c", "p1", 1))),
+            ev(EventBody::TurnItemUpdated(turn_item(
+                "c",
+                1,
+                1,
+                "gammaword",
+            ))),
+        ],
+    );
+    let (deleted, deleted_reply) = append(
+        None,
+        vec![ev(EventBody::ThreadDeleted {
+            thread_id: knife_protocol::ThreadId::from("c"),
+            deleted_at: knife_store::contract::fixtures::ts(2),
+        })],
+    );
+    write_group(&mut conn, vec![kept, failed, gone, deleted], &live);
+    assert!(kept_reply.blocking_recv().unwrap().unwrap().is_some());
+    assert!(failed_reply.blocking_recv().unwrap().is_err());
+    assert!(gone_reply.blocking_recv().unwrap().unwrap().is_some());
+    assert!(deleted_reply.blocking_recv().unwrap().unwrap().is_some());
+    assert_eq!(fts_matches(&conn, "alphaword"), 1);
+    assert_eq!(fts_matches(&conn, "betaword"), 0, "its append failed");
+    assert_eq!(fts_matches(&conn, "gammaword"), 0, "its thread was deleted");
+    let ids = search_ids(&conn);
+    assert!(
+        ids.iter().all(|id| !id.contains(":b:")
+            && !id.contains(":c:")
+            && !id.ends_with(":b")
+            && !id.ends_with(":c")),
+        "{ids:?}"
+    );
+}
