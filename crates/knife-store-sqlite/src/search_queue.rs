@@ -7,8 +7,8 @@
 //! COMMIT, unless a savepoint begins first — and every later write statement of the
 //! transaction that needs a statement journal begins one. So a group of 256 appends
 //! wrote hundreds of one-row segments, and then merged them. The writer now queues the
-//! search rows of its group ([`Queue`]) and writes them together before COMMIT
-//! ([`flush`]); rows of an append that is undone are dropped with it ([`mark`] /
+//! search rows of its group ([`Queue`]) and writes them before COMMIT in one statement
+//! ([`flush`]), which FTS5 flushes once; rows of an append that is undone are dropped with it ([`mark`] /
 //! [`undo_to`]). Only the writer thread's group commit queues (other paths, a rebuild
 //! among them, write their rows at once).
 
@@ -84,12 +84,74 @@ pub(crate) fn undo_to(mark: usize) {
 }
 
 /// Writes every queued row, in order (before COMMIT, or before a statement that reads
-/// or deletes search rows, e.g. a thread's deletion).
+/// or deletes search rows, e.g. a thread's deletion): each run of consecutive rows of
+/// one kind as ONE statement, so FTS5 flushes once, not at each row's statement.
 pub(crate) fn flush(conn: &Connection) -> Result<(), DbError> {
     let rows = QUEUE.with_borrow_mut(|q| q.as_mut().map(std::mem::take).unwrap_or_default());
-    for row in rows {
-        apply(conn, row)?;
+    let mut rows = rows.into_iter().peekable();
+    while let Some(first) = rows.next() {
+        let index = matches!(first, SearchRow::Index { .. });
+        let mut batch = vec![first];
+        while let Some(next) = rows.next_if(|r| matches!(r, SearchRow::Index { .. }) == index) {
+            batch.push(next);
+        }
+        if batch.len() == 1 {
+            for row in batch {
+                apply(conn, row)?;
+            }
+        } else if index {
+            index_many(conn, batch)?;
+        } else {
+            unindex_many(conn, batch)?;
+        }
     }
+    Ok(())
+}
+
+/// Several [`SearchRow::Index`] in one statement, in order (a later row of the same id
+/// updates the earlier one, as separate statements would).
+fn index_many(conn: &Connection, rows: Vec<SearchRow>) -> Result<(), DbError> {
+    let docs: Vec<serde_json::Value> = rows
+        .into_iter()
+        .filter_map(|row| match row {
+            SearchRow::Index {
+                id,
+                thread_id,
+                run_id,
+                kind,
+                body,
+            } => Some(serde_json::json!([id, thread_id, run_id, kind, body])),
+            SearchRow::Unindex { .. } => None,
+        })
+        .collect();
+    let docs = serde_json::to_string(&docs)?;
+    conn.prepare_cached(
+        "INSERT INTO search_docs (id, thread_id, run_id, kind, body, project_key) \
+         SELECT d.value ->> 0, d.value ->> 1, d.value ->> 2, d.value ->> 3, d.value ->> 4, \
+                (SELECT hex(project_id) FROM threads WHERE id = d.value ->> 1) \
+         FROM json_each(?1) AS d WHERE true ORDER BY d.key \
+         ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, \
+         run_id = excluded.run_id, kind = excluded.kind, body = excluded.body, \
+         project_key = excluded.project_key \
+         WHERE search_docs.body IS NOT excluded.body \
+         OR search_docs.kind IS NOT excluded.kind \
+         OR search_docs.project_key IS NOT excluded.project_key",
+    )?
+    .execute([docs])?;
+    Ok(())
+}
+
+/// Several [`SearchRow::Unindex`] in one statement.
+fn unindex_many(conn: &Connection, rows: Vec<SearchRow>) -> Result<(), DbError> {
+    let ids: Vec<String> = rows
+        .into_iter()
+        .filter_map(|row| match row {
+            SearchRow::Unindex { id } => Some(id),
+            SearchRow::Index { .. } => None,
+        })
+        .collect();
+    conn.prepare_cached("DELETE FROM search_docs WHERE id IN (SELECT value FROM json_each(?1))")?
+        .execute([serde_json::to_string(&ids)?])?;
     Ok(())
 }
 
