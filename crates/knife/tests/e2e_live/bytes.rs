@@ -75,6 +75,20 @@ async fn bytes_of_a_turn(count: usize, size: usize, pace_ms: u64) -> (usize, usi
     (answer.len(), sent, stored)
 }
 
+/// LIVE-03's byte cap on one turn of `count` deltas of `size` bytes, `pace_ms` apart
+/// ([`bytes_of_a_turn`]): the live subscriber was sent at most 3 × the answer's bytes
+/// plus 300 bytes per delta. Returns (answer bytes, event payload bytes stored).
+async fn sent_within_the_cap(count: usize, size: usize, pace_ms: u64) -> (usize, usize) {
+    let (text, sent, stored) = bytes_of_a_turn(count, size, pace_ms).await;
+    let cap = 3 * text + 300 * count;
+    assert!(
+        sent <= cap,
+        "sent {sent} bytes for {text} bytes of answer in {count} deltas {pace_ms} ms apart \
+         (cap {cap})"
+    );
+    (text, stored)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_03_small_paced_deltas_stay_within_the_byte_cap() {
     // 200 deltas of 24 bytes, 2 ms apart: each delta goes out alone, so its framing is
@@ -82,13 +96,7 @@ async fn live_03_small_paced_deltas_stay_within_the_byte_cap() {
     // the whole header in every delta (~265 bytes) this sent ~86 KB against a 74 KB cap.
     // (2 ms, not the peer bench's 5: the chunk count grows with the turn's wall time,
     // which a loaded machine stretches.)
-    let (count, size) = (200, 24);
-    let (text, sent, _) = bytes_of_a_turn(count, size, 2).await;
-    let cap = 3 * text + 300 * count;
-    assert!(
-        sent <= cap,
-        "sent {sent} bytes for {text} bytes of answer in {count} paced deltas (cap {cap})"
-    );
+    sent_within_the_cap(200, 24, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,13 +107,7 @@ async fn live_03_slow_paced_deltas_stay_within_the_byte_cap_as_the_window_grows(
     // docs/2026-12-01-live-chunks.md): one chunk per ~10 deltas, ~68 KB. (At 40 ms
     // apart it sent 75.1 KB: the fixed ~18 KB of a turn's other events leave a
     // 200-delta stream slower than ~40 ms apart over the cap; see the doc.)
-    let (count, size) = (200, 24);
-    let (text, sent, stored) = bytes_of_a_turn(count, size, 25).await;
-    let cap = 3 * text + 300 * count;
-    assert!(
-        sent <= cap,
-        "sent {sent} bytes for {text} bytes of answer in {count} deltas 25 ms apart (cap {cap})"
-    );
+    let (text, stored) = sent_within_the_cap(200, 24, 25).await;
     // Stored: the answer in chunks and once in the settled snapshot, the turn's other
     // events, one chunk envelope (~360 bytes) per window: ~6 × this small answer, where
     // a chunk every 50 ms stored ~11 ×.
@@ -119,13 +121,7 @@ async fn live_03_slow_paced_deltas_stay_within_the_byte_cap_as_the_window_grows(
 async fn live_03_bytes_sent_and_stored_per_turn_stay_linear_in_the_answer() {
     // The benchmark's largest size (10,000 deltas of 24 bytes, no pacing), where
     // whole-text snapshots per window sent ~2 × the cap and stored ~18 × the answer.
-    let (count, size) = (10_000, 24);
-    let (text, sent, stored) = bytes_of_a_turn(count, size, 0).await;
-    let cap = 3 * text + 300 * count;
-    assert!(
-        sent <= cap,
-        "sent {sent} bytes for {text} bytes of answer in {count} deltas (cap {cap})"
-    );
+    let (text, stored) = sent_within_the_cap(10_000, 24, 0).await;
     // Stored: the answer once in chunks and once in the settled snapshot, plus one
     // envelope per persistence window.
     assert!(
@@ -140,11 +136,5 @@ async fn live_03_deltas_50_ms_apart_stay_within_the_byte_cap() {
     // benchmark's last cell over the cap (80.5 KB against 74.4 KB) while every
     // continuing delta named its item by its ~72-byte id. With the per-connection
     // `ref` instead (docs/2026-12-01-live-deltas.md, 2026-12-02) it sent ~65 KB.
-    let (count, size) = (200, 24);
-    let (text, sent, _) = bytes_of_a_turn(count, size, 50).await;
-    let cap = 3 * text + 300 * count;
-    assert!(
-        sent <= cap,
-        "sent {sent} bytes for {text} bytes of answer in {count} deltas 50 ms apart (cap {cap})"
-    );
+    sent_within_the_cap(200, 24, 50).await;
 }
