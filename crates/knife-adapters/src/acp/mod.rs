@@ -23,6 +23,7 @@
 //!
 //! Turns, approvals, interrupts and the process's end: see [`session`].
 
+mod handshake;
 pub mod mapping;
 mod models;
 mod session;

@@ -125,6 +125,18 @@ impl TurnRecorder {
             }
             _ => return,
         };
+        self.grew(idx, field, offset, delta);
+    }
+
+    /// The growing field `field` of open item `idx` (streaming text, or a running
+    /// tool's output) just grew by `delta` at `offset`: the live delta goes out at once
+    /// (LIVE-01); the durable state when the item's window is due (leading edge, or
+    /// `flush_bytes` unsent: [`Self::emit_window`]), else the item is marked dirty for
+    /// [`Self::flush_due`].
+    pub(super) fn grew(&mut self, idx: usize, field: DeltaField, offset: usize, delta: &str) {
+        let Some(state) = self.items.get_mut(idx) else {
+            return;
+        };
         let live = live::delta(&state.item, field, offset, delta);
         state.unsent += delta.len();
         state.dirty = true;

@@ -100,15 +100,8 @@ impl TurnRecorder {
         let text = output.get_or_insert_with(String::new);
         let offset = text.len();
         text.push_str(delta);
-        let live = live::delta(&state.item, DeltaField::Output, offset, delta);
-        state.unsent += delta.len();
-        state.dirty = true;
         // The item's growing window, as for streaming text (LIVE-03).
-        let due = state.window_due(&self.style);
-        self.send(live);
-        if due {
-            self.emit_window(idx);
-        }
+        self.grew(idx, DeltaField::Output, offset, delta);
     }
 
     /// The complete call of tool item `idx`: sets its tool name and input and emits it

@@ -108,11 +108,51 @@ fn item_delta(field: DeltaField, offset: u64, text: &str) -> ItemDelta {
     }
 }
 
-fn delta(offset: u64, text: &str) -> LiveMessage {
-    LiveMessage::Delta {
-        delta: Arc::new(item_delta(DeltaField::Text, offset, text)),
+/// One input of a merge, in the order a test gives them.
+enum Feed {
+    /// A delta published to the hub (what a gap fill reads), not delivered.
+    Publish(ItemDelta),
+    /// The next durable event (sequences from 1).
+    Durable(Box<EventBody>),
+    /// A live message of the hub's broadcast.
+    Live(LiveMessage),
+}
+
+/// `body` as the next durable event.
+fn durable(body: EventBody) -> Feed {
+    Feed::Durable(Box::new(body))
+}
+
+/// `delta` as the hub's broadcast delivers it.
+fn live(delta: ItemDelta) -> Feed {
+    Feed::Live(LiveMessage::Delta {
+        delta: Arc::new(delta),
         generation: 0,
+    })
+}
+
+/// A live text delta of the answer.
+fn delta(offset: u64, text: &str) -> Feed {
+    live(item_delta(DeltaField::Text, offset, text))
+}
+
+/// What a fresh merge sends its subscriber (as [`sent`]) when given `feeds` in order.
+async fn fed(feeds: impl IntoIterator<Item = Feed>) -> Vec<String> {
+    let (mut merge, rx) = merge();
+    let mut sequence = 0;
+    for feed in feeds {
+        match feed {
+            Feed::Publish(delta) => {
+                merge.hub.publish(delta);
+            }
+            Feed::Durable(body) => {
+                sequence += 1;
+                merge.durable(stored(sequence, *body)).await.unwrap();
+            }
+            Feed::Live(message) => merge.live(message).await.unwrap(),
+        }
     }
+    sent(merge, rx).await
 }
 
 /// What the subscriber was sent: `event <seq>` / `delta <offset> <text>`.
@@ -135,38 +175,30 @@ async fn sent(merge: Merge, mut rx: crate::subscribers::FrameRx) -> Vec<String> 
 /// settled answer already), whatever its offset.
 #[tokio::test]
 async fn live_02_a_delta_overtaken_by_its_runs_end_is_not_sent() {
-    let (mut merge, rx) = merge();
-    merge
-        .durable(stored(1, answer("", TurnItemStatus::Running)))
-        .await
-        .unwrap();
-    merge
-        .durable(stored(2, answer("ran it", TurnItemStatus::Completed)))
-        .await
-        .unwrap();
-    merge.durable(stored(3, run_ended())).await.unwrap();
-    merge.live(delta(0, "ran")).await.unwrap();
-    merge.live(delta(3, " it")).await.unwrap();
-    assert_eq!(sent(merge, rx).await, ["event 1", "event 2", "event 3"]);
+    let sent = fed([
+        durable(answer("", TurnItemStatus::Running)),
+        durable(answer("ran it", TurnItemStatus::Completed)),
+        durable(run_ended()),
+        delta(0, "ran"),
+        delta(3, " it"),
+    ])
+    .await;
+    assert_eq!(sent, ["event 1", "event 2", "event 3"]);
 }
 
 /// The same delta before the run's end: trimmed by the view as before (the settled
 /// snapshot delivered makes it stale), and one of a live item continues it.
 #[tokio::test]
 async fn live_02_deltas_continue_what_the_subscriber_holds_from_durable_events() {
-    let (mut merge, rx) = merge();
-    merge
-        .durable(stored(1, answer("ran", TurnItemStatus::Running)))
-        .await
-        .unwrap();
-    merge.live(delta(0, "ran")).await.unwrap();
-    merge.live(delta(3, " it")).await.unwrap();
-    merge
-        .durable(stored(2, answer("ran it", TurnItemStatus::Completed)))
-        .await
-        .unwrap();
-    merge.live(delta(6, "!")).await.unwrap();
-    assert_eq!(sent(merge, rx).await, ["event 1", "delta 3  it", "event 2"]);
+    let sent = fed([
+        durable(answer("ran", TurnItemStatus::Running)),
+        delta(0, "ran"),
+        delta(3, " it"),
+        durable(answer("ran it", TurnItemStatus::Completed)),
+        delta(6, "!"),
+    ])
+    .await;
+    assert_eq!(sent, ["event 1", "delta 3  it", "event 2"]);
 }
 
 /// LIVE-02: a tool call's streamed input is final once a durable snapshot carries
@@ -174,48 +206,28 @@ async fn live_02_deltas_continue_what_the_subscriber_holds_from_durable_events()
 /// come back as a gap fill of the hub's whole input from offset 0.
 #[tokio::test]
 async fn live_02_input_deltas_after_the_complete_input_are_not_sent() {
-    let (mut merge, rx) = merge();
     let input = |offset, text| item_delta(DeltaField::Input, offset, text);
-    merge.hub.publish(input(0, "{\"a\""));
-    merge.hub.publish(input(4, ":1}"));
-    merge
-        .durable(stored(1, tool(serde_json::Value::String(String::new()))))
-        .await
-        .unwrap();
-    merge
-        .live(LiveMessage::Delta {
-            delta: Arc::new(input(0, "{\"a\"")),
-            generation: 0,
-        })
-        .await
-        .unwrap();
-    merge
-        .durable(stored(2, tool(serde_json::json!({"a": 1}))))
-        .await
-        .unwrap();
-    merge
-        .live(LiveMessage::Delta {
-            delta: Arc::new(input(4, ":1}")),
-            generation: 0,
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        sent(merge, rx).await,
-        ["event 1", "delta 0 {\"a\"", "event 2"]
-    );
+    let sent = fed([
+        Feed::Publish(input(0, "{\"a\"")),
+        Feed::Publish(input(4, ":1}")),
+        durable(tool(serde_json::Value::String(String::new()))),
+        live(input(0, "{\"a\"")),
+        durable(tool(serde_json::json!({"a": 1}))),
+        live(input(4, ":1}")),
+    ])
+    .await;
+    assert_eq!(sent, ["event 1", "delta 0 {\"a\"", "event 2"]);
 }
 
 /// LIVE-02: an item whose snapshots were coalesced into its settled one reaches the
 /// subscriber settled first; a delta of it the durable stream overtook is stale.
 #[tokio::test]
 async fn live_02_a_delta_overtaken_by_its_items_settled_snapshot_is_not_sent() {
-    let (mut merge, rx) = merge();
-    merge
-        .durable(stored(1, answer("ran it", TurnItemStatus::Completed)))
-        .await
-        .unwrap();
-    merge.live(delta(0, "ran")).await.unwrap();
-    merge.live(delta(3, " it")).await.unwrap();
-    assert_eq!(sent(merge, rx).await, ["event 1"]);
+    let sent = fed([
+        durable(answer("ran it", TurnItemStatus::Completed)),
+        delta(0, "ran"),
+        delta(3, " it"),
+    ])
+    .await;
+    assert_eq!(sent, ["event 1"]);
 }
