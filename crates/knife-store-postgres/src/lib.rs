@@ -498,6 +498,14 @@ impl ProjectionReads for PgStore {
         self.get(EntityKind::Thread, id.as_str()).await
     }
 
+    async fn thread_with_version(
+        &self,
+        id: &ThreadId,
+    ) -> Result<Option<(Thread, i64)>, StoreError> {
+        let client = self.client().await?;
+        Ok(read::get_versioned(&**client, EntityKind::Thread.table(), id.as_str()).await?)
+    }
+
     async fn get_run(&self, id: &RunId) -> Result<Option<Run>, StoreError> {
         self.get(EntityKind::Run, id.as_str()).await
     }

@@ -82,6 +82,23 @@ pub(crate) async fn latest_sequence(
 }
 
 /// The entity stored in row `id` of `table`, if any.
+/// Row `id` of `table` with its version, if it exists.
+pub(crate) async fn get_versioned<T: DeserializeOwned>(
+    client: &impl GenericClient,
+    table: &str,
+    id: &str,
+) -> PgResult<Option<(T, i64)>> {
+    let row = client
+        .query_opt(
+            &format!("SELECT payload_json, version FROM {table} WHERE id = $1"),
+            &[&id],
+        )
+        .await?;
+    Ok(row
+        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).map(|t| (t, r.get::<_, i64>(1))))
+        .transpose()?)
+}
+
 pub(crate) async fn get_entity<T: DeserializeOwned>(
     client: &impl GenericClient,
     table: &str,

@@ -401,6 +401,15 @@ impl ProjectionReads for SqliteStore {
         self.get(EntityKind::Thread, id.as_str()).await
     }
 
+    async fn thread_with_version(
+        &self,
+        id: &ThreadId,
+    ) -> Result<Option<(Thread, i64)>, StoreError> {
+        let id = id.as_str().to_owned();
+        self.read(move |c| queries::get_versioned(c, EntityKind::Thread.table(), &id))
+            .await
+    }
+
     async fn get_run(&self, id: &RunId) -> Result<Option<Run>, StoreError> {
         self.get(EntityKind::Run, id.as_str()).await
     }

@@ -147,6 +147,22 @@ pub(crate) fn get_entity<T: DeserializeOwned>(
         .transpose()
 }
 
+/// Row `id` of `table` with its version, if it exists.
+pub(crate) fn get_versioned<T: DeserializeOwned>(
+    conn: &Connection,
+    table: &str,
+    id: &str,
+) -> Result<Option<(T, i64)>, DbError> {
+    let row: Option<(String, i64)> = conn
+        .prepare_cached(&format!(
+            "SELECT payload_json, version FROM {table} WHERE id = ?1"
+        ))?
+        .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    row.map(|(p, version)| Ok((serde_json::from_str(&p)?, version)))
+        .transpose()
+}
+
 /// The entities selected by `sql` (whose only column is `payload_json`).
 pub(crate) fn list_entities<T: DeserializeOwned>(
     conn: &Connection,

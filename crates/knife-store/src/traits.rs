@@ -94,6 +94,11 @@ pub trait ProjectionReads: Send + Sync {
     async fn list_threads(&self, project: Option<&ProjectId>) -> Result<Vec<Thread>, StoreError>;
     /// The thread `id`, if it exists.
     async fn get_thread(&self, id: &ThreadId) -> Result<Option<Thread>, StoreError>;
+    /// The thread `id` and its row version ([`EventLog::row_version`]) read together in
+    /// one round trip: the start of a compare-and-set write on the thread (a run's
+    /// start and end; LIVE-07). `None` if it does not exist.
+    async fn thread_with_version(&self, id: &ThreadId)
+    -> Result<Option<(Thread, i64)>, StoreError>;
     /// The run `id`, if it exists.
     async fn get_run(&self, id: &RunId) -> Result<Option<Run>, StoreError>;
     /// The full projection of thread `id` from one consistent snapshot: runs by

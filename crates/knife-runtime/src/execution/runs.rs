@@ -94,13 +94,12 @@ pub(crate) async fn create_run(
     thread_id: &ThreadId,
     start: &RunStart,
 ) -> Result<Created, RuntimeError> {
-    let version = store
-        .row_version(EntityKind::Thread, thread_id.as_str())
-        .await?;
-    let mut thread = store
-        .get_thread(thread_id)
+    // The row and the version its compare-and-set write is guarded by, in one read.
+    let (mut thread, version) = store
+        .thread_with_version(thread_id)
         .await?
         .ok_or_else(|| RuntimeError::ThreadNotFound(thread_id.clone()))?;
+    let version = Some(version);
     let now = clock.now();
     let mut events = Vec::new();
     // The run's model (TURN-10): the message's, else the thread's; a continuation

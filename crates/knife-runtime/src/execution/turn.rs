@@ -470,13 +470,10 @@ impl ExecutionService {
         let mut run = ctx.run.clone();
         run.completed_at = Some(now);
         run.usage = usage;
-        let version = store
-            .row_version(knife_store::EntityKind::Thread, ctx.thread.id.as_str())
-            .await?;
-        let mut thread = store
-            .get_thread(&ctx.thread.id)
-            .await?
-            .unwrap_or_else(|| ctx.thread.clone());
+        let (mut thread, version) = match store.thread_with_version(&ctx.thread.id).await? {
+            Some((thread, version)) => (thread, Some(version)),
+            None => (ctx.thread.clone(), None),
+        };
         thread.active_run_id = None;
         thread.updated_at = now;
         // A runtime that stopped without publishing `idle` (grace expiry, broken

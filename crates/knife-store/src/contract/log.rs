@@ -328,6 +328,49 @@ pub async fn provider_sessions_bind_on_attach_only_and_unbind_on_detach(
     assert_eq!(store.list_provider_sessions().await.unwrap().len(), 1);
 }
 
+/// `thread_with_version` (LIVE-07) answers what `get_thread` and `row_version` answer,
+/// from one read; its version guards a compare-and-set write like `row_version`'s.
+pub async fn live_07_a_thread_is_read_with_its_version_in_one_call(factory: &dyn StoreFactory) {
+    let (_dir, store) = temp_store(factory).await;
+    let id = ThreadId::from("t1");
+    assert!(store.thread_with_version(&id).await.unwrap().is_none());
+    store
+        .write(vec![ev(EventBody::ThreadCreated(thread("t1", "p1", 1)))])
+        .await
+        .unwrap();
+    store
+        .write(vec![ev(EventBody::ThreadUpdated(thread("t1", "p1", 2)))])
+        .await
+        .unwrap();
+    let (read, version) = store.thread_with_version(&id).await.unwrap().unwrap();
+    assert_eq!(Some(&read), store.get_thread(&id).await.unwrap().as_ref());
+    assert_eq!(
+        Some(version),
+        store.row_version(EntityKind::Thread, "t1").await.unwrap()
+    );
+    assert_eq!(version, 2);
+    let guard = RowGuard::new(EntityKind::Thread, "t1", Some(version));
+    let moved = store
+        .write_if(
+            guard.clone(),
+            vec![ev(EventBody::ThreadUpdated(thread("t1", "p1", 3)))],
+        )
+        .await
+        .unwrap();
+    assert!(moved.is_some(), "the version read guards a write");
+    assert!(
+        store
+            .write_if(
+                guard,
+                vec![ev(EventBody::ThreadUpdated(thread("t1", "p1", 4)))]
+            )
+            .await
+            .unwrap()
+            .is_none(),
+        "and is stale after it"
+    );
+}
+
 pub async fn write_if_commits_only_when_the_guarded_row_version_matches(
     factory: &dyn StoreFactory,
 ) {

@@ -78,6 +78,7 @@ macro_rules! store_contract_tests {
             log::projections_upsert_by_id_bump_versions_and_answer_queries,
             log::provider_sessions_bind_on_attach_only_and_unbind_on_detach,
             log::write_if_commits_only_when_the_guarded_row_version_matches,
+            log::live_07_a_thread_is_read_with_its_version_in_one_call,
             log::a_failed_write_rolls_back_the_whole_batch,
             log::rebuild_reproduces_the_incremental_projections,
             log::concurrent_compare_and_set_writers_commit_exactly_one,
