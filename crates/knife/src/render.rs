@@ -118,7 +118,15 @@ pub struct RunView<'p> {
     spinner: Option<ProgressBar>,
     /// What the spinner says (kept while it is hidden).
     message: String,
+    /// The terminal's cursor is after text of stdout's on its line: only when stdout is
+    /// a terminal (`out_open` there). A line printed on stderr ends stdout's first.
     mid_line: bool,
+    /// stdout's last text did not end its line, terminal or not: a discarded attempt's
+    /// retry, and the end of the run, start a new line. Redirected output gets no other
+    /// line breaks (a status line on stderr must not split the answer in a file).
+    out_open: bool,
+    /// stdout is a terminal.
+    stdout_tty: bool,
     prompter: Option<&'p Prompter>,
     /// Requests already shown as pending / as settled.
     asked: HashSet<RuntimeRequestId>,
@@ -155,6 +163,8 @@ impl<'p> RunView<'p> {
             spinner: None,
             message: WAITING.to_owned(),
             mid_line: false,
+            out_open: false,
+            stdout_tty: std::io::IsTerminal::is_terminal(&std::io::stdout()),
             prompter: None,
             asked: HashSet::new(),
             settled: HashSet::new(),
@@ -212,9 +222,7 @@ impl<'p> RunView<'p> {
     fn line(&mut self, line: &str) {
         self.flush_text();
         self.hide_spinner();
-        if std::mem::take(&mut self.mid_line) {
-            println!();
-        }
+        self.end_terminal_line();
         eprintln!("{line}");
     }
 
@@ -252,9 +260,7 @@ impl<'p> RunView<'p> {
 
     fn reasoning_line(&mut self, line: &str) {
         self.hide_spinner();
-        if std::mem::take(&mut self.mid_line) {
-            println!();
-        }
+        self.end_terminal_line();
         eprintln!("{}", self.paint(DIM_ITALIC, &format!("  ┊ {line}")));
     }
 
@@ -285,9 +291,7 @@ impl<'p> RunView<'p> {
                 return;
             }
             self.hide_spinner();
-            if std::mem::take(&mut self.mid_line) {
-                println!();
-            }
+            self.end_terminal_line();
             match self.prompter {
                 Some(prompter) => prompter.ask(request),
                 None => eprintln!(
@@ -342,9 +346,17 @@ impl<'p> RunView<'p> {
         }
         self.flush_text();
         self.hide_spinner();
-        if self.mid_line {
+        if std::mem::take(&mut self.out_open) {
             println!();
-            self.mid_line = false;
+        }
+        self.mid_line = false;
+    }
+
+    /// Ends stdout's line before a line on stderr, when both are on the terminal.
+    fn end_terminal_line(&mut self) {
+        if std::mem::take(&mut self.mid_line) {
+            println!();
+            self.out_open = false;
         }
     }
 
@@ -468,7 +480,7 @@ impl<'p> RunView<'p> {
             *done = 0;
             self.markdown.remove(&reset.item_id);
             self.reasoning.remove(&reset.item_id);
-            if self.mid_line {
+            if self.out_open {
                 self.print_text(&reset.item_id, "\n");
             }
         }
@@ -493,7 +505,8 @@ impl<'p> RunView<'p> {
         self.hide_spinner();
         print!("{fresh}");
         let _ = std::io::stdout().flush();
-        self.mid_line = !fresh.ends_with('\n');
+        self.out_open = !fresh.ends_with('\n');
+        self.mid_line = self.stdout_tty && self.out_open;
         self.show_spinner();
     }
 
@@ -713,3 +726,41 @@ pub fn thousands(n: u64) -> String {
 
 mod tool_text;
 pub use tool_text::{compact_input, last_line, output_preview, output_tail, summarize_output};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// UX-03 (piped output stays plain text): deltas overtake the durable log (LIVE-01),
+    /// so a status line (a retry, a compaction) can come while an answer is half
+    /// printed. With stdout redirected it goes to stderr alone: no line break lands in
+    /// the middle of the answer on stdout. On a terminal stdout's line is ended first,
+    /// and the end of the run ends an open line either way.
+    #[test]
+    fn ux_03_a_status_line_never_splits_redirected_answer_text() {
+        let item = TurnItemId::from("item");
+        let mut view = RunView::new();
+        view.stdout_tty = false;
+        view.print_text(&item, "Final");
+        assert!(view.out_open && !view.mid_line);
+        view.line("… history compacted to fit the model's context");
+        assert!(
+            view.out_open,
+            "stdout's line stays open: no line break was printed"
+        );
+        view.finish();
+        assert!(!view.out_open, "the run's end ends the line");
+
+        let mut view = RunView::new();
+        view.stdout_tty = true;
+        view.colour_out = false;
+        view.print_text(&item, "Final");
+        assert!(view.out_open && view.mid_line);
+        view.line("… history compacted to fit the model's context");
+        assert!(
+            !view.out_open && !view.mid_line,
+            "the terminal's line was ended first"
+        );
+        view.hide_spinner();
+    }
+}
