@@ -127,6 +127,8 @@ pub struct RunView<'p> {
     out_open: bool,
     /// stdout is a terminal.
     stdout_tty: bool,
+    /// The answer item printed last as plain text.
+    last_answer: Option<TurnItemId>,
     prompter: Option<&'p Prompter>,
     /// Requests already shown as pending / as settled.
     asked: HashSet<RuntimeRequestId>,
@@ -165,6 +167,7 @@ impl<'p> RunView<'p> {
             mid_line: false,
             out_open: false,
             stdout_tty: std::io::IsTerminal::is_terminal(&std::io::stdout()),
+            last_answer: None,
             prompter: None,
             asked: HashSet::new(),
             settled: HashSet::new(),
@@ -503,6 +506,12 @@ impl<'p> RunView<'p> {
             return;
         }
         self.hide_spinner();
+        // Another answer than the one printed last: a paragraph of its own (two messages
+        // of a run, e.g. before and after a tool call, must not run into one line).
+        if self.last_answer.as_ref().is_some_and(|last| last != item) {
+            print!("{}\n", if self.out_open { "\n" } else { "" });
+        }
+        self.last_answer = Some(item.clone());
         print!("{fresh}");
         let _ = std::io::stdout().flush();
         self.out_open = !fresh.ends_with('\n');
@@ -761,6 +770,24 @@ mod tests {
             !view.out_open && !view.mid_line,
             "the terminal's line was ended first"
         );
+        view.hide_spinner();
+    }
+
+    /// UX-03: two answers of one run printed as plain text are two paragraphs, not one
+    /// glued line ("I will create a file.Wrote hello.txt"); one answer's deltas are not
+    /// split.
+    #[test]
+    fn ux_03_two_answers_of_a_run_are_separate_paragraphs_in_plain_text() {
+        let mut view = RunView::new();
+        view.stdout_tty = false;
+        view.colour_out = false;
+        let (first, second) = (TurnItemId::from("a"), TurnItemId::from("b"));
+        view.print_text(&first, "I will create ");
+        view.print_text(&first, "a file.");
+        assert_eq!(view.last_answer.as_ref(), Some(&first));
+        assert!(view.out_open, "one answer's deltas stay on its line");
+        view.print_text(&second, "Wrote hello.txt.");
+        assert_eq!(view.last_answer.as_ref(), Some(&second));
         view.hide_spinner();
     }
 }
