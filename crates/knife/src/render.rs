@@ -509,7 +509,7 @@ impl<'p> RunView<'p> {
         // Another answer than the one printed last: a paragraph of its own (two messages
         // of a run, e.g. before and after a tool call, must not run into one line).
         if self.last_answer.as_ref().is_some_and(|last| last != item) {
-            print!("{}\n", if self.out_open { "\n" } else { "" });
+            println!("{}", if self.out_open { "\n" } else { "" });
         }
         self.last_answer = Some(item.clone());
         print!("{fresh}");
