@@ -13,7 +13,7 @@
 //! among them, write their rows at once).
 
 use crate::error::DbError;
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use std::cell::RefCell;
 
 /// One change of the search index, in the order the fold made it.
@@ -64,7 +64,7 @@ pub(crate) fn write(conn: &Connection, row: SearchRow) -> Result<(), DbError> {
         None => Some(row),
     });
     match row {
-        Some(row) => apply(conn, row),
+        Some(row) => write_rows(conn, vec![row]),
         None => Ok(()),
     }
 }
@@ -88,6 +88,11 @@ pub(crate) fn undo_to(mark: usize) {
 /// one kind as ONE statement, so FTS5 flushes once, not at each row's statement.
 pub(crate) fn flush(conn: &Connection) -> Result<(), DbError> {
     let rows = QUEUE.with_borrow_mut(|q| q.as_mut().map(std::mem::take).unwrap_or_default());
+    write_rows(conn, rows)
+}
+
+/// Writes `rows` in order, each run of one kind as one statement.
+fn write_rows(conn: &Connection, rows: Vec<SearchRow>) -> Result<(), DbError> {
     let mut rows = rows.into_iter().peekable();
     while let Some(first) = rows.next() {
         let index = matches!(first, SearchRow::Index { .. });
@@ -95,11 +100,7 @@ pub(crate) fn flush(conn: &Connection) -> Result<(), DbError> {
         while let Some(next) = rows.next_if(|r| matches!(r, SearchRow::Index { .. }) == index) {
             batch.push(next);
         }
-        if batch.len() == 1 {
-            for row in batch {
-                apply(conn, row)?;
-            }
-        } else if index {
+        if index {
             index_many(conn, batch)?;
         } else {
             unindex_many(conn, batch)?;
@@ -109,7 +110,11 @@ pub(crate) fn flush(conn: &Connection) -> Result<(), DbError> {
 }
 
 /// Several [`SearchRow::Index`] in one statement, in order (a later row of the same id
-/// updates the earlier one, as separate statements would).
+/// updates the earlier one, as separate statements would). The FTS5 index follows
+/// `search_docs` through its triggers; an unchanged body (a thread.updated with the
+/// same title) updates nothing. The thread's project goes in as one token
+/// (`project_key`, migration 0110), so a search of one project is an FTS5 AND, not a
+/// join per match.
 fn index_many(conn: &Connection, rows: Vec<SearchRow>) -> Result<(), DbError> {
     let docs: Vec<serde_json::Value> = rows
         .into_iter()
@@ -152,39 +157,5 @@ fn unindex_many(conn: &Connection, rows: Vec<SearchRow>) -> Result<(), DbError> 
         .collect();
     conn.prepare_cached("DELETE FROM search_docs WHERE id IN (SELECT value FROM json_each(?1))")?
         .execute([serde_json::to_string(&ids)?])?;
-    Ok(())
-}
-
-fn apply(conn: &Connection, row: SearchRow) -> Result<(), DbError> {
-    match row {
-        SearchRow::Index {
-            id,
-            thread_id,
-            run_id,
-            kind,
-            body,
-        } => {
-            // The FTS5 index follows `search_docs` through its triggers; an unchanged
-            // body (a thread.updated with the same title) updates nothing. The thread's
-            // project goes in as one token (`project_key`, migration 0110), so a search
-            // of one project is an FTS5 AND, not a join per match.
-            conn.prepare_cached(
-                "INSERT INTO search_docs (id, thread_id, run_id, kind, body, project_key) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, \
-                         (SELECT hex(project_id) FROM threads WHERE id = ?2)) \
-                 ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, \
-                 run_id = excluded.run_id, kind = excluded.kind, body = excluded.body, \
-                 project_key = excluded.project_key \
-                 WHERE search_docs.body IS NOT excluded.body \
-                 OR search_docs.kind IS NOT excluded.kind \
-                 OR search_docs.project_key IS NOT excluded.project_key",
-            )?
-            .execute(params![id, thread_id, run_id, kind, body])?;
-        }
-        SearchRow::Unindex { id } => {
-            conn.prepare_cached("DELETE FROM search_docs WHERE id = ?1")?
-                .execute([id])?;
-        }
-    }
     Ok(())
 }

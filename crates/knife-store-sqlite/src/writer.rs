@@ -432,10 +432,7 @@ fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outco
     let mut sp = match tx.savepoint() {
         Ok(sp) => sp,
         Err(e) => {
-            let failed = Some((
-                e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
-                e.to_string(),
-            ));
+            let failed = Some(sqlite_failed(&e));
             let error = group_error(&e);
             let mut run = run.into_iter();
             let mut outcomes = Vec::new();
@@ -500,10 +497,7 @@ fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outco
     if let Err(e) = sp.commit() {
         // The savepoint is rolled back as it drops: so are the run's search rows.
         search_queue::undo_to(search_mark);
-        let failed = Some((
-            e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
-            e.to_string(),
-        ));
+        let failed = Some(sqlite_failed(&e));
         let mut outcomes = Vec::new();
         for (n, (append, _)) in done.into_iter().enumerate() {
             let error = group_error(&e);
@@ -522,12 +516,17 @@ fn append_run(tx: &mut rusqlite::Transaction<'_>, run: Vec<Append>) -> Vec<Outco
 /// `(disk full, message)` of an append's error.
 fn failed_of(error: &DbError) -> (bool, String) {
     match error {
-        DbError::Sqlite(e) => (
-            e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
-            e.to_string(),
-        ),
+        DbError::Sqlite(e) => sqlite_failed(e),
         DbError::Store(e) => (e.is_disk_full(), e.to_string()),
     }
+}
+
+/// `(disk full, message)` of a SQLite error.
+fn sqlite_failed(e: &rusqlite::Error) -> (bool, String) {
+    (
+        e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+        e.to_string(),
+    )
 }
 
 /// Writes one append inside its own savepoint: an error undoes that append only.
@@ -576,8 +575,7 @@ fn small_in_savepoint(tx: &mut rusqlite::Transaction<'_>, f: SmallWrite) -> Outc
             (Answer::Small(answer), kept.err())
         }
         Err(e) => {
-            let full = e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
-            let message = e.to_string();
+            let (full, message) = sqlite_failed(&e);
             let error = void_error(full, &message);
             (
                 Answer::Small(Box::new(move |_| f(None).1(Some(error)))),
@@ -590,10 +588,8 @@ fn small_in_savepoint(tx: &mut rusqlite::Transaction<'_>, f: SmallWrite) -> Outc
 /// The error of a whole group's transaction, for each of its callers (a full disk
 /// stays [`StoreError::Full`], SEC-07).
 fn group_error(e: &rusqlite::Error) -> StoreError {
-    void_error(
-        e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
-        &e.to_string(),
-    )
+    let (full, message) = sqlite_failed(e);
+    void_error(full, &message)
 }
 
 /// The error of an append whose group transaction failed: `Full` when the disk is.
